@@ -1,0 +1,26 @@
+// The two backends behind the C ABI. Each receives a validated Problem and owns nothing else.
+#pragma once
+
+#include "problem.h"
+
+#include <cstddef>
+
+namespace flashattn {
+
+namespace cpu {
+void forward(const Problem& problem);
+void backward(const BwdProblem& problem);
+void set_num_threads(int num_threads); // 0 = default
+int num_threads();
+} // namespace cpu
+
+// Implemented in src/cuda/ when the CUDA backend is built, else by cuda_unavailable.cpp.
+namespace cuda {
+bool available();                          // built, and a device is usable
+bool is_device_pointer(const void* ptr);   // false when the backend is not built
+void forward(const Problem& problem);
+void backward(const BwdProblem& problem);
+size_t bwd_workspace_size(const BwdProblem& problem);
+} // namespace cuda
+
+} // namespace flashattn

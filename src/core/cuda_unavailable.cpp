@@ -1,0 +1,16 @@
+// Stand-in for the CUDA backend in builds without nvcc: every entry point says so clearly.
+#include "backend.h"
+#include "error.h"
+
+namespace flashattn::cuda {
+
+static const char* const kNotBuilt =
+    "the CUDA backend is not part of this build (configure with -DFLASHATTN_CUDA=ON on a machine with nvcc)";
+
+bool available() { return false; }
+bool is_device_pointer(const void*) { return false; }
+void forward(const Problem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+void backward(const BwdProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+size_t bwd_workspace_size(const BwdProblem&) { return 0; }
+
+} // namespace flashattn::cuda

@@ -1,0 +1,40 @@
+// The fp64 reference: naive attention that materialises S, written for clarity, not speed.
+// It is the executable definition the backends are tested against, and what the CLI's --check uses.
+//
+// It reads q, k, v (and dout) through the Problem's strides, exactly as a backend does, and returns
+// results in canonical contiguous layouts:
+//   out, dq:      (q_rows, num_heads, head_dim)    q_rows = varlen ? total_q : batch * seqlen_q,
+//                                                  row of (b, i) = varlen ? cu_seqlens_q[b] + i : b * seqlen_q + i
+//   dk, dv:       (k_rows, num_heads_k, head_dim)  likewise with seqlen_k / cu_seqlens_k / total_k
+//   lse:          the library's softmax_lse layout (Problem::lse_index)
+//   probs:        (batch, num_heads, seqlen_q, seqlen_k), dense calls only (attn_probs semantics)
+// Rows and columns outside a sequence's lengths are 0 (lse: -inf).
+#pragma once
+
+#include "core/problem.h"
+
+#include <vector>
+
+namespace flashattn::reference {
+
+enum class Precision {
+    fp64,           // every operation in double: the reference
+    same_as_inputs, // naive attention in the inputs' dtype, rounding S, P and each product's result
+                    // to it like a framework's unfused ops would: the yardstick of the tolerance rule
+};
+
+struct ForwardResult {
+    std::vector<double> out, lse, probs;
+};
+
+struct Gradients {
+    std::vector<double> dq, dk, dv;
+};
+
+// probs is filled only when want_probs is set (O(batch * heads * seqlen_q * seqlen_k) memory).
+ForwardResult forward(const Problem& problem, Precision precision, bool want_probs = false);
+
+// Recomputes the forward itself (it does not trust out/softmax_lse in the params).
+Gradients backward(const BwdProblem& problem, Precision precision);
+
+} // namespace flashattn::reference
