@@ -1,0 +1,37 @@
+// The check against the fp64 reference, with flash_attn's tolerance rule: our error may be at most
+// a small multiple of the error that naive attention computed in the inputs' own precision makes
+// (2x for out and lse, 3x for dq, dk, dv; plus a small absolute floor). The naive error measures how
+// hard the problem is at this precision, so one rule fits fp16, bf16, fp32, every size and variant.
+#pragma once
+
+#include "progress.h"
+#include "workload.h"
+
+#include <string>
+#include <vector>
+
+namespace flashattn::cli {
+
+struct TensorCheck {
+    std::string name;   // out, lse, dq, dk, dv
+    double error;       // max |ours - fp64 reference|
+    double naive_error; // max |naive same-precision - fp64 reference|
+    double bound;       // factor * naive_error + floor
+    bool pass;
+};
+
+struct CheckResult {
+    std::vector<TensorCheck> tensors;
+    bool pass = true;
+    double seconds = 0; // time the reference took
+};
+
+// Whether the naive reference (which materialises S) finishes in reasonable time for this problem:
+// --check runs by default only then.
+bool reference_is_affordable(const Problem& problem, bool backward);
+
+// Throws flashattn::Error (or std::exception) if the reference itself fails.
+CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backward, Progress& progress,
+                                    const std::string& label = "");
+
+} // namespace flashattn::cli

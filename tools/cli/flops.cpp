@@ -1,0 +1,27 @@
+#include "flops.h"
+
+#include "workload.h"
+
+namespace flashattn::cli {
+
+FlopCount count_flops(const Problem& problem, const ProblemSpec& spec) {
+    FlopCount count;
+    const double d = double(spec.head_dim);
+    const bool windowed = spec.window_left >= 0 || spec.window_right >= 0;
+    if (!spec.varlen && !windowed) {
+        count.forward = 4.0 * spec.batch * spec.heads * double(spec.seqlen_q) * spec.seqlen_k * d;
+        if (spec.causal) count.forward /= 2;
+        count.backward = 2.5 * count.forward;
+        count.forward_formula = spec.causal ? "FA2 formula 4*b*h*sq*sk*d/2 (causal)" : "FA2 formula 4*b*h*sq*sk*d";
+        count.backward_formula = "FA2 formula 2.5 x forward";
+        return count;
+    }
+    count.pairs = double(allowed_pairs(problem));
+    count.forward = 4.0 * d * count.pairs;
+    count.backward = 10.0 * d * count.pairs;
+    count.forward_formula = "exact 4*d*pairs";
+    count.backward_formula = "exact 10*d*pairs";
+    return count;
+}
+
+} // namespace flashattn::cli
