@@ -6,12 +6,24 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace flashattn {
 namespace {
 
 std::string field(const char* prefix, const char* name) { return std::string(prefix) + "." + name; }
+
+// The integer a caller stored in an enum field. Reading a value outside the enumerators through the
+// enum type is undefined behaviour in C++ (UBSan's -fsanitize=enum stops there), and a C or Python
+// caller can store anything, so the check reads the field's bytes instead.
+template <typename Enum>
+int32_t stored_value(const Enum& field) {
+    static_assert(sizeof(Enum) == sizeof(int32_t), "C enums are int-sized");
+    int32_t raw;
+    std::memcpy(&raw, &field, sizeof raw);
+    return raw;
+}
 
 // An output must not overlap itself, or parallel writes race and the result silently depends on the
 // schedule. The usual rule: sorted by stride, each dimension must step past everything the smaller
@@ -71,10 +83,11 @@ Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what)
     problem.p = p;
     problem.varlen = varlen;
 
-    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16 || p.dtype == FA_FLOAT32,
-            "dtype must be FA_FLOAT16, FA_BFLOAT16 or FA_FLOAT32, got ", int(p.dtype));
-    require(p.backend == FA_BACKEND_AUTO || p.backend == FA_BACKEND_CPU || p.backend == FA_BACKEND_CUDA,
-            "backend must be FA_BACKEND_AUTO, FA_BACKEND_CPU or FA_BACKEND_CUDA, got ", int(p.backend));
+    const int32_t dtype = stored_value(p.dtype), backend = stored_value(p.backend);
+    require(dtype == FA_FLOAT16 || dtype == FA_BFLOAT16 || dtype == FA_FLOAT32,
+            "dtype must be FA_FLOAT16, FA_BFLOAT16 or FA_FLOAT32, got ", dtype);
+    require(backend == FA_BACKEND_AUTO || backend == FA_BACKEND_CPU || backend == FA_BACKEND_CUDA,
+            "backend must be FA_BACKEND_AUTO, FA_BACKEND_CPU or FA_BACKEND_CUDA, got ", backend);
     require(p.batch >= 1, "batch must be >= 1, got ", p.batch);
     require(p.seqlen_q >= 0, varlen ? "seqlen_q (max_seqlen_q)" : "seqlen_q", " must be >= 0, got ", p.seqlen_q);
     require(p.seqlen_k >= 0, varlen ? "seqlen_k (max_seqlen_k)" : "seqlen_k", " must be >= 0, got ", p.seqlen_k);

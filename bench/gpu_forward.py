@@ -1,0 +1,207 @@
+"""Forward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
+
+    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick] [--tiles]
+
+Shapes of the FlashAttention-2 paper: bf16, batch * seqlen = 16k tokens, hidden 2048 (nheads =
+2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. FLOPs = 4 * b * h * s^2 * d, halved
+when causal. All three run in this process on the same (batch, seqlen, heads, d) tensors, timed
+with triton's do_bench (CUDA events, median, L2 flushed between runs).
+
+Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, ours_tflops,
+torch_fa2_tflops, cudnn_tflops), DIR/h200-forward.png (grouped bars per seqlen, one panel per
+(hdim, causal)) and, with --tiles, DIR/h200-forward-tiles.csv (each tiling of a tuning build).
+Also measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+import fa_ctypes as fa  # noqa: E402
+
+HDIMS = (64, 128, 256)
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+TOKENS, HIDDEN = 16384, 2048
+# Tilings of a FLASHATTN_CUDA_TUNING build (head dim -> MxNxW; the first is the default).
+TILES = {64: ["128x128x4", "128x64x4", "128x128x8"],
+         128: ["128x64x4", "128x128x8", "64x64x4", "128x32x4"],
+         256: ["128x64x8", "64x64x4", "128x32x8"]}
+
+
+def bench_ms(fn):
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def ceilings():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm = 2 * 8192 ** 3 / bench_ms(lambda: a @ b) / 1e9
+    x = torch.randn(2 * 1024 ** 3 // 4, device="cuda")
+    y = torch.empty_like(x)
+    copy = 2 * x.numel() * 4 / bench_ms(lambda: y.copy_(x)) / 1e9
+    del a, b, x, y
+    torch.cuda.empty_cache()
+    return {"matmul_bf16_tflops": mm, "copy_TBps": copy}
+
+
+def ours_fn(q, k, v, out, causal):
+    params = fa.make_fwd_params(q, k, v, out, causal=causal, backend=fa.FA_BACKEND_CUDA,
+                                stream=torch.cuda.current_stream().cuda_stream)
+    fa.call_forward(params)  # once for errors
+    forward = fa.lib().fa_forward
+    ref = fa.ctypes.byref(params)
+    return lambda: forward(ref)
+
+
+def sdpa_fn(q, k, v, causal, backend):
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (b, h, s, d) views of the same memory
+
+    def run():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    return run
+
+
+def measure(shapes, tiles=False):
+    rows, tile_rows = [], []
+    for hdim in HDIMS:
+        nheads = HIDDEN // hdim
+        for causal in (False, True):
+            for seqlen in shapes:
+                batch = TOKENS // seqlen
+                flops = 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
+                q, k, v = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                out = torch.empty_like(q)
+                row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
+                os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
+                fn = ours_fn(q, k, v, out, causal)
+                row["ours_tflops"] = flops / bench_ms(fn) / 1e9
+                for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        f = sdpa_fn(q, k, v, causal, backend)
+                        ref = f()
+                        row[f"{name}_tflops"] = flops / bench_ms(f) / 1e9
+                        if name == "torch_fa2":  # sanity: same function as the reference backend
+                            fn()
+                            row["max_abs_diff_vs_fa2"] = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
+                    except RuntimeError as e:
+                        row[f"{name}_tflops"] = float("nan")
+                        print(f"  {name} failed: {str(e)[:100]}", flush=True)
+                rows.append(row)
+                print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f}  "
+                      f"fa2 {row['torch_fa2_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
+                      f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
+                if tiles:
+                    for tile in TILES[hdim]:
+                        os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
+                        try:
+                            fn = ours_fn(q, k, v, out, causal)
+                            t = flops / bench_ms(fn) / 1e9
+                        except fa.FlashAttnError as e:
+                            t = float("nan")
+                            print(f"  tile {tile}: {e}", flush=True)
+                        tile_rows.append({"hdim": hdim, "causal": causal, "seqlen": seqlen, "tile": tile,
+                                          "tflops": t})
+                        print(f"    tile {tile:10s} {t:6.1f}", flush=True)
+                    os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
+                del q, k, v, out
+                torch.cuda.empty_cache()
+    return rows, tile_rows
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = [(h, c) for h in HDIMS for c in (False, True)]
+    fig, axes = plt.subplots(3, 2, figsize=(13, 12), sharey=True)
+    series = (("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
+              ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c"))
+    for ax, (hdim, causal) in zip(axes.flat, panels):
+        sel = [r for r in rows if r["hdim"] == hdim and r["causal"] == causal]
+        xs = range(len(sel))
+        for i, (key, label, color) in enumerate(series):
+            vals = [r[key] for r in sel]
+            bars = ax.bar([x + (i - 1) * 0.27 for x in xs], vals, width=0.27, label=label, color=color)
+            ax.bar_label(bars, fmt="%.0f", fontsize=6)
+        ax.set_xticks(list(xs), [f"{r['seqlen'] // 1024}k" if r["seqlen"] >= 1024 else str(r["seqlen"]) for r in sel])
+        ax.set_title(f"head dim {hdim}, {'causal' if causal else 'non-causal'}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+    axes.flat[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Forward, bf16, H200 (batch x seqlen = 16k, hidden 2048)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
+    ap.add_argument("--tiles", action="store_true", help="also time each tiling of a tuning build")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    ceil = ceilings()
+    ceil.update({"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+                 "cudnn": torch.backends.cudnn.version()})
+    print(ceil, flush=True)
+    (out / "h200-ceilings.json").write_text(json.dumps(ceil, indent=1))
+
+    rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles)
+    date, rev = datetime.date.today().isoformat(), commit()
+    fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
+              "torch_fa2_tflops", "cudnn_tflops", "max_abs_diff_vs_fa2"]
+    with open(out / "h200-forward.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({"date": date, "commit": rev, "gpu": props.name, **{k: (round(v, 2) if isinstance(v, float)
+                                                                              and k.endswith("tflops") else v)
+                                                                          for k, v in r.items()}})
+    if tile_rows:
+        with open(out / "h200-forward-tiles.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["hdim", "causal", "seqlen", "tile", "tflops"])
+            w.writeheader()
+            w.writerows(tile_rows)
+    try:
+        plot(rows, out / "h200-forward.png")
+    except Exception as e:  # the numbers matter more than the chart
+        print("plot failed:", e)
+
+    print("\nforward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
+    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} | {'/FA2':>5} {'/cuDNN':>6}")
+    for r in rows:
+        print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
+              f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} | "
+              f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f}")
+    if tile_rows:
+        print("\ntilings (TFLOP/s): hdim causal seqlen | " + " ".join(f"{t}" for t in ["..."]))
+        keys = sorted({(t["hdim"], t["causal"], t["seqlen"]) for t in tile_rows})
+        for key in keys:
+            cells = [f"{t['tile']}={t['tflops']:.0f}" for t in tile_rows if (t["hdim"], t["causal"], t["seqlen"]) == key]
+            print(f"  {key[0]:4d} {str(key[1]):>6} {key[2]:6d} | " + "  ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""ctypes view of libflashattn's C ABI (include/flashattn/flashattn.h).
+
+We bind the C ABI rather than compiling against torch's C++ headers, so one build of the library
+serves every torch version. The structs below mirror the header field for field; `load()` checks
+their size against the library's own `sizeof` (fa_fwd_params_init writes it into struct_size), so
+a header change that is not mirrored here fails loudly at import instead of corrupting memory.
+"""
+
+import ctypes
+import os
+from pathlib import Path
+
+# fa_dtype
+FLOAT16, BFLOAT16, FLOAT32 = 0, 1, 2
+# fa_backend
+BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+# fa_status values that mean "the caller passed something wrong" (1) or "not supported here" (2)
+STATUS_INVALID_ARGUMENT, STATUS_UNSUPPORTED = 1, 2
+
+
+class Tensor(ctypes.Structure):
+    """fa_tensor: a (batch, seqlen, heads, head_dim) view, strides in elements."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("batch_stride", ctypes.c_int64),
+        ("row_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+    ]
+
+
+class FwdParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dtype", ctypes.c_int),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_heads_k", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("softmax_lse", ctypes.c_void_p),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+        ("seqused_k", ctypes.c_void_p),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_batch_stride", ctypes.c_int64),
+        ("dropout_p", ctypes.c_float),
+        ("rng_seed", ctypes.c_uint64),
+        ("rng_offset", ctypes.c_uint64),
+        ("attn_probs", ctypes.c_void_p),
+        ("num_splits", ctypes.c_int32),
+        ("backend", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class BwdParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("fwd", FwdParams),
+        ("dout", Tensor),
+        ("dq", Tensor),
+        ("dk", Tensor),
+        ("dv", Tensor),
+        ("deterministic", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+    ]
+
+
+class FlashAttnError(RuntimeError):
+    """A call into libflashattn failed; `status` is the fa_status name, the message is fa_last_error()."""
+
+    def __init__(self, status, message):
+        super().__init__(f"flashattn: {message} ({status})")
+        self.status = status
+
+
+class FlashAttnArgumentError(FlashAttnError, ValueError):
+    """The library rejected an argument (FA_ERROR_INVALID_ARGUMENT), e.g. the contents of cu_seqlens:
+    a RuntimeError like every library error, and a ValueError like every other bad input."""
+
+
+def _candidate_paths():
+    override = os.environ.get("FLASHATTN_LIBRARY")
+    if override:
+        return [Path(override)]
+    here = Path(__file__).resolve().parent
+    return [here / "lib" / "libflashattn.so", here / "libflashattn.so"]
+
+
+class Library:
+    """The loaded shared library with typed entry points, looked up once."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        lib = ctypes.CDLL(self.path)  # CDLL releases the GIL during calls: the CPU backend threads freely
+        fwd_ptr, bwd_ptr = ctypes.POINTER(FwdParams), ctypes.POINTER(BwdParams)
+
+        def bind(name, restype, *argtypes):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, list(argtypes)
+            return fn
+
+        self.forward = bind("fa_forward", ctypes.c_int, fwd_ptr)
+        self.varlen_forward = bind("fa_varlen_forward", ctypes.c_int, fwd_ptr)
+        self.backward = bind("fa_backward", ctypes.c_int, bwd_ptr)
+        self.varlen_backward = bind("fa_varlen_backward", ctypes.c_int, bwd_ptr)
+        self.bwd_workspace_size = bind("fa_bwd_workspace_size", ctypes.c_size_t, bwd_ptr)
+        self.last_error = bind("fa_last_error", ctypes.c_char_p)
+        self.status_name = bind("fa_status_name", ctypes.c_char_p, ctypes.c_int)
+        self.version_string = bind("fa_version_string", ctypes.c_char_p)
+        self.cuda_available = bind("fa_cuda_available", ctypes.c_int)
+        self.set_num_threads = bind("fa_set_num_threads", None, ctypes.c_int)
+        self.get_num_threads = bind("fa_get_num_threads", ctypes.c_int)
+        fwd_init = bind("fa_fwd_params_init", None, fwd_ptr)
+        bwd_init = bind("fa_bwd_params_init", None, bwd_ptr)
+
+        # Defaults exactly as the library sets them; the layout check guards everything below.
+        self.fwd_defaults, self.bwd_defaults = FwdParams(), BwdParams()
+        fwd_init(ctypes.byref(self.fwd_defaults))
+        bwd_init(ctypes.byref(self.bwd_defaults))
+        for struct, name in ((self.fwd_defaults, "fa_fwd_params"), (self.bwd_defaults, "fa_bwd_params")):
+            if struct.struct_size != ctypes.sizeof(struct):
+                raise ImportError(
+                    f"flashattn: {self.path} has sizeof({name}) = {struct.struct_size} but the Python "
+                    f"binding expects {ctypes.sizeof(struct)}: the package and the library are out of sync"
+                )
+        # Same size but shuffled fields would pass the check above: spot-check where the defaults land.
+        d = self.fwd_defaults
+        if (d.window_left, d.window_right, d.num_splits, d.backend, d.dtype) != (-1, -1, 1, BACKEND_AUTO, BFLOAT16):
+            raise ImportError(f"flashattn: {self.path}: fa_fwd_params field layout differs from the Python binding")
+        self.fwd_struct_size = self.fwd_defaults.struct_size
+        self.bwd_struct_size = self.bwd_defaults.struct_size
+
+    def check(self, status):
+        """Raise FlashAttnError for a failed call (status != FA_OK)."""
+        if status != 0:
+            message = self.last_error().decode(errors="replace")
+            error = FlashAttnArgumentError if status == STATUS_INVALID_ARGUMENT else FlashAttnError
+            raise error(self.status_name(status).decode(), message)
+
+
+def load():
+    tried = []
+    for path in _candidate_paths():
+        if path.is_file():
+            return Library(path)
+        tried.append(str(path))
+    raise ImportError(
+        "flashattn: libflashattn.so not found (looked in " + ", ".join(tried) + "). Install the package "
+        "with `pip install .` from the repository, or point FLASHATTN_LIBRARY at a built libflashattn.so."
+    )

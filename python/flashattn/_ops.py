@@ -1,0 +1,319 @@
+"""The two PyTorch operators behind every public function: `flashattn::fwd` and `flashattn::bwd`.
+
+Each is a `torch.library.custom_op` with a fake (meta) implementation, and the pair is tied together
+with `register_autograd`, so `torch.compile(fullgraph=True)` traces through attention without a
+graph break and AOTAutograd sees the backward as one opaque call. The real implementations only
+allocate outputs with torch (so the caching allocator and CUDA-graph capture see every byte), fill
+one `fa_fwd_params` / `fa_bwd_params` struct and call the C ABI on the current CUDA stream.
+
+Both operators take the dense and the varlen form: `cu_seqlens_q is None` selects the dense one.
+Arguments arrive already checked by `flash_attn_interface.py` (head_dim padded to a multiple of 8,
+softmax_scale resolved); the library checks everything again and reports what it rejects.
+"""
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _library as C
+
+lib = C.load()
+
+_DTYPE_CODES = {torch.float16: C.FLOAT16, torch.bfloat16: C.BFLOAT16, torch.float32: C.FLOAT32}
+_UINT64_MASK = (1 << 64) - 1
+
+# Reading cu_seqlens on a GPU costs a host synchronisation, so CUDA values are only checked on request
+# (the CPU backend always checks them, before it reads a single row).
+CHECK_CUDA_SEQLENS = os.environ.get("FLASHATTN_CHECK_SEQLENS", "0") not in ("", "0")
+
+
+def _view(t: Tensor) -> C.Tensor:
+    """fa_tensor of a dense (batch, seqlen, heads, dim) or packed (total, heads, dim) tensor."""
+    s = t.stride()
+    if len(s) == 4:
+        return C.Tensor(t.data_ptr(), s[0], s[1], s[2])
+    return C.Tensor(t.data_ptr(), 0, s[0], s[1])
+
+
+def _ptr(t: Optional[Tensor]):
+    return None if t is None else t.data_ptr()
+
+
+# ----------------------------------------------------------------------------------------------
+# Dropout randomness. The library's Philox stream is keyed by (seed, offset); we draw them from
+# torch's default generator of the tensors' device, so torch.manual_seed makes runs reproducible,
+# and hand them to the backward in `rng_state` (an int64 CPU tensor, so reading it never waits on
+# the GPU).
+
+def _draw_rng_state(device: torch.device) -> Tensor:
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "flashattn: dropout_p > 0 inside CUDA graph capture is not supported yet: the C ABI takes "
+                "the dropout seed/offset by value, so a replayed graph would reuse one dropout mask. "
+                "Capture with dropout_p=0, or run dropout outside the graph."
+            )
+        # Like flash_attn: take (seed, offset) from the device's Philox generator and advance its
+        # offset, so our stream never repeats and torch.cuda.manual_seed reproduces it.
+        gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+        seed, offset = gen.initial_seed(), gen.get_offset()
+        gen.set_offset(offset + 4)  # torch keeps Philox offsets a multiple of 4
+    else:
+        seed, offset = torch.randint(0, 2**62, (2,)).tolist()
+    signed = [x - (1 << 64) if x >= (1 << 63) else x for x in (seed, offset)]
+    return torch.tensor(signed, dtype=torch.int64)
+
+
+def _seed_and_offset(rng_state: Optional[Tensor]):
+    if rng_state is None or rng_state.numel() != 2:  # no dropout
+        return 0, 0
+    seed, offset = rng_state.tolist()
+    return seed & _UINT64_MASK, offset & _UINT64_MASK
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs. Allocated with torch (caching allocator, capture-safe); the fake implementations use the
+# same functions, so traced and real shapes cannot drift apart.
+
+def _forward_outputs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor]):
+    if cu_seqlens_q is None:
+        batch, seqlen_q, heads, _ = q.shape
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    else:
+        # Packed rows after cu_seqlens_q[-1] belong to no sequence: define them as attending to nothing.
+        total_q, heads, _ = q.shape
+        out = torch.zeros_like(q, memory_format=torch.contiguous_format)
+        lse = torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _probs_output(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], return_probs: bool):
+    """attn_probs, or an empty tensor: the C ABI returns them for dense calls only."""
+    if return_probs and cu_seqlens_q is None:
+        return torch.zeros(q.shape[0], q.shape[2], q.shape[1], k.shape[1], dtype=torch.float32, device=q.device)
+    return torch.empty(0, dtype=torch.float32, device=q.device)
+
+
+def _rng_output(q: Tensor, dropout_p: float):
+    # Without dropout nothing is drawn and everything stays on q's device (no CPU tensor in a graph).
+    if dropout_p > 0:
+        return torch.empty(2, dtype=torch.int64, device="cpu")
+    return torch.empty(0, dtype=torch.int64, device=q.device)
+
+
+def _backward_outputs(q: Tensor, k: Tensor, v: Tensor, varlen: bool):
+    make = torch.zeros_like if varlen else torch.empty_like  # varlen: rows outside every sequence get 0
+    fmt = torch.contiguous_format
+    return make(q, memory_format=fmt), make(k, memory_format=fmt), make(v, memory_format=fmt)
+
+
+# ----------------------------------------------------------------------------------------------
+# The C structs (and the opt-in check of CUDA sequence arrays).
+
+def _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_k, max_seqlen_q, max_seqlen_k,
+                           total_q, total_k):
+    """Opt-in (FLASHATTN_CHECK_SEQLENS=1) check of CUDA cu_seqlens/seqused_k contents; synchronises."""
+    k_lens = [seqlen_k] * batch
+    if cu_seqlens_q is not None:
+        for name, cu, max_len, max_name, total in (
+            ("cu_seqlens_q", cu_seqlens_q, max_seqlen_q, "max_seqlen_q", total_q),
+            ("cu_seqlens_k", cu_seqlens_k, max_seqlen_k, "max_seqlen_k", total_k),
+        ):
+            values = cu.tolist()
+            lengths = [b - a for a, b in zip(values, values[1:])]
+            if values[0] != 0:
+                raise ValueError(f"{name}[0] must be 0, got {values[0]}")
+            if min(lengths) < 0:
+                raise ValueError(f"{name} must be non-decreasing, got {values}")
+            if max(lengths) > max_len:
+                raise ValueError(f"{name} has a sequence of length {max(lengths)} but {max_name} is {max_len}")
+            if values[-1] > total:
+                raise ValueError(f"{name}[-1] = {values[-1]} exceeds the {total} packed rows")
+        k_lens = lengths
+    if seqused_k is not None:
+        for b, (used, k_len) in enumerate(zip(seqused_k.tolist(), k_lens)):
+            if not 0 <= used <= k_len:
+                raise ValueError(f"seqused_k[{b}] must be in [0, {k_len}], got {used}")
+
+
+def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
+                max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap, rng_state):
+    cuda = q.is_cuda
+    if cu_seqlens_q is None:
+        batch, seqlen_q, heads, dim = q.shape
+        seqlen_k, heads_k = k.shape[1], k.shape[2]
+        total_q = total_k = 0
+    else:
+        total_q, heads, dim = q.shape
+        total_k, heads_k = k.shape[0], k.shape[1]
+        batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k
+    if cuda and CHECK_CUDA_SEQLENS:
+        _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_k, max_seqlen_q, max_seqlen_k,
+                               total_q, total_k)
+    seed, offset = _seed_and_offset(rng_state)
+    return C.FwdParams(
+        struct_size=lib.fwd_struct_size,
+        dtype=_DTYPE_CODES[q.dtype],
+        batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_heads=heads, num_heads_k=heads_k, head_dim=dim,
+        q=_view(q), k=_view(k), v=_view(v), out=_view(out),
+        softmax_lse=lse.data_ptr(),
+        cu_seqlens_q=_ptr(cu_seqlens_q), cu_seqlens_k=_ptr(cu_seqlens_k),
+        total_q=total_q, total_k=total_k, seqused_k=_ptr(seqused_k),
+        softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
+        softcap=softcap,
+        alibi_slopes=_ptr(alibi_slopes),
+        # (batch, heads) slopes with batch stride 0 (an expanded (heads,) vector) mean "shared", as in the ABI
+        alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
+        dropout_p=dropout_p, rng_seed=seed, rng_offset=offset,
+        attn_probs=probs.data_ptr() if probs is not None and probs.numel() else None,
+        num_splits=1,
+        backend=C.BACKEND_CUDA if cuda else C.BACKEND_CPU,
+        stream=torch.cuda.current_stream(q.device).cuda_stream if cuda else None,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The work, once. `probs` and `rng_state` are None when not asked for (the operators below turn
+# them into empty tensors, since an operator returns tensors).
+
+def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                 dropout_p, softmax_scale, causal, window_left, window_right, softcap, return_probs,
+                 deterministic):
+    out, lse = _forward_outputs(q, k, cu_seqlens_q)
+    probs = _probs_output(q, k, cu_seqlens_q, True) if return_probs and cu_seqlens_q is None else None
+    rng_state = _draw_rng_state(q.device) if dropout_p > 0 else None
+    params = _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
+                         max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                         window_right, softcap, rng_state)
+    # The library switches to the tensors' GPU itself; the stream in params is that GPU's current one.
+    lib.check((lib.forward if cu_seqlens_q is None else lib.varlen_forward)(params))
+    return out, lse, probs, rng_state
+
+
+def backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state,
+                  max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+                  deterministic):
+    if dout.stride(-1) != 1:  # e.g. an expanded gradient; the library needs head_dim contiguous
+        dout = dout.contiguous()
+    varlen = cu_seqlens_q is not None
+    dq, dk, dv = _backward_outputs(q, k, v, varlen)
+    fwd_params = _fwd_params(q, k, v, out, softmax_lse, None, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                             alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                             window_left, window_right, softcap, rng_state)
+    params = C.BwdParams(struct_size=lib.bwd_struct_size, fwd=fwd_params, dout=_view(dout), dq=_view(dq),
+                         dk=_view(dk), dv=_view(dv), deterministic=deterministic)
+    workspace = None
+    if q.is_cuda:
+        # Scratch from torch's allocator (no cudaMalloc in the library, capture-safe). Freeing it when
+        # this returns is fine: the allocator hands the block only to later work on the same stream.
+        size = lib.bwd_workspace_size(params)
+        if size:
+            workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+            params.workspace, params.workspace_size = workspace.data_ptr(), size
+    lib.check((lib.varlen_backward if varlen else lib.backward)(params))
+    return dq, dk, dv
+
+
+# ----------------------------------------------------------------------------------------------
+# The operators, for torch.compile, export and anything else that traces.
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+        seqused_k: Optional[Tensor], alibi_slopes: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+        dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
+        softcap: float, return_probs: bool, deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state: (seed, offset) int64 on the
+    CPU with dropout, else empty). `deterministic` only matters to the backward; it is an input here so
+    that autograd can hand it on."""
+    out, lse, probs, rng_state = forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
+                                              max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                                              window_left, window_right, softcap, return_probs, deterministic)
+    if probs is None:
+        probs = _probs_output(q, k, cu_seqlens_q, False)
+    if rng_state is None:
+        rng_state = _rng_output(q, dropout_p)
+    return out, lse, probs, rng_state
+
+
+@fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p,
+      softmax_scale, causal, window_left, window_right, softcap, return_probs, deterministic):
+    return (*_forward_outputs(q, k, cu_seqlens_q), _probs_output(q, k, cu_seqlens_q, return_probs),
+            _rng_output(q, dropout_p))
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+        alibi_slopes: Optional[Tensor], rng_state: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+        dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
+        softcap: float, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv) for the forward that produced out, softmax_lse and rng_state."""
+    return backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
+                         rng_state, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                         window_right, softcap, deterministic)
+
+
+@bwd.register_fake
+def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state,
+      max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+      deterministic):
+    return _backward_outputs(q, k, v, cu_seqlens_q is not None)
+
+
+# Autograd: gradients flow to q, k and v only; softmax_lse, attn_probs and rng_state are not
+# differentiable (as in flash_attn).
+_NUM_FWD_INPUTS = 17
+
+
+def _save_for_backward(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p,
+     softmax_scale, causal, window_left, window_right, softcap, _return_probs, deterministic) = inputs
+    out, lse, probs, rng_state = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state)
+    ctx.options = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right,
+                   softcap, deterministic)
+    ctx.mark_non_differentiable(*(t for t in (lse, probs, rng_state) if t is not None))
+
+
+def _op_backward(ctx, dout, *_unused_grads):
+    q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state = ctx.saved_tensors
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state, *ctx.options)
+    return (dq, dk, dv) + (None,) * (_NUM_FWD_INPUTS - 3)
+
+
+fwd.register_autograd(_op_backward, setup_context=_save_for_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# Eager fast path. A custom operator costs tens of microseconds of dispatch per call in eager mode;
+# plain tensors outside of tracing take a lighter autograd.Function around the same two functions.
+
+class _EagerAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = forward_impl(*inputs)
+        _save_for_backward(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, dout, *_unused_grads):
+        q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state = ctx.saved_tensors
+        dq, dk, dv = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state, *ctx.options)
+        return (dq, dk, dv) + (None,) * (_NUM_FWD_INPUTS - 3)
+
+
+def attention(q, k, v, *options):
+    """(out, softmax_lse, attn_probs, rng_state) with autograd to q, k and v; attn_probs and rng_state
+    are None or empty when not asked for.
+
+    Traced code (torch.compile, export, tensor subclasses, FakeTensor) goes through the registered
+    operator; plain eager tensors take the fast path with the same semantics."""
+    if type(q) is Tensor and type(k) is Tensor and type(v) is Tensor and not torch.compiler.is_compiling():
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return _EagerAttention.apply(q, k, v, *options)
+        return forward_impl(q, k, v, *options)
+    return fwd(q, k, v, *options)

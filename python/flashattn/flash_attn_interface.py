@@ -1,0 +1,268 @@
+"""flash_attn 2.x's public functions on top of the flashattn::fwd / flashattn::bwd operators.
+
+Same names, argument names, defaults, shapes and return values as flash_attn 2.x, so
+`import flashattn as flash_attn` (or `from flashattn.flash_attn_interface import ...`) works in
+existing code. Everything a caller can get wrong is checked here, before any kernel runs, and
+reported as TypeError (wrong type or dtype) or ValueError (wrong shape, device or value) naming the
+argument. Differences from flash_attn are listed in docs/python.md.
+"""
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _ops
+
+_INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_MAX_HEAD_DIM = 256
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument checks. Shapes are read from tensor metadata only: no device memory is touched, so they
+# cost no synchronisation and trace cleanly under torch.compile.
+
+def _check_tensor(name: str, t, ref: Optional[Tensor], ndim: int, layout: str):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if ref is None:  # t is q: it fixes dtype and device for the rest
+        if t.dtype not in _INPUT_DTYPES:
+            raise TypeError(f"{name} must be float16 or bfloat16 (or float32 on the CPU), got {t.dtype}")
+        if t.is_cuda:
+            if t.dtype is torch.float32:
+                raise TypeError(f"{name} is float32 on {t.device}: the CUDA backend takes float16 or bfloat16 "
+                                "(float32 is supported by the CPU backend only)")
+        elif not t.is_cpu:
+            raise ValueError(f"{name} is on {t.device}: flashattn runs on CPU and CUDA tensors only")
+    else:
+        if t.dtype is not ref.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {ref.dtype}: q, k and v must share a dtype")
+        if t.device != ref.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {ref.device}: all tensors must be on one device")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {layout}, got shape {tuple(t.shape)}")
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {t.stride()}")
+
+
+def _check_qkv(q, k, v, varlen: bool):
+    ndim = 3 if varlen else 4
+    q_layout = "(total_q, nheads, headdim)" if varlen else "(batch, seqlen_q, nheads, headdim)"
+    kv_layout = "(total_k, nheads_k, headdim)" if varlen else "(batch, seqlen_k, nheads_k, headdim)"
+    _check_tensor("q", q, None, ndim, q_layout)
+    _check_tensor("k", k, q, ndim, kv_layout)
+    _check_tensor("v", v, q, ndim, kv_layout)
+    q_shape, k_shape = q.shape, k.shape
+    head_dim = q_shape[-1]
+    if not 1 <= head_dim <= _MAX_HEAD_DIM:
+        raise ValueError(f"q has head_dim {head_dim}: flashattn supports head_dim 1 to {_MAX_HEAD_DIM}")
+    if k_shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got k {tuple(k_shape)} and v {tuple(v.shape)}")
+    if k_shape[-1] != head_dim:
+        raise ValueError(f"k and v must have q's head_dim {head_dim}, got shape {tuple(k_shape)}")
+    if not varlen and k_shape[0] != q_shape[0]:
+        raise ValueError(f"k has batch size {k_shape[0]} but q has {q_shape[0]}")
+    heads, heads_k = q_shape[-2], k_shape[-2]
+    if heads_k < 1 or heads % heads_k != 0:
+        raise ValueError(f"q has {heads} heads and k/v have {heads_k}: for MQA/GQA the number of query heads "
+                         "must be a multiple of the number of key/value heads")
+
+
+def _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch):
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and math.isfinite(softmax_scale)):
+        raise ValueError(f"softmax_scale must be None or a finite float, got {softmax_scale!r}")
+    if (type(window_size) not in (tuple, list) or len(window_size) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    if window_size[0] < -1 or window_size[1] < -1:
+        raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {tuple(window_size)}")
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 = off), got {softcap!r}")
+    if alibi_slopes is None:
+        return None
+    if not isinstance(alibi_slopes, Tensor):
+        raise TypeError(f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
+    if alibi_slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
+    if alibi_slopes.device != q.device:
+        raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
+    heads = q.shape[-2]
+    if tuple(alibi_slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
+                         f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
+    if alibi_slopes.stride(-1) != 1:
+        alibi_slopes = alibi_slopes.contiguous()
+    return alibi_slopes
+
+
+def _check_int32_vector(name, t, q, length, length_text):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if t.dim() != 1 or (length is not None and t.shape[0] != length):
+        raise ValueError(f"{name} must have shape ({length_text},), got {tuple(t.shape)}")
+    if t.stride(0) != 1 and t.shape[0] > 1:
+        raise ValueError(f"{name} must be contiguous")
+
+
+def _check_varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    _check_int32_vector("cu_seqlens_q", cu_seqlens_q, q, None, "batch_size + 1")
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch < 1:
+        raise ValueError(f"cu_seqlens_q must have batch_size + 1 >= 2 entries, got {cu_seqlens_q.shape[0]}")
+    _check_int32_vector("cu_seqlens_k", cu_seqlens_k, q, batch + 1, "batch_size + 1")
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        # (a SymInt when torch.compile makes the length dynamic)
+        if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    return batch
+
+
+# ----------------------------------------------------------------------------------------------
+# The one path every public function takes.
+
+def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
+               softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
+    varlen = cu_seqlens_q is not None
+    _check_qkv(q, k, v, varlen)
+    if varlen:
+        batch = _check_varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    else:
+        batch = q.shape[0]
+        max_seqlen_q = max_seqlen_k = 0
+    alibi_slopes = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
+    if seqused_k is not None:
+        _check_int32_vector("seqused_k", seqused_k, q, batch, "batch_size")
+
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = head_dim ** -0.5  # of the caller's head_dim, not the padded one
+    # Like flash_attn: kernels see head_dim in multiples of 8; zero columns change no dot product.
+    pad = -head_dim % 8
+    if pad:
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+
+    # As in flash_attn, S_dmask is only made with dropout (it is O(seqlen^2)); the ABI has it for dense calls.
+    return_probs = bool(return_attn_probs and dropout_p > 0 and not varlen)
+    out, lse, probs, _ = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
+                                        max_seqlen_k, float(dropout_p), float(softmax_scale), bool(causal),
+                                        window_size[0], window_size[1], float(softcap), return_probs,
+                                        bool(deterministic))
+    if pad:
+        out = out[..., :head_dim]
+    if not return_attn_probs:
+        return out
+    return out, lse, (probs if return_probs else None)
+
+
+def _check_packed(name, t, ndim, axis, count, layout):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim or t.shape[axis] != count:
+        raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Public API (flash_attn 2.x).
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seqused_k=None):
+    """Exact attention softmax(q k^T * softmax_scale) v, FlashAttention-2 style.
+
+    Arguments:
+        q: (batch_size, seqlen_q, nheads, headdim); k, v: (batch_size, seqlen_k, nheads_k, headdim).
+            float16 or bfloat16 (float32 too on the CPU); headdim <= 256; the last dimension must be
+            contiguous. nheads must be a multiple of nheads_k (MQA/GQA: query head h reads key/value
+            head h // (nheads // nheads_k)).
+        dropout_p: dropout probability on the attention matrix (use 0.0 in evaluation).
+        softmax_scale: scale of q k^T before the softmax; default 1 / sqrt(headdim).
+        causal: causal mask aligned to the bottom-right corner of the attention matrix.
+        window_size: (left, right): query i sees keys [i + seqlen_k - seqlen_q - left,
+            i + seqlen_k - seqlen_q + right]; -1 = unbounded.
+        softcap: > 0 replaces each score s by softcap * tanh(s / softcap).
+        alibi_slopes: float32 (nheads,) or (batch_size, nheads): adds -slope * |i + seqlen_k - seqlen_q - j|.
+        deterministic: bitwise reproducible backward.
+        return_attn_probs: also return softmax_lse and S_dmask (testing only).
+        seqused_k (flashattn extension, keyword only): int32 (batch_size,); sequence b attends only to
+            its first seqused_k[b] keys.
+    Returns:
+        out: (batch_size, seqlen_q, nheads, headdim); with return_attn_probs also
+        softmax_lse: float32 (batch_size, nheads, seqlen_q), natural-log logsumexp of each score row;
+        S_dmask: float32 (batch_size, nheads, seqlen_q, seqlen_k), the normalised probabilities with
+            dropped entries negated; None when dropout_p == 0 (as in flash_attn).
+    A query row that may attend to no key gives out = 0 and softmax_lse = -inf.
+    """
+    return _attention(q, k, v, None, None, 0, 0, seqused_k, dropout_p, softmax_scale, causal, window_size, softcap,
+                      alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_func with qkv: (batch_size, seqlen, 3, nheads, headdim). Returns as flash_attn_func."""
+    _check_packed("qkv", qkv, 5, 2, 3, "(batch_size, seqlen, 3, nheads, headdim)")
+    return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], None, None, 0, 0, None, dropout_p, softmax_scale,
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_func with kv: (batch_size, seqlen_k, 2, nheads_k, headdim). Returns as flash_attn_func."""
+    _check_packed("kv", kv, 5, 2, 2, "(batch_size, seqlen_k, 2, nheads_k, headdim)")
+    return _attention(q, kv[:, :, 0], kv[:, :, 1], None, None, 0, 0, None, dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None, *, seqused_k=None):
+    """Attention over a packed batch of variable-length sequences.
+
+    Arguments:
+        q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), sequences packed along dim 0.
+        cu_seqlens_q, cu_seqlens_k: int32 (batch_size + 1,), prefix sums of the sequence lengths;
+            sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]).
+        max_seqlen_q, max_seqlen_k: int, the longest sequence of each (an upper bound is fine).
+        block_table: paged KV cache; not supported yet (must be None).
+        seqused_k (flashattn extension, keyword only): int32 (batch_size,); sequence b attends only to
+            its first seqused_k[b] keys.
+        The other arguments are those of flash_attn_func; causal and windows are bottom-right aligned
+        per sequence.
+    Returns:
+        out: (total_q, nheads, headdim); with return_attn_probs also softmax_lse: float32
+        (nheads, total_q) and S_dmask: None (attention probabilities are returned by dense calls only).
+    """
+    if block_table is not None:
+        raise NotImplementedError("flashattn: block_table (paged KV cache) is not supported yet; pass block_table=None")
+    return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
+                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func with qkv: (total, 3, nheads, headdim) and one cu_seqlens / max_seqlen."""
+    _check_packed("qkv", qkv, 4, 1, 3, "(total, 3, nheads, headdim)")
+    return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, None,
+                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                      return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_varlen_func with kv: (total_k, 2, nheads_k, headdim)."""
+    _check_packed("kv", kv, 4, 1, 2, "(total_k, 2, nheads_k, headdim)")
+    return _attention(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None,
+                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                      return_attn_probs)

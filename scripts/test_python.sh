@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build and install the Python package (pip install . -> scikit-build-core -> the CMake project), then
+# run its tests (tests/python, pytest). Extra arguments go to pytest. Safe to run repeatedly: the venv
+# and the CMake build folder (build-py/) are reused, so a second run rebuilds only what changed.
+#   FLASHATTN_PYTHON    interpreter to make the venv with (default: python3)
+#   FLASHATTN_VENV      the venv (default: build-py/venv)
+#   FLASHATTN_CUDA      ON / OFF / AUTO for the library build (default: AUTO with a GPU, else OFF,
+#                       which keeps the build to the CPU backend)
+#   FLASHATTN_HEADDIMS  CUDA head dims to build (default: the CMake default, all)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${FLASHATTN_VENV:-$root/build-py/venv}
+python=${FLASHATTN_PYTHON:-python3}
+torch_pin=$(sed -n 's/^torch==//p' "$root/python/requirements-test.txt")
+elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
+
+# torch: reuse the interpreter's own when it is the pinned version (machine images ship it), which
+# takes seconds; otherwise a clean venv gets it from PyPI with its CUDA libraries, which takes minutes.
+start=$(date +%s)
+if [ ! -x "$venv/bin/python" ]; then
+    if "$python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$torch_pin')" 2>/dev/null; then
+        echo "test_python: venv $venv reusing $("$python" -c 'import torch; print(torch.__file__)')"
+        "$python" -m venv --system-site-packages "$venv"
+    else
+        echo "test_python: venv $venv with torch==$torch_pin from PyPI (large download)"
+        "$python" -m venv "$venv"
+    fi
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/python/requirements-test.txt"
+echo "test_python: test dependencies ready in $(elapsed "$start")"
+
+has_gpu=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
+if [ -z "${FLASHATTN_CUDA:-}" ]; then
+    if [ "$has_gpu" = 1 ]; then FLASHATTN_CUDA=AUTO; else FLASHATTN_CUDA=OFF; fi
+fi
+export FLASHATTN_CUDA
+build_args=()
+if [ "$FLASHATTN_CUDA" != OFF ] && command -v nvcc >/dev/null; then
+    "$root/scripts/fetch_cutlass.sh"
+    if [ -n "${FLASHATTN_HEADDIMS:-}" ]; then
+        build_args+=(-C "cmake.define.FLASHATTN_HEADDIMS=$FLASHATTN_HEADDIMS")
+    fi
+fi
+start=$(date +%s)
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "${build_args[@]}" "$root"
+echo "test_python: pip install . (FLASHATTN_CUDA=$FLASHATTN_CUDA) took $(elapsed "$start")"
+
+# The installed package, not python/flashattn: run from the tests folder, without a library override
+# (pyproject.toml keeps the pytest cache in build-py/).
+cd "$root/tests/python"
+start=$(date +%s)
+status=0
+env -u FLASHATTN_LIBRARY "$venv/bin/python" -m pytest -q -rs "$@" || status=$?
+echo "test_python: pytest took $(elapsed "$start")"
+exit "$status"

@@ -1,0 +1,211 @@
+// The CPU backend's entry points: pick the kernel build for this CPU, lend it the thread pool and
+// memory, run. The attention algorithm itself lives in kernels/ (see docs/cpu-backend.md).
+#include "core/backend.h"
+#include "core/error.h"
+#include "executor.h"
+#include "thread_pool.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+namespace flashattn::cpu {
+namespace {
+
+// ---- ISA selection --------------------------------------------------------------------------
+
+const KernelSet* best_supported_kernels() {
+#if defined(FLASHATTN_CPU_X86)
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const char* requested = std::getenv("FLASHATTN_CPU_ISA");
+    const std::string want = requested ? requested : "";
+    if (avx512 && (want.empty() || want == "avx512")) return &avx512::kernels;
+    if (avx2 && (want.empty() || want == "avx512" || want == "avx2")) return &avx2::kernels;
+#endif
+    return &generic::kernels;
+}
+
+// ---- thread pool ----------------------------------------------------------------------------
+
+// Scratch memory kept between calls, up to kWorkspaceCacheBytes: a fresh allocation of a few MiB
+// costs its page faults on every call (several percent of a small backward), a cached one nothing.
+// Larger workspaces come with problems whose compute dwarfs the faults, and are not kept.
+constexpr size_t kWorkspaceCacheBytes = size_t(64) << 20;
+
+struct Workspace {
+    char* data = nullptr;
+    size_t bytes = 0;
+};
+
+struct PoolState {
+    std::mutex mutex;                // guards pool creation and resizing
+    std::unique_ptr<ThreadPool> pool;
+    int requested = 0;               // fa_set_num_threads; 0 = default_num_threads()
+    long owner_pid = 0;              // a forked child must not use its parent's (absent) threads
+    std::atomic<bool> busy{false};   // a call is using the pool (and the workspace) right now
+    Workspace workspace;             // only touched by the call holding `busy`
+};
+
+PoolState& pool_state() {
+    static PoolState* state = new PoolState(); // never destroyed: threads may outlive static destructors
+    return *state;
+}
+
+long current_pid() {
+#if defined(__unix__) || defined(__APPLE__)
+    return static_cast<long>(getpid());
+#else
+    return 0;
+#endif
+}
+
+// Holds the pool for one API call. A second call arriving while the pool works (another user
+// thread, or a reentrant call) runs on its own thread instead of waiting.
+class PoolLease {
+public:
+    PoolLease() {
+        PoolState& state = pool_state();
+        bool expected = false;
+        if (!state.busy.compare_exchange_strong(expected, true)) return;
+        held_ = true;
+        std::lock_guard<std::mutex> lock(state.mutex);
+        const int want = state.requested > 0 ? state.requested : default_num_threads();
+        if (state.pool && state.owner_pid != current_pid()) {
+            (void)state.pool.release(); // the threads belong to the parent process; leak the husk
+        }
+        if (!state.pool || state.pool->size() != want) {
+            state.pool.reset();
+            state.pool = std::make_unique<ThreadPool>(want);
+            state.owner_pid = current_pid();
+        }
+        pool_ = state.pool.get();
+    }
+    ~PoolLease() {
+        if (held_) pool_state().busy.store(false);
+    }
+    ThreadPool* pool() const { return pool_; }
+    Workspace* workspace() const { return held_ ? &pool_state().workspace : nullptr; }
+
+private:
+    bool held_ = false;
+    ThreadPool* pool_ = nullptr;
+};
+
+// ---- executor -------------------------------------------------------------------------------
+
+void release(Workspace& w) {
+    if (w.data) ::operator delete(w.data, std::align_val_t(64));
+    w = Workspace{};
+}
+
+// Threads and memory for one call: allocations are carved from the cached workspace while it
+// lasts, then come from the heap; at the end the cache grows to what the call needed (within the
+// cache limit) for the next call.
+class CallExecutor final : public Executor {
+public:
+    CallExecutor(ThreadPool* pool, Workspace* cache) : pool_(pool), cache_(cache) {}
+    ~CallExecutor() {
+        for (void* block : blocks_) ::operator delete(block, std::align_val_t(64));
+        if (cache_ && cache_->bytes < needed_ && needed_ <= kWorkspaceCacheBytes) {
+            release(*cache_); // a failed allocation just leaves the cache empty
+            cache_->data = static_cast<char*>(::operator new(needed_, std::align_val_t(64), std::nothrow));
+            cache_->bytes = cache_->data ? needed_ : 0;
+        }
+    }
+
+    int workers() const override { return pool_ ? pool_->size() : 1; }
+
+    void parallel_for(int64_t num_tasks, TaskFn fn, void* context) override {
+        if (pool_) {
+            pool_->run(num_tasks, fn, context);
+        } else {
+            for (int64_t task = 0; task < num_tasks; ++task) fn(context, task, 0);
+        }
+    }
+
+    void* allocate(size_t bytes) override {
+        bytes = (bytes + 63) & ~size_t(63);
+        needed_ += bytes;
+        if (cache_ && cache_used_ + bytes <= cache_->bytes) {
+            void* piece = cache_->data + cache_used_;
+            cache_used_ += bytes;
+            return piece;
+        }
+        void* block = ::operator new(bytes > 0 ? bytes : 64, std::align_val_t(64));
+        blocks_.push_back(block);
+        return block;
+    }
+
+private:
+    ThreadPool* pool_;
+    Workspace* cache_; // null when this call does not hold the pool
+    size_t cache_used_ = 0, needed_ = 0;
+    std::vector<void*> blocks_;
+};
+
+Tuning tuning_from_environment() {
+    Tuning tuning;
+    if (const char* env = std::getenv("FLASHATTN_CPU_BLOCKS")) {
+        int values[4] = {0, 0, 0, 0};
+        if (std::sscanf(env, "%d,%d,%d,%d", &values[0], &values[1], &values[2], &values[3]) >= 1) {
+            tuning.fwd_block_q = values[0];
+            tuning.fwd_block_k = values[1];
+            tuning.bwd_block_q = values[2];
+            tuning.bwd_block_k = values[3];
+        }
+    }
+    return tuning;
+}
+
+const Tuning& tuning() {
+    static const Tuning value = tuning_from_environment();
+    return value;
+}
+
+} // namespace
+
+const KernelSet& active_kernels() {
+    static const KernelSet* chosen = best_supported_kernels();
+    return *chosen;
+}
+
+void forward(const Problem& problem) {
+    PoolLease lease;
+    CallExecutor executor(lease.pool(), lease.workspace());
+    active_kernels().forward(problem, tuning(), executor);
+}
+
+void backward(const BwdProblem& problem) {
+    PoolLease lease;
+    CallExecutor executor(lease.pool(), lease.workspace());
+    active_kernels().backward(problem, tuning(), executor);
+}
+
+void set_num_threads(int num_threads) {
+    PoolState& state = pool_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.requested = num_threads > 0 ? num_threads : 0;
+    // The pool is rebuilt at the next call; a running call keeps the old one until it returns.
+}
+
+int num_threads() {
+    PoolState& state = pool_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    return state.requested > 0 ? state.requested : default_num_threads();
+}
+
+} // namespace flashattn::cpu

@@ -1,0 +1,52 @@
+// What one forward launch needs, by value: the kernel's only parameter.
+//
+// Built on the host from a validated Problem (backend.cu). Everything here is already resolved:
+// the scale, the window (causal folded in), the dropout threshold. Device code reads nothing else,
+// so the meaning of each feature still comes from core/problem.h and include/flashattn/philox.h.
+#pragma once
+
+#include "core/problem.h"
+
+#include <flashattn/flashattn.h>
+
+#include <cstdint>
+
+namespace flashattn::cuda {
+
+struct FwdArgs {
+    // Tensors (element strides; head_dim contiguous). In varlen calls batch_stride is unused.
+    fa_tensor q, k, v, out;
+    float* lse;                  // optional: (batch, heads, seqlen_q) or varlen (heads, total_q)
+
+    int32_t batch;
+    int32_t num_heads;
+    int32_t heads_per_kv_head;   // GQA/MQA group size: KV head = query head / this
+    int32_t head_dim;            // real d (a multiple of 8: 16-byte chunks); the kernel's tile may be wider
+    int32_t seqlen_q, seqlen_k;  // varlen: the maxima
+    int32_t num_m_blocks;        // query blocks per (sequence, head); set by the launcher
+
+    // Varlen (device memory, never validated on the host: the kernel clamps what it reads).
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_k;
+    const int32_t* seqused_k;
+    int64_t total_q, total_k;    // rows of the packed q / k (bounds for the clamps)
+
+    // Scores.
+    float scale;                 // softmax scale
+    float scale_log2;            // scale * log2(e)
+    float softcap;               // 0 = off
+    MaskSpec mask;               // causal = window (left, 0); -1 = unbounded
+    const float* alibi_slopes;   // optional, device memory
+    int64_t alibi_batch_stride;
+    // Scores go through scale -> softcap -> ALiBi before the softmax (only the "extras" kernel does
+    // this); otherwise the scale is folded into exp2 and raw Q.K^T feeds the softmax.
+    bool transform_scores;
+
+    // Dropout (Philox, shared with every backend).
+    bool dropout;
+    uint32_t keep_threshold;
+    float keep_rescale;          // 1 / (1 - p)
+    uint64_t rng_seed, rng_offset;
+};
+
+} // namespace flashattn::cuda

@@ -1,0 +1,228 @@
+// The FlashAttention-2 forward kernel: one CTA per (query block, sequence, head).
+//
+//   Q block -> shared (once); for each K/V block, last to first:
+//     S = Q K^T                         tensor cores, ldmatrix from swizzled shared memory
+//     [scale/softcap/ALiBi] [mask]      mask only on blocks that need it
+//     online softmax                    running max/sum in registers, quad shuffles, exp2
+//     [dropout]                         Philox, the same elements as every backend
+//     O += P V                          P stays in registers as the A operand
+//   O /= sum, lse = max + log(sum)      once, at the end; O leaves through shared memory
+//
+// Loads overlap compute: V[n] is fetched (cp.async) while S = Q K[n]^T runs, K[n-1] while the
+// softmax and P V[n] run.
+//
+// Compile-time policy: kExtras. The plain kernel (the common case) folds the scale into exp2 and
+// carries no transform or dropout code; the extras kernel switches softcap, ALiBi and dropout at
+// run time. Masking, ragged sequence ends and head dims below the tile width are run-time
+// decisions that cost nothing where they do not apply (uniform branches, per-block phases).
+#pragma once
+
+#include "fwd_args.h"
+#include "kernels/fwd_traits.cuh"
+#include "kernels/online_softmax.cuh"
+#include "kernels/score_policies.cuh"
+#include "kernels/tile_ops.cuh"
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+template <typename Traits, bool kExtras>
+__global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    const int tid = threadIdx.x;
+
+    // Work item. Within a (sequence, head) the last query block goes first: under a causal mask
+    // it is the heaviest, so the light blocks end up filling the tail of the grid.
+    const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
+    const int bh = int(blockIdx.x / unsigned(args.num_m_blocks));
+    const int b = bh / args.num_heads;
+    const int h = bh - b * args.num_heads;
+    const int h_kv = h / args.heads_per_kv_head;
+
+    const SequenceBounds seq = sequence_bounds(args, b);
+    const int m0 = m_block * kBlockM;
+    if (m0 >= seq.q_len) return;
+    const KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
+
+    // Global tensors of this (sequence, head), 64-bit offsets. The column extent is the tile's
+    // head dim; columns at or past args.head_dim are never touched (load_tile / the store below).
+    const bool varlen = args.cu_seqlens_q != nullptr;
+    auto head_rows = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
+        const int64_t offset = (varlen ? row0 * t.row_stride : int64_t(b) * t.batch_stride) + head * t.head_stride;
+        return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset),
+                           make_shape(rows, Int<kHeadDim>{}), make_stride(t.row_stride, _1{}));
+    };
+    Tensor mQ = head_rows(args.q, seq.q_row0, h, seq.q_len);
+    Tensor mK = head_rows(args.k, seq.k_row0, h_kv, seq.k_len);
+    Tensor mV = head_rows(args.v, seq.k_row0, h_kv, seq.k_len);
+    Tensor mO = head_rows(args.out, seq.q_row0, h, seq.q_len);
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+    Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
+    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+
+    extern __shared__ __align__(128) char smem[];
+    Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+
+    // Global -> shared partitions, with (row, column) coordinates for the predicates.
+    typename Traits::GmemLoad gmem_load;
+    auto load_thr = gmem_load.get_thread_slice(tid);
+    Tensor tQg = load_thr.partition_S(gQ);
+    Tensor tQs = load_thr.partition_D(sQ);
+    Tensor tKg = load_thr.partition_S(gK);
+    Tensor tKs = load_thr.partition_D(sK);
+    Tensor tVg = load_thr.partition_S(gV);
+    Tensor tVs = load_thr.partition_D(sV);
+    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    // Which of this thread's 16-byte column chunks hold real head-dim columns (same for Q, K, V, O).
+    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
+
+    // Tensor-core partitions.
+    typename Traits::TiledMma tiled_mma;
+    auto mma_thr = tiled_mma.get_thread_slice(tid);
+    Tensor tSrQ = mma_thr.partition_fragment_A(sQ);
+    Tensor tSrK = mma_thr.partition_fragment_B(sK);
+    Tensor tOrVt = mma_thr.partition_fragment_B(sVt);
+    Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    clear(acc_o);
+
+    auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQK{}, tiled_mma);
+    auto copy_q_thr = copy_q.get_thread_slice(tid);
+    Tensor tSsQ = copy_q_thr.partition_S(sQ);
+    auto copy_k = make_tiled_copy_B(typename Traits::SmemCopyQK{}, tiled_mma);
+    auto copy_k_thr = copy_k.get_thread_slice(tid);
+    Tensor tSsK = copy_k_thr.partition_S(sK);
+    auto copy_v = make_tiled_copy_B(typename Traits::SmemCopyVt{}, tiled_mma);
+    auto copy_v_thr = copy_v.get_thread_slice(tid);
+    Tensor tOsVt = copy_v_thr.partition_S(sVt);
+
+    // (row, key) coordinates of this thread's S accumulator, as (rows, cols) like the scores.
+    Tensor tScS = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
+
+    Tensor acc_o_rows = make_tensor(acc_o.data(), rows_cols(acc_o.layout()));
+    OnlineSoftmax<decltype(size<0>(acc_o_rows))::value> softmax;
+
+    float exp_scale = args.scale_log2;
+    float alibi_slope = 0.0f;
+    if constexpr (kExtras) {
+        if (args.transform_scores) exp_scale = 1.4426950408889634f; // scores already carry the scale
+        if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
+    }
+
+    if (range.n_end > range.n_begin) {
+        load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
+        load_tile(gmem_load, tKg(_, _, _, range.n_end - 1), tKs, tKVc, column_ok,
+                  seq.k_len - (range.n_end - 1) * kBlockN);
+        cp_async_fence();
+    }
+
+    // One K/V block. kMasked is a compile-time tag, so the unmasked blocks run code without any
+    // mask instructions (a run-time flag would be if-converted into predicated instructions that
+    // every block issues). always_inline: its two call sites below must not become calls.
+    auto process_block = [&](int n, auto masked_tag) __attribute__((always_inline)) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
+        const int n0 = n * kBlockN;
+        Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_s);
+
+        cp_async_wait<0>(); // K[n] (and Q) have landed ...
+        __syncthreads();    // ... for every thread, and everyone is done reading V[n+1]
+        load_tile(gmem_load, tVg(_, _, _, n), tVs, tKVc, column_ok, seq.k_len - n0);
+        cp_async_fence();
+
+        gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, copy_q, copy_k, copy_q_thr, copy_k_thr);
+
+        Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
+        if constexpr (kExtras) {
+            if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, seq, m0, n0);
+        }
+        if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
+
+        cp_async_wait<0>(); // V[n] has landed ...
+        __syncthreads();    // ... for every thread, and everyone is done reading K[n]
+        if (n > range.n_begin) {
+            load_tile(gmem_load, tKg(_, _, _, n - 1), tKs, tKVc, column_ok, seq.k_len - n0 + kBlockN);
+            cp_async_fence();
+        }
+
+        softmax.absorb(scores, acc_o_rows, exp_scale);
+        if constexpr (kExtras) {
+            if (args.dropout) apply_dropout(scores, s_coords, args, b, h, m0, n0);
+        }
+
+        Tensor p = convert_fragment<Element>(acc_s);
+        Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
+        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, copy_v, copy_v_thr);
+    };
+
+    // K/V blocks from the last to the first. The ones that need the key mask (the diagonal, the
+    // ragged tail, a local window's edges) sit at the two ends of the range, so this runs masked,
+    // unmasked, then masked again (local windows only): two copies of the block code, not three.
+    for (int n = range.n_end - 1; n >= range.n_begin;) {
+        for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); --n)
+            process_block(n, cute::true_type{});
+        for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; --n)
+            process_block(n, cute::false_type{});
+    }
+
+    // Epilogue: normalise, lse, O through shared memory (Q's buffer) to 16-byte global stores.
+    float row_lse[decltype(size<0>(acc_o_rows))::value];
+    softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
+
+    Tensor o = convert_fragment<Element>(acc_o);
+    Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});
+    auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, tiled_mma);
+    auto copy_o_thr = copy_o.get_thread_slice(tid);
+    Tensor tOrO_view = copy_o_thr.retile_S(o);
+    Tensor tOsO = copy_o_thr.partition_D(sO);
+    cp_async_wait<0>();
+    __syncthreads(); // every warp is done with sQ / sV
+    copy(copy_o, tOrO_view, tOsO);
+
+    if (args.lse) {
+        Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+        if (get<1>(o_coords(0, 0)) == 0) { // one lane of each quad writes its rows
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(o_coords); ++r) {
+                const int i = m0 + get<0>(o_coords(r, 0));
+                if (i < seq.q_len) {
+                    const int64_t index = varlen ? int64_t(h) * args.total_q + seq.q_row0 + i
+                                                 : (int64_t(b) * args.num_heads + h) * args.seqlen_q + i;
+                    args.lse[index] = row_lse[r];
+                }
+            }
+        }
+    }
+
+    __syncthreads();
+    typename Traits::GmemStore gmem_store;
+    auto store_thr = gmem_store.get_thread_slice(tid);
+    Tensor tOs = store_thr.partition_S(sO);
+    Tensor tOg = store_thr.partition_D(gO);
+    Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tOr = make_tensor<Element>(shape(tOs));
+    copy(gmem_store, tOs, tOr);
+    const int rows_valid = seq.q_len - m0;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(tOr); ++m) {
+        if (get<0>(tOc(0, m, 0)) >= rows_valid) continue;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tOr); ++k) {
+            if (column_ok(k)) copy(gmem_store, tOr(_, m, k), tOg(_, m, k));
+        }
+    }
+}
+
+} // namespace flashattn::cuda::kernels

@@ -1,0 +1,88 @@
+// Per-head-dim tiling of the forward kernel, and the CuTe objects derived from it.
+//
+// A FwdTraits instance answers every "how is the data laid out and moved" question, so the kernel
+// body only says what happens, never how many threads touch which bytes.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include <type_traits>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Tile sizes per head dim, chosen by measurement on an H200 (docs/perf-log.md): query rows per CTA
+// (kBlockM), keys per K/V block (kBlockN), warps. Warps are stacked along the query rows only, so
+// each warp owns whole rows of S and its softmax needs no shared memory.
+template <int kHeadDim>
+struct FwdTileConfig;
+template <> struct FwdTileConfig<32> { static constexpr int kBlockM = 128, kBlockN = 128, kWarps = 4; };
+template <> struct FwdTileConfig<64> { static constexpr int kBlockM = 128, kBlockN = 128, kWarps = 4; };
+template <> struct FwdTileConfig<96> { static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4; };
+template <> struct FwdTileConfig<128> { static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4; };
+template <> struct FwdTileConfig<192> { static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8; };
+template <> struct FwdTileConfig<256> { static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8; };
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, typename Element_>
+struct FwdTraits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kWarps = kWarps_;
+    static constexpr int kThreads = kWarps * 32;
+
+    static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
+    static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns a whole number of 16-row MMA tiles");
+    static_assert(kBlockN % 16 == 0, "P feeds P.V as 16-wide k slices");
+    static_assert(kHeadDim % 32 == 0, "head dims are multiples of the 32-column smem swizzle atom");
+
+    // Tensor cores: one m16n8k16 mma.sync per atom (fp32 accumulate); warps along M only. The
+    // N extent 16 lets one ldmatrix.x4 feed two n8 atoms.
+    using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, SM80_16x8x16_F32F16F16F32_TN,
+                                     SM80_16x8x16_F32BF16BF16F32_TN>;
+    using TiledMma = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<16 * kWarps>, _16, _16>>;
+
+    // Shared memory: rows of 64 (or 32) elements, 16-byte chunks XOR-swizzled by row so that both
+    // the row-wise cp.async writes and the column-wise ldmatrix reads hit 8 different bank groups.
+    static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
+    static constexpr int kSwizzleBits = kSwizzleCols == 64 ? 3 : 2;
+    using SmemAtom = decltype(composition(Swizzle<kSwizzleBits, 3, 3>{},
+                                          Layout<Shape<_8, Int<kSwizzleCols>>, Stride<Int<kSwizzleCols>, _1>>{}));
+    using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    // V read as V^T (head_dim x keys) for the B operand of P.V: same bytes, transposed view.
+    using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
+                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+    using SmemLayoutO = SmemLayoutQ; // O is staged in Q's buffer
+
+    static constexpr int kSmemQElems = kBlockM * kHeadDim;
+    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
+    static constexpr int kSmemBytes = (kSmemQElems + 2 * kSmemKVElems) * int(sizeof(Element));
+
+    // Shared -> registers: ldmatrix (transposing for V).
+    using SmemCopyQK = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+    using SmemCopyVt = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+    // Registers -> shared for O: each thread holds pairs of neighbouring columns.
+    using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
+
+    // Global <-> shared: 16-byte chunks, kSwizzleCols/8 threads per row, rows spread over the CTA.
+    static constexpr int kChunkElems = 16 / int(sizeof(Element));
+    static constexpr int kThreadsPerRow = kSwizzleCols / kChunkElems;
+    static_assert(kThreads % kThreadsPerRow == 0);
+    static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
+    static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
+    using GmemThreads = Layout<Shape<Int<kRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
+    using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                              GmemThreads{}, Layout<Shape<_1, Int<kChunkElems>>>{}));
+    using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, GmemThreads{},
+                                               Layout<Shape<_1, Int<kChunkElems>>>{}));
+};
+
+template <int kHeadDim, typename Element>
+using DefaultFwdTraits = FwdTraits<kHeadDim, FwdTileConfig<kHeadDim>::kBlockM, FwdTileConfig<kHeadDim>::kBlockN,
+                                   FwdTileConfig<kHeadDim>::kWarps, Element>;
+
+} // namespace flashattn::cuda::kernels

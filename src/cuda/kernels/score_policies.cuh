@@ -1,0 +1,128 @@
+// What the forward kernel does to a block of scores besides the softmax: the sequence bounds of a
+// CTA, which K/V blocks it visits and which of those need masking, the key mask, the score
+// transform (softcap, ALiBi) and dropout. Each is a thin device wrapper over the shared semantics
+// of core/problem.h (MaskSpec, transform_score) and include/flashattn/philox.h (DropoutRow).
+#pragma once
+
+#include "fwd_args.h"
+
+#include <flashattn/philox.h>
+
+#include <cute/tensor.hpp>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Lengths and first rows of one sequence. cu_seqlens / seqused_k live in device memory that the
+// host never validated, so every value read is clamped: a malformed array gives wrong rows of a
+// malformed call, never an access outside q/k/v/out/lse.
+struct SequenceBounds {
+    int q_len, k_len;
+    int64_t q_row0, k_row0;
+};
+
+__device__ __forceinline__ SequenceBounds sequence_bounds(const FwdArgs& args, int b) {
+    SequenceBounds s{args.seqlen_q, args.seqlen_k, 0, 0};
+    if (args.cu_seqlens_q) {
+        const int64_t q0 = min(max(int64_t(args.cu_seqlens_q[b]), int64_t(0)), args.total_q);
+        const int64_t q1 = min(max(int64_t(args.cu_seqlens_q[b + 1]), q0), args.total_q);
+        const int64_t k0 = min(max(int64_t(args.cu_seqlens_k[b]), int64_t(0)), args.total_k);
+        const int64_t k1 = min(max(int64_t(args.cu_seqlens_k[b + 1]), k0), args.total_k);
+        s.q_row0 = q0;
+        s.k_row0 = k0;
+        s.q_len = int(min(q1 - q0, int64_t(args.seqlen_q))); // the grid covers max_seqlen_q rows
+        s.k_len = int(min(k1 - k0, int64_t(args.seqlen_k)));
+    }
+    if (args.seqused_k) s.k_len = min(max(args.seqused_k[b], 0), s.k_len);
+    return s;
+}
+
+// The K/V blocks query block [m0, m0 + kBlockM) visits, [n_begin, n_end), and the sub-range
+// [unmasked_begin, unmasked_end) whose every (row, key) pair is allowed: there the mask is skipped.
+// Blocks are visited from the last down, so the masked blocks at the diagonal and the ragged
+// tail come first and the left edge of a local window last.
+struct KvBlockRange {
+    int n_begin, n_end;
+    int unmasked_begin, unmasked_end;
+};
+
+template <int kBlockM, int kBlockN>
+__host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& mask, const SequenceBounds& s, int m0) {
+    const int64_t first_row = m0;
+    const int64_t last_row = min(m0 + kBlockM, s.q_len) - 1;
+    // Columns [begin, end) allowed for some row of the block, and for every row of the block.
+    const KeyRange first = mask.keys_for_row(first_row, s.q_len, s.k_len);
+    const KeyRange last = mask.keys_for_row(last_row, s.q_len, s.k_len);
+    const int64_t any_begin = max(min(first.begin, last.begin), int64_t(0)); // window edges move with the row
+    const int64_t any_end = min(max(first.end, last.end), int64_t(s.k_len));
+    const int64_t all_begin = max(first.begin, last.begin);
+    const int64_t all_end = min(first.end, last.end);
+
+    KvBlockRange r;
+    r.n_begin = int(any_begin / kBlockN);
+    r.n_end = any_end > any_begin ? int((any_end + kBlockN - 1) / kBlockN) : r.n_begin;
+    // Fully allowed blocks: the first block starting at or after all_begin, up to the last block
+    // ending at or before all_end.
+    r.unmasked_begin = all_begin <= 0 ? 0 : int((all_begin + kBlockN - 1) / kBlockN);
+    r.unmasked_end = all_end <= 0 ? 0 : int(all_end / kBlockN);
+    return r;
+}
+
+// Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
+template <typename Scores, typename Coords>
+__device__ __forceinline__ void apply_key_mask(Scores& scores, Coords const& coords, const MaskSpec& mask,
+                                               const SequenceBounds& s, int m0, int n0) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+        const KeyRange keys = mask.keys_for_row(m0 + get<0>(coords(r, 0)), s.q_len, s.k_len);
+        // Bring the range into this block's column frame; int is enough there.
+        const int begin = int(max(min(keys.begin - n0, int64_t(1) << 30), int64_t(-1)));
+        const int end = int(max(min(keys.end - n0, int64_t(1) << 30), int64_t(-1)));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+            const int j = get<1>(coords(r, c));
+            if (j < begin || j >= end) scores(r, c) = -INFINITY;
+        }
+    }
+}
+
+// Scores in natural units: scale, then softcap, then ALiBi, exactly core/problem.h's transform_score.
+template <typename Scores, typename Coords>
+__device__ __forceinline__ void apply_score_transform(Scores& scores, Coords const& coords, const FwdArgs& args,
+                                                 float alibi_slope, const SequenceBounds& s, int m0, int n0) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+        const int64_t i = m0 + get<0>(coords(r, 0));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+            const int64_t j = n0 + get<1>(coords(r, c));
+            scores(r, c) = transform_score<float>(scores(r, c) * args.scale, args.softcap, alibi_slope, i, j,
+                                                  s.q_len, s.k_len);
+        }
+    }
+}
+
+// Zero the dropped probabilities (the 1/(1-p) rescale is folded into the final normalisation).
+// The accumulator holds neighbouring column pairs (j, j+1), j even, so one Philox call (four
+// columns) serves a pair; the choice of its words follows DropoutRow::bits_for_column.
+template <typename Probs, typename Coords>
+__device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords, const FwdArgs& args, int b, int h,
+                                              int m0, int n0) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(probs); ++r) {
+        const DropoutRow rng(args.rng_seed, args.rng_offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(probs); c += 2) {
+            const uint32_t j = uint32_t(n0 + get<1>(coords(r, c)));
+            const PhiloxBits bits = rng.bits_for_column_group(j >> 2);
+            const bool high_pair = (j & 2u) != 0;
+            const uint32_t w0 = high_pair ? bits.z : bits.x;
+            const uint32_t w1 = high_pair ? bits.w : bits.y;
+            if (w0 >= args.keep_threshold) probs(r, c) = 0.0f;
+            if (w1 >= args.keep_threshold) probs(r, c + 1) = 0.0f;
+        }
+    }
+}
+
+} // namespace flashattn::cuda::kernels

@@ -1,0 +1,106 @@
+// Small tile operations of the forward kernel: predicated tile loads, the two register GEMMs, the
+// accumulator views and the fp32 -> 16-bit conversion.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// An m16n8 accumulator fragment ((2 columns, 2 rows), MMA_M, MMA_N) seen as (rows, columns), so
+// that row-wise softmax code can index it as a matrix.
+template <typename Layout>
+__device__ __forceinline__ constexpr auto rows_cols(Layout layout) {
+    static_assert(decltype(rank(layout))::value == 3);
+    static_assert(decltype(size<0>(layout))::value == 4);
+    return make_layout(make_layout(get<0, 1>(layout), get<1>(layout)),
+                       make_layout(get<0, 0>(layout), get<2>(layout)));
+}
+
+// The accumulator of S (MMA_N n8 tiles) reused as the A operand of P.V: two neighbouring n8
+// accumulator tiles hold exactly the registers of one k16 A fragment, so P never leaves registers.
+template <typename Layout>
+__device__ __forceinline__ constexpr auto accumulator_as_a_operand(Layout layout) {
+    static_assert(decltype(size<2>(layout))::value % 2 == 0);
+    auto split = logical_divide(layout, Shape<Underscore, Underscore, _2>{}); // ((2,2), MMA_M, (2, MMA_N/2))
+    return make_layout(make_layout(get<0>(split), get<2, 0>(split)), get<1>(split), get<2, 1>(split));
+}
+
+// fp32 fragment -> 16-bit fragment of the same layout (packed cvt, two values per instruction).
+template <typename To, typename Engine, typename Layout>
+__device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& from) {
+    using From = typename Engine::value_type;
+    constexpr int kSize = decltype(size(from))::value;
+    Tensor to = make_tensor<To>(from.layout());
+    cutlass::NumericArrayConverter<To, From, kSize> convert;
+    *reinterpret_cast<cutlass::Array<To, kSize>*>(to.data()) =
+        convert(*reinterpret_cast<cutlass::Array<From, kSize> const*>(from.data()));
+    return to;
+}
+
+// Global -> shared copy of one tile, 16 bytes per cp.async. Rows at or past `rows_valid` and
+// chunks whose columns lie past the real head dim are zero-filled with plain shared stores and
+// never addressed in global memory: the ragged tail of a sequence reads nothing out of bounds,
+// and zero K/V rows and columns keep NaN garbage out of Q.K^T and P.V.
+template <typename TiledCopy, typename Src, typename Dst, typename Coords, typename ColumnOk>
+__device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst, Coords const& coords,
+                                          ColumnOk const& column_ok, int rows_valid) {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(dst); ++m) {
+        const bool row_ok = get<0>(coords(0, m, 0)) < rows_valid;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(dst); ++k) {
+            if (row_ok && column_ok(k)) {
+                copy(tiled_copy, src(_, m, k), dst(_, m, k));
+            } else {
+                clear(dst(_, m, k));
+            }
+        }
+    }
+}
+
+// acc += A.B with both operands in shared memory: ldmatrix of the next k slice is issued before
+// the MMAs of the current one.
+template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemA, typename SmemB,
+          typename CopyA, typename CopyB, typename ThrCopyA, typename ThrCopyB>
+__device__ __forceinline__ void gemm_smem(TiledMma& mma, Acc& acc, FragA& frag_a, FragB& frag_b, SmemA const& smem_a,
+                                          SmemB const& smem_b, CopyA const& copy_a, CopyB const& copy_b,
+                                          ThrCopyA const& thr_copy_a, ThrCopyB const& thr_copy_b) {
+    CUTE_STATIC_ASSERT_V(size<1>(frag_a) == size<1>(acc));
+    CUTE_STATIC_ASSERT_V(size<1>(frag_b) == size<2>(acc));
+    CUTE_STATIC_ASSERT_V(size<2>(frag_a) == size<2>(frag_b));
+    Tensor a_view = thr_copy_a.retile_D(frag_a);
+    Tensor b_view = thr_copy_b.retile_D(frag_b);
+    copy(copy_a, smem_a(_, _, _0{}), a_view(_, _, _0{}));
+    copy(copy_b, smem_b(_, _, _0{}), b_view(_, _, _0{}));
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(frag_a); ++k) {
+        if (k + 1 < size<2>(frag_a)) {
+            copy(copy_a, smem_a(_, _, k + 1), a_view(_, _, k + 1));
+            copy(copy_b, smem_b(_, _, k + 1), b_view(_, _, k + 1));
+        }
+        gemm(mma, frag_a(_, _, k), frag_b(_, _, k), acc);
+    }
+}
+
+// acc += A.B with A already in registers (P) and B in shared memory (V^T).
+template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemB, typename CopyB,
+          typename ThrCopyB>
+__device__ __forceinline__ void gemm_regs_smem(TiledMma& mma, Acc& acc, FragA const& frag_a, FragB& frag_b,
+                                               SmemB const& smem_b, CopyB const& copy_b, ThrCopyB const& thr_copy_b) {
+    CUTE_STATIC_ASSERT_V(size<1>(frag_a) == size<1>(acc));
+    CUTE_STATIC_ASSERT_V(size<1>(frag_b) == size<2>(acc));
+    CUTE_STATIC_ASSERT_V(size<2>(frag_a) == size<2>(frag_b));
+    Tensor b_view = thr_copy_b.retile_D(frag_b);
+    copy(copy_b, smem_b(_, _, _0{}), b_view(_, _, _0{}));
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(frag_a); ++k) {
+        if (k + 1 < size<2>(frag_a)) copy(copy_b, smem_b(_, _, k + 1), b_view(_, _, k + 1));
+        gemm(mma, frag_a(_, _, k), frag_b(_, _, k), acc);
+    }
+}
+
+} // namespace flashattn::cuda::kernels

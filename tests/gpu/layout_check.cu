@@ -1,0 +1,170 @@
+// Host-side checks of the forward kernel's index math: CuTe layouts are plain host/device
+// functions, so the partitions the kernel relies on can be enumerated on a machine without a GPU.
+//
+//   nvcc -std=c++17 --expt-relaxed-constexpr -I include -I src -I src/cuda \
+//        -isystem third_party/cutlass/include tests/gpu/layout_check.cu -o /tmp/layout_check && /tmp/layout_check
+//
+// What it checks, for every tiling the build can use:
+//   - rows_cols(): each thread's accumulator rows/columns form a matrix (one row per r, one column
+//     per c), and columns come in neighbouring pairs (j, j+1), j even, as dropout assumes;
+//   - accumulator_as_a_operand(): the registers of S, reinterpreted as the A operand of P.V, hold
+//     exactly the (row, key) elements the MMA expects there;
+//   - the lse writers (lanes whose first accumulator column is 0) cover every row once;
+//   - the global <-> shared copies cover every (row, column) of a tile exactly once;
+//   - kv_block_range(): against brute force over random shapes and windows, every visited-block
+//     decision and every "no mask needed" decision is right.
+#include "kernels/fwd_traits.cuh"
+#include "kernels/score_policies.cuh"
+#include "kernels/tile_ops.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <utility>
+
+using namespace cute;
+using namespace flashattn;
+using namespace flashattn::cuda::kernels;
+
+static int failures = 0;
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            if (failures++ < 20) {                               \
+                std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+                std::printf(__VA_ARGS__);                        \
+                std::printf("\n");                               \
+            }                                                    \
+        }                                                        \
+    } while (0)
+
+template <typename Traits>
+void check_traits(const char* name) {
+    constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+    typename Traits::TiledMma mma;
+    std::set<int> lse_rows;
+    std::map<std::pair<int, int>, int> s_cover;
+    for (int tid = 0; tid < Traits::kThreads; ++tid) {
+        auto thr = mma.get_thread_slice(tid);
+        Tensor cS = thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+        Tensor rc = make_tensor(cS.data(), rows_cols(cS.layout()));
+        for (int r = 0; r < size<0>(rc); ++r) {
+            for (int c = 0; c < size<1>(rc); ++c) {
+                const int row = get<0>(rc(r, c)), col = get<1>(rc(r, c));
+                s_cover[{row, col}]++;
+                CHECK(row == get<0>(rc(r, 0)), "%s: row of (r=%d, c=%d) differs along the row", name, r, c);
+                CHECK(col == get<1>(rc(0, c)), "%s: column of (r=%d, c=%d) differs along the column", name, r, c);
+                if (c % 2 == 0) CHECK(col % 2 == 0, "%s: even c must be an even column", name);
+                if (c % 2 == 1) CHECK(col == get<1>(rc(r, c - 1)) + 1, "%s: columns (c-1, c) are not neighbours", name);
+            }
+        }
+        // P as the A operand of P.V (M x kBlockN keys): same elements as the MMA's A partition.
+        Tensor as_a = make_tensor(cS.data(), accumulator_as_a_operand(cS.layout()));
+        Tensor cA = thr.partition_A(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+        CHECK(size(as_a) == size(cA), "%s: A operand sizes differ", name);
+        CHECK(size<1>(as_a) == size<1>(cA) && size<2>(as_a) == size<2>(cA), "%s: A operand modes differ", name);
+        for (int i = 0; i < size(cA); ++i) {
+            CHECK(as_a(i) == cA(i), "%s: tid %d value %d: P register holds (%d,%d), MMA expects (%d,%d)", name, tid, i,
+                  int(get<0>(as_a(i))), int(get<1>(as_a(i))), int(get<0>(cA(i))), int(get<1>(cA(i))));
+        }
+        // lse writers.
+        Tensor cO = thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        Tensor orc = make_tensor(cO.data(), rows_cols(cO.layout()));
+        if (get<1>(orc(0, 0)) == 0) {
+            for (int r = 0; r < size<0>(orc); ++r) {
+                CHECK(lse_rows.insert(get<0>(orc(r, 0))).second, "%s: lse row %d written twice", name,
+                      int(get<0>(orc(r, 0))));
+            }
+        }
+    }
+    CHECK(int(s_cover.size()) == kBlockM * kBlockN, "%s: S partition covers %zu of %d elements", name,
+          s_cover.size(), kBlockM * kBlockN);
+    for (auto& [coord, n] : s_cover) CHECK(n == 1, "%s: S element (%d,%d) held %d times", name, coord.first, coord.second, n);
+    CHECK(int(lse_rows.size()) == kBlockM, "%s: lse writers cover %zu of %d rows", name, lse_rows.size(), kBlockM);
+
+    // Global <-> shared copies: every element of a Q tile and a K/V tile exactly once.
+    auto check_copy = [&](auto tiled_copy, auto rows, const char* what) {
+        std::map<std::pair<int, int>, int> cover;
+        for (int tid = 0; tid < Traits::kThreads; ++tid) {
+            auto thr = tiled_copy.get_thread_slice(tid);
+            Tensor c = thr.partition_S(make_identity_tensor(Shape<decltype(rows), Int<kHeadDim>>{}));
+            for (int i = 0; i < size(c); ++i) cover[{get<0>(c(i)), get<1>(c(i))}]++;
+            // The per-chunk predicates read the first element's coordinates: chunks must be rows of 8.
+            for (int m = 0; m < size<1>(c); ++m)
+                for (int k = 0; k < size<2>(c); ++k)
+                    for (int v = 0; v < size<0>(c); ++v) {
+                        CHECK(get<0>(c(v, m, k)) == get<0>(c(0, m, k)), "%s %s: chunk spans rows", name, what);
+                        CHECK(get<1>(c(v, m, k)) == get<1>(c(0, m, k)) + v, "%s %s: chunk not contiguous", name, what);
+                    }
+        }
+        CHECK(int(cover.size()) == int(rows) * kHeadDim, "%s %s: copy covers %zu elements", name, what, cover.size());
+        for (auto& [coord, n] : cover) CHECK(n == 1, "%s %s: (%d,%d) copied %d times", name, what, coord.first, coord.second, n);
+    };
+    check_copy(typename Traits::GmemLoad{}, Int<kBlockM>{}, "Q load");
+    check_copy(typename Traits::GmemLoad{}, Int<kBlockN>{}, "K/V load");
+    check_copy(typename Traits::GmemStore{}, Int<kBlockM>{}, "O store");
+    std::printf("%-28s ok so far (%d failures)\n", name, failures);
+}
+
+template <int kBlockM, int kBlockN>
+void check_block_ranges(std::mt19937& rng) {
+    std::uniform_int_distribution<int> len(0, 700), win(-1, 300), coin(0, 3);
+    for (int trial = 0; trial < 4000; ++trial) {
+        SequenceBounds s{len(rng) + 1, len(rng), 0, 0};
+        if (coin(rng) == 0) s.k_len = s.q_len; // square, the common case
+        MaskSpec mask{coin(rng) == 0 ? -1 : win(rng), coin(rng) == 0 ? -1 : win(rng)};
+        if (coin(rng) == 0) mask = MaskSpec{-1, 0}; // causal
+        if (coin(rng) == 0) mask = MaskSpec{-1, -1};
+        for (int m0 = 0; m0 < s.q_len; m0 += kBlockM) {
+            const KvBlockRange r = kv_block_range<kBlockM, kBlockN>(mask, s, m0);
+            const int last_row = std::min(m0 + kBlockM, s.q_len) - 1;
+            const int n_blocks = (s.k_len + kBlockN - 1) / kBlockN;
+            CHECK(r.n_begin >= 0 && r.n_end <= n_blocks && r.n_begin <= r.n_end, "range [%d,%d) of %d blocks",
+                  r.n_begin, r.n_end, n_blocks);
+            for (int n = 0; n < n_blocks; ++n) {
+                bool any = false, all = true;
+                for (int i = m0; i <= last_row; ++i) {
+                    for (int j = n * kBlockN; j < (n + 1) * kBlockN; ++j) {
+                        const bool ok = j < s.k_len && mask.allowed(i, j, s.q_len, s.k_len);
+                        any |= ok;
+                        all &= ok;
+                    }
+                }
+                const bool visited = n >= r.n_begin && n < r.n_end;
+                const bool unmasked = visited && n >= r.unmasked_begin && n < r.unmasked_end;
+                CHECK(!any || visited, "q %d k %d win (%lld,%lld) m0 %d: block %d has allowed keys but is skipped",
+                      s.q_len, s.k_len, (long long)mask.window_left, (long long)mask.window_right, m0, n);
+                CHECK(!unmasked || all, "q %d k %d win (%lld,%lld) m0 %d: block %d marked unmasked but is not",
+                      s.q_len, s.k_len, (long long)mask.window_left, (long long)mask.window_right, m0, n);
+            }
+        }
+    }
+    std::printf("kv_block_range<%d,%d>          ok so far (%d failures)\n", kBlockM, kBlockN, failures);
+}
+
+int main() {
+    using bf16 = cutlass::bfloat16_t;
+    using fp16 = cutlass::half_t;
+    check_traits<DefaultFwdTraits<32, bf16>>("d32 default");
+    check_traits<DefaultFwdTraits<64, bf16>>("d64 default");
+    check_traits<DefaultFwdTraits<96, fp16>>("d96 default fp16");
+    check_traits<DefaultFwdTraits<128, bf16>>("d128 default");
+    check_traits<DefaultFwdTraits<192, bf16>>("d192 default");
+    check_traits<DefaultFwdTraits<256, fp16>>("d256 default fp16");
+    check_traits<FwdTraits<64, 128, 64, 4, bf16>>("d64 128x64x4");
+    check_traits<FwdTraits<64, 128, 128, 8, bf16>>("d64 128x128x8");
+    check_traits<FwdTraits<128, 128, 128, 8, bf16>>("d128 128x128x8");
+    check_traits<FwdTraits<128, 64, 64, 4, bf16>>("d128 64x64x4");
+    check_traits<FwdTraits<128, 128, 32, 4, bf16>>("d128 128x32x4");
+    check_traits<FwdTraits<256, 64, 64, 4, bf16>>("d256 64x64x4");
+    check_traits<FwdTraits<256, 128, 32, 8, bf16>>("d256 128x32x8");
+    std::mt19937 rng(1234);
+    check_block_ranges<128, 64>(rng);
+    check_block_ranges<128, 128>(rng);
+    check_block_ranges<64, 64>(rng);
+    check_block_ranges<128, 32>(rng);
+    std::printf(failures ? "FAILED: %d checks\n" : "all layout and range checks passed\n", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,122 @@
+"""Attention written the slow, obvious way, for checking flashattn from Python.
+
+`attention_ref` materialises the score matrix with every option of docs/semantics.md (causal and
+windows bottom-right aligned, softcap then ALiBi, GQA, seqused_k, dropout from a given keep mask).
+With `upcast=True` it runs in float64 (the truth); with `upcast=False` in the inputs' own dtype, the
+"naive same-precision implementation" whose error sets the tolerance (FlashAttention's test rule).
+
+`philox_keep_mask` re-implements include/flashattn/philox.h in numpy, so the dropout pattern that any
+backend returns can be checked bit for bit against the specification.
+"""
+
+import numpy as np
+import torch
+
+
+def allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window, device="cpu"):
+    """(batch, 1, seqlen_q, seqlen_k) bool: key j allowed for query i. k_lens: per-batch key lengths."""
+    k_lens = torch.as_tensor(k_lens, device=device).view(-1, 1, 1, 1)
+    i = torch.arange(seqlen_q, device=device).view(1, 1, -1, 1)
+    j = torch.arange(seqlen_k, device=device).view(1, 1, 1, -1)
+    diagonal = i + k_lens - seqlen_q
+    left, right = window
+    if causal:
+        right = 0
+    allowed = j < k_lens
+    if left >= 0:
+        allowed = allowed & (j >= diagonal - left)
+    if right >= 0:
+        allowed = allowed & (j <= diagonal + right)
+    return allowed
+
+
+def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
+                  seqused_k=None, keep_mask=None, dropout_p=0.0, upcast=True):
+    """Dense attention. q: (b, sq, h, d), k/v: (b, sk, hk, d). Returns (out, lse, probs).
+
+    keep_mask: bool (b, h, sq, sk) or None; kept probabilities are scaled by 1/(1-dropout_p).
+    out has the compute dtype (float64 when upcast), lse is float64-or-compute (b, h, sq), probs are
+    the undropped normalised probabilities."""
+    compute = torch.float64 if upcast else q.dtype
+    q, k, v = (t.to(compute) for t in (q, k, v))
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_k, heads_k = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(heads // heads_k, dim=2)
+    v = v.repeat_interleave(heads // heads_k, dim=2)
+    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    scores = torch.einsum("bihd,bjhd->bhij", q * scale if not upcast else q, k)
+    if upcast:
+        scores = scores * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    k_lens = seqused_k.tolist() if seqused_k is not None else [seqlen_k] * batch
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(compute)
+        slopes = slopes.view(1, heads, 1, 1) if slopes.dim() == 1 else slopes.view(batch, heads, 1, 1)
+        i = torch.arange(seqlen_q).view(1, 1, -1, 1)
+        j = torch.arange(seqlen_k).view(1, 1, 1, -1)
+        distance = (i + torch.tensor(k_lens).view(-1, 1, 1, 1) - seqlen_q - j).abs()
+        scores = scores - slopes * distance.to(compute)
+    allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores.to(torch.float64 if upcast else torch.float32), dim=-1)
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.where(allowed.any(-1, keepdim=True), probs, torch.zeros((), dtype=compute))  # empty rows: 0, not NaN
+    weights = probs
+    if keep_mask is not None:
+        weights = probs * keep_mask.to(compute) / (1.0 - dropout_p)
+    out = torch.einsum("bhij,bjhd->bihd", weights, v)
+    return out, lse, probs
+
+
+def varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None, alibi_slopes=None, **options):
+    """Varlen attention as a loop of dense calls. Returns (out (total_q, h, d), lse (h, total_q))."""
+    outs, lses = [], []
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cq) - 1):
+        used = None if seqused_k is None else seqused_k[b:b + 1]
+        slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b]
+        out, lse, _ = attention_ref(q[None, cq[b]:cq[b + 1]], k[None, ck[b]:ck[b + 1]], v[None, ck[b]:ck[b + 1]],
+                                    seqused_k=used, alibi_slopes=slopes, **options)
+        outs.append(out[0])
+        lses.append(lse[0])
+    return torch.cat(outs), torch.cat(lses, dim=-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Philox4x32-10, as include/flashattn/philox.h defines the dropout stream.
+
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+def _philox4x32_10(c0, c1, c2, c3, k0, k1):
+    with np.errstate(over="ignore"):
+        for _ in range(10):
+            p0 = _M0 * c0.astype(np.uint64)
+            p1 = _M1 * c2.astype(np.uint64)
+            hi0, lo0 = (p0 >> np.uint64(32)).astype(np.uint32), (p0 & _LOW).astype(np.uint32)
+            hi1, lo1 = (p1 >> np.uint64(32)).astype(np.uint32), (p1 & _LOW).astype(np.uint32)
+            c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+            k0 = np.uint32(k0 + _W0)
+            k1 = np.uint32(k1 + _W1)
+    return c0, c1, c2, c3
+
+
+def keep_threshold(dropout_p):
+    scaled = (1.0 - float(np.float32(dropout_p))) * 4294967296.0
+    return 0xFFFFFFFF if scaled >= 4294967295.0 else int(scaled)
+
+
+def philox_keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p):
+    """bool (batch, heads, seqlen_q, seqlen_k): True where element (b, h, i, j) is kept."""
+    b, h, i, j = np.meshgrid(np.arange(batch), np.arange(heads), np.arange(seqlen_q), np.arange(seqlen_k),
+                             indexing="ij")
+    counter = ((j // 4).astype(np.uint32), i.astype(np.uint32), (b * heads + h).astype(np.uint32),
+               np.full(j.shape, offset & 0xFFFFFFFF, dtype=np.uint32))
+    key0 = np.uint32(seed & 0xFFFFFFFF)
+    key1 = np.uint32(((seed >> 32) ^ (offset >> 32)) & 0xFFFFFFFF)
+    words = _philox4x32_10(*counter, key0, key1)
+    bits = np.choose(j % 4, words)
+    return torch.from_numpy(bits < np.uint32(keep_threshold(dropout_p)))
