@@ -7,6 +7,7 @@
 #include <flashattn/flashattn.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <new>
 #include <string>
 
@@ -60,9 +61,35 @@ Target choose_backend(const fa_fwd_params& p) {
     return Target::cuda;
 }
 
+struct NamedPointer {
+    const char* name;
+    const void* ptr;
+};
+
+// Every buffer must live where q lives: a device k with a host q would send the CPU backend
+// reading device memory. Only CUDA builds can tell the two apart; elsewhere all memory is host.
+void require_same_memory(Target target, std::initializer_list<NamedPointer> buffers) {
+    for (const NamedPointer& b : buffers) {
+        if (!b.ptr) continue;
+        const bool on_device = cuda::is_device_pointer(b.ptr);
+        require(on_device == (target == Target::cuda), b.name, " is ", on_device ? "CUDA device" : "host",
+                " memory but q.data is ", target == Target::cuda ? "CUDA device" : "host",
+                " memory: every buffer must be on the same device");
+    }
+}
+
+void require_same_memory(Target target, const fa_fwd_params& p) {
+    require_same_memory(target, {{"k.data", p.k.data}, {"v.data", p.v.data}, {"out.data", p.out.data},
+                                 {"softmax_lse", p.softmax_lse}, {"cu_seqlens_q", p.cu_seqlens_q},
+                                 {"cu_seqlens_k", p.cu_seqlens_k}, {"seqused_k", p.seqused_k},
+                                 {"alibi_slopes", p.alibi_slopes}, {"attn_probs", p.attn_probs}});
+}
+
 void run_forward(const fa_fwd_params* params, bool varlen) {
     Problem problem = make_problem(params, varlen);
-    if (choose_backend(problem.p) == Target::cpu) {
+    const Target target = choose_backend(problem.p);
+    require_same_memory(target, problem.p);
+    if (target == Target::cpu) {
         check_sequence_arrays(problem);
         cpu::forward(problem);
     } else {
@@ -72,7 +99,12 @@ void run_forward(const fa_fwd_params* params, bool varlen) {
 
 void run_backward(const fa_bwd_params* params, bool varlen) {
     BwdProblem problem = make_bwd_problem(params, varlen);
-    if (choose_backend(problem.fwd.p) == Target::cpu) {
+    const Target target = choose_backend(problem.fwd.p);
+    require_same_memory(target, problem.fwd.p);
+    require_same_memory(target, {{"dout.data", problem.p.dout.data}, {"dq.data", problem.p.dq.data},
+                                 {"dk.data", problem.p.dk.data}, {"dv.data", problem.p.dv.data},
+                                 {"workspace", problem.p.workspace}});
+    if (target == Target::cpu) {
         check_sequence_arrays(problem.fwd);
         cpu::backward(problem);
     } else {

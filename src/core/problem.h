@@ -122,7 +122,7 @@ struct BwdProblem {
 Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what = "params");
 BwdProblem make_bwd_problem(const fa_bwd_params* params, bool varlen);
 
-// Check the contents of cu_seqlens_q/k and seqused_k; only for host-readable memory.
+// Check the contents of cu_seqlens_q/k, seqused_k and alibi_slopes; only for host-readable memory.
 void check_sequence_arrays(const Problem& problem);
 
 } // namespace flashattn

@@ -117,8 +117,10 @@ Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what)
     check_tensor("v", p.v, varlen, k_rows, p.num_heads_k, p.head_dim, dense_batch, false);
     check_tensor("out", p.out, varlen, q_rows, p.num_heads, p.head_dim, dense_batch, true);
 
-    require(std::isfinite(p.softmax_scale), "softmax_scale must be finite (0 selects 1/sqrt(head_dim)), got ",
-            p.softmax_scale);
+    // A negative scale would turn the row maximum of the raw scores into the minimum of the scaled
+    // ones, which every max-subtracting kernel relies on; no model uses one, so it is refused.
+    require(std::isfinite(p.softmax_scale) && p.softmax_scale >= 0.0f,
+            "softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim)), got ", p.softmax_scale);
     require(p.window_left >= -1, "window_left must be >= -1 (-1 = unbounded), got ", p.window_left);
     require(p.window_right >= -1, "window_right must be >= -1 (-1 = unbounded), got ", p.window_right);
     require(std::isfinite(p.softcap) && p.softcap >= 0.0f, "softcap must be finite and >= 0 (0 = off), got ", p.softcap);
@@ -140,6 +142,15 @@ Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what)
 
 void check_sequence_arrays(const Problem& problem) {
     const fa_fwd_params& p = problem.p;
+    if (p.alibi_slopes) {
+        const int64_t batches = p.alibi_batch_stride == 0 ? 1 : p.batch;
+        for (int64_t b = 0; b < batches; ++b)
+            for (int64_t h = 0; h < p.num_heads; ++h) {
+                const float slope = p.alibi_slopes[b * p.alibi_batch_stride + h];
+                require(std::isfinite(slope), "alibi_slopes[", b * p.alibi_batch_stride + h, "] must be finite, got ",
+                        slope);
+            }
+    }
     if (problem.varlen) {
         check_cu_seqlens("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.seqlen_q, "seqlen_q (max_seqlen_q)", p.total_q,
                          "total_q");

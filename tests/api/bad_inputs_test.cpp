@@ -97,6 +97,7 @@ std::vector<FwdBreak> forward_breaks() {
 
     add("softmax_scale_nan", false, [](P& p, AttentionRun&) { p.softmax_scale = kNaN; }, "softmax_scale");
     add("softmax_scale_infinite", false, [](P& p, AttentionRun&) { p.softmax_scale = kInf; }, "softmax_scale");
+    add("softmax_scale_negative", false, [](P& p, AttentionRun&) { p.softmax_scale = -0.2f; }, "softmax_scale");
     add("window_left_below_minus_one", false, [](P& p, AttentionRun&) { p.window_left = -2; }, "window_left");
     add("window_right_below_minus_one", false, [](P& p, AttentionRun&) { p.window_right = -7; }, "window_right");
     add("softcap_negative", false, [](P& p, AttentionRun&) { p.softcap = -1.0f; }, "softcap");
@@ -109,6 +110,14 @@ std::vector<FwdBreak> forward_breaks() {
             p.alibi_batch_stride = 2;
         },
         "alibi_batch_stride");
+    add("alibi_slope_not_finite", false,
+        [](P& p, AttentionRun& r) {
+            r.alibi_slopes.assign(16, 0.5f);
+            r.alibi_slopes[1] = std::numeric_limits<float>::quiet_NaN();
+            p.alibi_slopes = r.alibi_slopes.data();
+            p.alibi_batch_stride = 0;
+        },
+        "alibi_slopes");
     add("alibi_batch_stride_negative", false, [](P& p, AttentionRun&) { p.alibi_batch_stride = -4; }, "alibi_batch_stride");
     add("dropout_p_one", false, [](P& p, AttentionRun&) { p.dropout_p = 1.0f; }, "dropout_p");
     add("dropout_p_negative", false, [](P& p, AttentionRun&) { p.dropout_p = -0.1f; }, "dropout_p");

@@ -15,7 +15,8 @@
 // (log2 units) keeps the old maximum as the exponent offset. Its exponentials and row sums then
 // happen right in the S^T product's epilogue, and O accumulates without rescaling; P values up to
 // 2^kLazyRescale are harmless in fp32. A block that does raise a maximum that far is redone the
-// classic way above. After the first block this is almost every block.
+// classic way above. After the first block this is almost every block; when it is not (scores
+// that keep rising along the keys), the lazy attempts back off exponentially.
 
 struct ForwardLayout {
     int64_t block_q, block_k, head_dim, head_dim_pad;
@@ -273,6 +274,7 @@ inline void forward_block(const Problem& pr, const ForwardLayout& lay, const For
     }
     __builtin_memset(s.o, 0, rows * d_pad * sizeof(float));
     bool every_row_has_max = false; // the lazy path needs a maximum that occurred in each row
+    int64_t lazy_pause = 0, lazy_backoff = 1; // blocks to skip the lazy attempt for, after a miss
 
     for (int64_t j0 = visit.first / lay.block_k * lay.block_k; j0 < visit.last; j0 += lay.block_k) {
         const int64_t keys = min64(lay.block_k, span.k_len - j0);
@@ -283,10 +285,17 @@ inline void forward_block(const Problem& pr, const ForwardLayout& lay, const For
         const RowMajor keys_a{k.data, k.ld};
         const bool masked = cover != Coverage::full;
         bool lazy = false;
-        if (every_row_has_max) {
+        if (every_row_has_max && lazy_pause == 0) {
             transposed_scores(lay, s, keys_a, keys, rows_pad, j0, i0, sp, masked, true);
             lazy = within_lazy_bound(s, rows);
-            if (lazy) lazy_softmax(s, rows_pad);
+            if (lazy) {
+                lazy_softmax(s, rows_pad);
+            } else { // wasted a product: back off (scores that keep rising, e.g. steep ALiBi)
+                lazy_backoff *= 2;
+                lazy_pause = lazy_backoff;
+            }
+        } else if (lazy_pause > 0) {
+            --lazy_pause;
         }
         if (!lazy) { // classic: scores, then max, rescale and exponentials
             transposed_scores(lay, s, keys_a, keys, rows_pad, j0, i0, sp, masked, false);
