@@ -143,22 +143,35 @@ class Ours:
 
 # ---- timing -----------------------------------------------------------------------------------
 
-def timed(fn, budget_s):
-    """Warm-up, then the median of several runs; a run longer than the budget is not repeated much."""
-    t0 = time.perf_counter()
-    fn()
-    first = time.perf_counter() - t0
-    if first > budget_s:  # a multi-second run: warm-up effects are noise, keep it as a sample
-        samples = [first]
-        reps = 1
-    else:
-        samples = []
-        reps = max(3, min(15, int(budget_s / max(first, 1e-6))))
-    for _ in range(reps):
+# Before each timed run: torch's OpenMP runtime (libgomp) keeps its threads spinning for a few
+# milliseconds after every parallel region, which would steal a core from whatever runs next (our
+# pool spins 0.1 ms). A pause lets the other library's threads go idle, so each is timed alone.
+PAUSE_S = 0.03
+
+
+def timed_pair(ours, theirs, budget_s):
+    """Median times of two functions, run alternately after a warm-up of each.
+
+    Alternating means a load change on the machine (a shared box) hits both columns alike instead
+    of skewing their ratio. A run longer than the budget is repeated only once, one longer than five
+    budgets not at all.
+    """
+    def one(fn):
+        time.sleep(PAUSE_S)
         t0 = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), len(samples)
+        return time.perf_counter() - t0
+
+    first = [one(ours), one(theirs)]
+    longest = max(first)
+    if longest > 5 * budget_s:  # tens of seconds (torch's bf16 backward at 4k): the first runs are the data
+        return first[0], first[1], 1
+    reps = 1 if longest > budget_s else max(3, min(15, int(budget_s / max(longest, 1e-6))))
+    samples = ([first[0]], [first[1]]) if longest > budget_s else ([], [])
+    for _ in range(reps):
+        samples[0].append(one(ours))
+        samples[1].append(one(theirs))
+    return statistics.median(samples[0]), statistics.median(samples[1]), len(samples[0])
 
 
 def flops(b, h, s, d, causal, direction):
@@ -203,7 +216,8 @@ def our_isa(flags):
 
 
 PEAK_SOURCE = r"""
-// Peak FLOP/s: independent FMA chains, enough of them to cover the FMA latency on every port.
+// Peak FLOP/s: 12 independent FMA chains in registers (enough to cover the FMA latency on every
+// FMA pipe), written out by hand so no compiler keeps them in memory.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,13 +233,19 @@ typedef float vec __attribute__((vector_size(BYTES)));
 enum { CHAINS = 12, LANES = BYTES / 4 };
 static long iterations = 100000000;
 static void* spin(void* out) {
-    vec acc[CHAINS], a, b;
-    for (int i = 0; i < LANES; ++i) { a[i] = 0.999999f; b[i] = 1e-7f; }
-    for (int c = 0; c < CHAINS; ++c) for (int i = 0; i < LANES; ++i) acc[c][i] = c;
-    for (long it = 0; it < iterations; ++it)
-        for (int c = 0; c < CHAINS; ++c) acc[c] = acc[c] * a + b;
-    float s = 0; for (int c = 0; c < CHAINS; ++c) s += acc[c][0];
-    *(float*)out = s;
+    vec a, b, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11;
+    for (int i = 0; i < LANES; ++i) {
+        a[i] = 0.999999f; b[i] = 1e-7f;
+        c0[i] = 0; c1[i] = 1; c2[i] = 2; c3[i] = 3; c4[i] = 4; c5[i] = 5;
+        c6[i] = 6; c7[i] = 7; c8[i] = 8; c9[i] = 9; c10[i] = 10; c11[i] = 11;
+    }
+    for (long it = 0; it < iterations; ++it) {
+        c0 = c0 * a + b; c1 = c1 * a + b; c2 = c2 * a + b; c3 = c3 * a + b;
+        c4 = c4 * a + b; c5 = c5 * a + b; c6 = c6 * a + b; c7 = c7 * a + b;
+        c8 = c8 * a + b; c9 = c9 * a + b; c10 = c10 * a + b; c11 = c11 * a + b;
+    }
+    vec s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;
+    *(float*)out = s[0];
     return 0;
 }
 int main(int argc, char** argv) {
@@ -273,14 +293,23 @@ def run_case(lib, dtype_name, d, s, causal, args, log):
     rows = []
     budget = args.budget
 
+    # fp64 reference (math on upcast inputs), for the smaller shapes: both libraries' errors against it
+    exact = None
+    if s <= args.ref_max_seqlen:
+        q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
+        out64 = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)
+        exact = (out64.detach(), torch.autograd.grad(out64, (q64, k64, v64), dout.double()))
+
     # forward
     with torch.no_grad():
         ref_out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         our_out = ours.forward()
         err = max_err(our_out, ref_out)
-        t_ours, n_ours = timed(ours.forward, budget)
-        t_torch, n_torch = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), budget)
-    rows.append(dict(direction="fwd", err=err, t_ours=t_ours, t_torch=t_torch, runs_ours=n_ours, runs_torch=n_torch))
+        ref_errs = (max_err(our_out, exact[0]), max_err(ref_out, exact[0])) if exact else (None, None)
+        t_ours, t_torch, runs = timed_pair(ours.forward,
+                                           lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), budget)
+    rows.append(dict(direction="fwd", err=err, t_ours=t_ours, t_torch=t_torch, runs=runs,
+                     err_fp64_ours=ref_errs[0], err_fp64_torch=ref_errs[1]))
     log(rows[-1], dtype_name, d, s, causal)
 
     if args.forward_only:
@@ -296,9 +325,11 @@ def run_case(lib, dtype_name, d, s, causal, args, log):
     ours.prepare_backward(dout)
     our_grads = ours.backward()
     err = max(max_err(a, r) for a, r in zip(our_grads, ref_grads))
-    t_ours, n_ours = timed(ours.backward, budget)
-    t_torch, n_torch = timed(torch_backward, budget)
-    rows.append(dict(direction="bwd", err=err, t_ours=t_ours, t_torch=t_torch, runs_ours=n_ours, runs_torch=n_torch))
+    ref_errs = ((max(max_err(a, r) for a, r in zip(our_grads, exact[1])),
+                 max(max_err(a, r) for a, r in zip(ref_grads, exact[1]))) if exact else (None, None))
+    t_ours, t_torch, runs = timed_pair(ours.backward, torch_backward, budget)
+    rows.append(dict(direction="bwd", err=err, t_ours=t_ours, t_torch=t_torch, runs=runs,
+                     err_fp64_ours=ref_errs[0], err_fp64_torch=ref_errs[1]))
     log(rows[-1], dtype_name, d, s, causal)
     return rows
 
@@ -314,8 +345,10 @@ def main():
     ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
     ap.add_argument("--causal", nargs="+", default=["no", "yes"], choices=["no", "yes"])
     ap.add_argument("--forward-only", action="store_true")
-    ap.add_argument("--budget", type=float, default=1.5, help="seconds of timed runs per measurement (approx.)")
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per measurement (approx.)")
     ap.add_argument("--quick", action="store_true", help="seqlens 512 1024 only")
+    ap.add_argument("--ref-max-seqlen", type=int, default=1024,
+                    help="also compare both libraries with an fp64 reference up to this seqlen")
     ap.add_argument("--out", default=str(RESULTS / "cpu-vs-torch"), help="output path without extension")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
@@ -381,7 +414,7 @@ def main():
 
 
 FIELDS = ["dtype", "head_dim", "seqlen", "causal", "direction", "ours_gflops", "torch_gflops", "speedup",
-          "t_ours", "t_torch", "runs_ours", "runs_torch", "err", "gflop"]
+          "t_ours", "t_torch", "runs", "err", "err_fp64_ours", "err_fp64_torch", "gflop"]
 
 
 def write_csv(path, results):
@@ -389,7 +422,12 @@ def write_csv(path, results):
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in results:
-            w.writerow({k: (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]) for k in FIELDS})
+            w.writerow({k: (f"{r[k]:.6g}" if isinstance(r[k], float) else ("" if r[k] is None else r[k]))
+                        for k in FIELDS})
+
+
+def fmt_err(e):
+    return "–" if e is None else f"{e:.2e}"
 
 
 def write_markdown(path, results, machine, args, elapsed):
@@ -413,17 +451,21 @@ def write_markdown(path, results, machine, args, elapsed):
         "",
         f"Shapes: batch {args.batch}, {args.heads} heads, (batch, heads, seqlen, head_dim) contiguous tensors shared "
         "by both libraries. FLOPs: forward 4·b·h·s²·d (halved when causal), backward 2.5x the forward. Times are "
-        "medians over the runs shown after a warm-up run. `err` is max |ours − torch| over out (fwd) or dq, dk, dv (bwd).",
+        "medians over `runs` runs of each library, alternating ours/torch, after a warm-up run of each; every timed "
+        f"run starts after a {PAUSE_S * 1e3:.0f} ms pause, so that the other library's idle threads have stopped "
+        "spinning (torch's libgomp spins for milliseconds after each op and would otherwise steal a core). Errors are "
+        "max abs differences over out (fwd) or dq, dk, dv (bwd): ours against torch, and each against an fp64 "
+        f"reference (math SDPA on upcast inputs) for seqlen <= {args.ref_max_seqlen}.",
         "",
         "| dtype | d | seqlen | causal | pass | ours GFLOP/s | torch GFLOP/s | speedup |"
-        + (" ours % of peak |" if peak else "") + " err | runs (ours/torch) |",
-        "|---|---:|---:|---|---|---:|---:|---:|" + ("---:|" if peak else "") + "---:|---|",
+        + (" ours % of peak |" if peak else "") + " max\\|ours−torch\\| | ours vs fp64 | torch vs fp64 | runs |",
+        "|---|---:|---:|---|---|---:|---:|---:|" + ("---:|" if peak else "") + "---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(f"| {r['dtype']} | {r['head_dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
                      f"{r['direction']} | {r['ours_gflops']:.1f} | {r['torch_gflops']:.1f} | {r['speedup']:.2f}x |"
                      + (f" {100 * r['ours_gflops'] / peak:.0f}% |" if peak else "")
-                     + f" {r['err']:.2e} | {r['runs_ours']}/{r['runs_torch']} |")
+                     + f" {r['err']:.2e} | {fmt_err(r['err_fp64_ours'])} | {fmt_err(r['err_fp64_torch'])} | {r['runs']} |")
     slower = [r for r in results if r["speedup"] < 1.0]
     lines += ["", f"Grid time: {elapsed:.0f} s. Shapes where torch is faster: {len(slower)} of {len(results)}."]
     if slower:
