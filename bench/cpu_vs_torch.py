@@ -166,7 +166,7 @@ def timed_pair(ours, theirs, budget_s):
     longest = max(first)
     if longest > 5 * budget_s:  # tens of seconds (torch's bf16 backward at 4k): the first runs are the data
         return first[0], first[1], 1
-    reps = 1 if longest > budget_s else max(3, min(15, int(budget_s / max(longest, 1e-6))))
+    reps = 1 if longest > budget_s else max(3, min(40, int(budget_s / max(longest, 1e-6))))
     samples = ([first[0]], [first[1]]) if longest > budget_s else ([], [])
     for _ in range(reps):
         samples[0].append(one(ours))

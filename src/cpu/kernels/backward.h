@@ -73,30 +73,40 @@ struct ProbabilitiesFromScores {
 
     template <int MR, int NV>
     FA_INLINE void finish(const Tile<MR, NV>& tile, int64_t row0, int64_t col0) {
+        finish_out_of_line(tile, row0, col0);
+    }
+    template <int MR, int NV> // by value: a reference would keep the accumulators in memory
+    FA_OUT_OF_LINE void finish_out_of_line(Tile<MR, NV> tile, int64_t row0, int64_t col0) {
+        // Locals, not members: stores through float* could alias them, forcing a reload per row.
+        const ScoreParams params = sp;
+        const Vec scale_log2 = splat(params.scale_log2);
+        float* const probs = p + row0 * ld;
+        float* const slopes = slope ? slope + row0 * ld : nullptr;
+        const int64_t out_ld = ld;
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
             const int64_t row = row0 + r;
             const Vec lse_row = broadcast(lse + row);
+            const IVec begin = splat_int(key_begin[row]), end = splat_int(key_end[row]);
 #pragma GCC unroll 4
             for (int v = 0; v < NV; ++v) {
                 const int64_t col = col0 + v * kLanes;
                 Vec t;
                 if constexpr (kTransform) {
                     // i + diagonal - j for j = j0 + col + lane
-                    const Vec offset = splat(static_cast<float>(i0 + row + sp.diagonal - j0 - col)) -
+                    const Vec offset = splat(static_cast<float>(i0 + row + params.diagonal - j0 - col)) -
                                        __builtin_convertvector(lane_index(), Vec);
                     Vec tanh_slope = splat(1.0f);
-                    t = transformed_score_log2(tile.acc[r][v] * splat(sp.scale), offset, sp, &tanh_slope);
-                    if (slope) store(slope + row * ld + col, tanh_slope);
+                    t = transformed_score_log2(tile.acc[r][v] * splat(params.scale), offset, params, &tanh_slope);
+                    if (slopes) store(slopes + r * out_ld + col, tanh_slope);
                 } else {
-                    t = tile.acc[r][v] * splat(sp.scale_log2);
+                    t = tile.acc[r][v] * scale_log2;
                 }
                 if constexpr (kMask) {
                     const IVec key = splat_int(static_cast<int32_t>(j0 + col)) + lane_index();
-                    const IVec allowed = (key >= splat_int(key_begin[row])) & (key < splat_int(key_end[row]));
-                    t = select(allowed, t, splat(-kInf));
+                    t = select((key >= begin) & (key < end), t, splat(-kInf));
                 }
-                store(p + row * ld + col, exp2(t - lse_row));
+                store(probs + r * out_ld + col, exp2(t - lse_row));
             }
         }
     }

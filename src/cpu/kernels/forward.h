@@ -92,6 +92,16 @@ struct TransposedScores {
 
     template <int MR, int NV>
     FA_INLINE void finish(const Tile<MR, NV>& tile, int64_t row0, int64_t col0) {
+        finish_out_of_line(tile, row0, col0);
+    }
+    template <int MR, int NV> // by value: a reference would keep the accumulators in memory
+    FA_OUT_OF_LINE void finish_out_of_line(Tile<MR, NV> tile, int64_t row0, int64_t col0) {
+        // Locals, not members: stores through float* could alias them, forcing a reload per row.
+        const ScoreParams params = sp;
+        const Vec scale_log2 = splat(params.scale_log2);
+        float* const out = s_t + row0 * ld;
+        const int64_t out_ld = ld;
+        const int32_t key0 = static_cast<int32_t>(j0 + row0);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
             const int64_t col = col0 + v * kLanes;
@@ -109,18 +119,19 @@ struct TransposedScores {
             Vec offset = {};
             if constexpr (kTransform) // i + diagonal - j for j = j0 + row0 (first tile row)
                 offset = __builtin_convertvector(lane_index(), Vec) +
-                         splat(static_cast<float>(i0 + col + sp.diagonal - j0 - row0));
+                         splat(static_cast<float>(i0 + col + params.diagonal - j0 - row0));
 #pragma GCC unroll 16
             for (int r = 0; r < MR; ++r) {
                 Vec t;
                 if constexpr (kTransform) {
                     Vec unused;
-                    t = transformed_score_log2(tile.acc[r][v] * splat(sp.scale), offset - splat(float(r)), sp, &unused);
+                    t = transformed_score_log2(tile.acc[r][v] * splat(params.scale), offset - splat(float(r)), params,
+                                               &unused);
                 } else {
-                    t = tile.acc[r][v] * splat(sp.scale_log2);
+                    t = tile.acc[r][v] * scale_log2;
                 }
                 if constexpr (kMask) {
-                    const IVec key = splat_int(static_cast<int32_t>(j0 + row0 + r));
+                    const IVec key = splat_int(key0 + r);
                     t = select((key >= begin) & (key < end), t, splat(-kInf));
                 }
                 running_max = max(running_max, t);
@@ -128,7 +139,7 @@ struct TransposedScores {
                     t = exp2(t - offset_exp);
                     running_sum += t;
                 }
-                store(s_t + (row0 + r) * ld + col, t);
+                store(out + r * out_ld + col, t);
             }
             store(block_max + col, running_max);
             if constexpr (kExp) store(block_sum + col, running_sum);

@@ -2,9 +2,10 @@
 //
 // Written once with GCC/Clang vector extensions: the same code becomes SSE2, AVX2 or AVX-512
 // instructions depending on the target that isa/<name>.cpp switches on (FA_CPU_VECTOR_BYTES says
-// the width). Two leaves spell out intrinsics: the broadcast (the portable spelling compiles to a
-// shuffle chain instead of one vbroadcastss, in the innermost loop) and mul_high (no widening
-// multiply in vector extensions), each with a portable fallback.
+// the width). A few leaves spell out intrinsics, each with a portable fallback, where GCC's code for
+// the portable spelling is poor: broadcast and splat (shuffle chains, stack round trips), max and
+// min (compare + blend against constants), and mul_high (vector extensions have no widening
+// multiply).
 
 constexpr int kLanes = FA_CPU_VECTOR_BYTES / 4;
 
@@ -43,7 +44,20 @@ FA_INLINE Vec broadcast(const float* p) {
     return v;
 #endif
 }
-FA_INLINE Vec splat(float x) { return broadcast(&x); }
+// A value in every lane. Not broadcast(&x): that would send every constant through a stack slot.
+FA_INLINE Vec splat(float x) {
+#if FA_CPU_VECTOR_BYTES == 64
+    return (Vec)_mm512_set1_ps(x);
+#elif FA_CPU_VECTOR_BYTES == 32
+    return (Vec)_mm256_set1_ps(x);
+#elif defined(__SSE__)
+    return (Vec)_mm_set1_ps(x);
+#else
+    Vec v;
+    for (int i = 0; i < kLanes; ++i) v[i] = x;
+    return v;
+#endif
+}
 
 // The high 32 bits of a[i] * k (Philox's mulhi). Vector extensions have no widening multiply, so
 // the even and odd lanes go through the ISA's 32x32->64 multiply and are merged.
@@ -77,21 +91,43 @@ FA_INLINE IVec lane_index() {
     return v;
 }
 
-// a > b ? a : b is exactly vmaxps' rule (NaN and equal operands give b), so it compiles to one.
-FA_INLINE Vec max(Vec a, Vec b) { return a > b ? a : b; }
-FA_INLINE Vec min(Vec a, Vec b) { return a < b ? a : b; }
+// a > b ? a : b, which is exactly vmaxps' rule (NaN and equal operands give b). Spelled as the
+// instruction because GCC turns the portable form into compare + blend when b is a constant.
+FA_INLINE Vec max(Vec a, Vec b) {
+#if FA_CPU_VECTOR_BYTES == 64
+    return (Vec)_mm512_max_ps((__m512)a, (__m512)b);
+#elif FA_CPU_VECTOR_BYTES == 32
+    return (Vec)_mm256_max_ps((__m256)a, (__m256)b);
+#elif defined(__SSE__)
+    return (Vec)_mm_max_ps((__m128)a, (__m128)b);
+#else
+    return a > b ? a : b;
+#endif
+}
+FA_INLINE Vec min(Vec a, Vec b) {
+#if FA_CPU_VECTOR_BYTES == 64
+    return (Vec)_mm512_min_ps((__m512)a, (__m512)b);
+#elif FA_CPU_VECTOR_BYTES == 32
+    return (Vec)_mm256_min_ps((__m256)a, (__m256)b);
+#elif defined(__SSE__)
+    return (Vec)_mm_min_ps((__m128)a, (__m128)b);
+#else
+    return a < b ? a : b;
+#endif
+}
 FA_INLINE Vec select(IVec mask, Vec yes, Vec no) { return mask ? yes : no; }
 FA_INLINE Vec abs(Vec x) { return (Vec)((UVec)x & 0x7fffffffu); }
 
-// 2^x for x <= 128, within 2 ulp; 0 for x <= -127 (so exp2(-inf) is exactly 0: masked scores
+// 2^x within 2 ulp for x < 127.5 (inf above); 0 for x <= -127 (so exp2(-inf) is exactly 0: masked scores
 // contribute nothing, not a denormal). Split x = n + f with n integer and |f| <= 1/2, evaluate a
-// degree-6 minimax polynomial for 2^f and put n in the exponent bits.
+// degree-6 minimax polynomial for 2^f and put n in the exponent bits. Adding 1.5 * 2^23 + 127
+// rounds x to an integer and leaves n + 127 in the low mantissa bits, so one shift moves the biased
+// exponent into place.
 FA_INLINE Vec exp2(Vec x) {
-    const Vec round_magic = splat(12582912.0f); // 1.5 * 2^23: adding it rounds to an integer
+    const Vec round_magic = splat(12582912.0f + 127.0f);
     x = min(max(x, splat(-127.0f)), splat(128.0f));
     const Vec shifted = x + round_magic;
-    const Vec n = shifted - round_magic;
-    const Vec f = x - n;
+    const Vec f = x - (shifted - round_magic);
     Vec p = splat(1.534581243e-04f);
     p = p * f + splat(1.339993090e-03f);
     p = p * f + splat(9.618489072e-03f);
@@ -99,12 +135,10 @@ FA_INLINE Vec exp2(Vec x) {
     p = p * f + splat(2.402264625e-01f);
     p = p * f + splat(6.931471825e-01f);
     p = p * f + splat(1.0f);
-    // (n + 127) << 23 is 2^n as a float; n = -127 gives the bits of 0.0.
-    const IVec n_bits = ((IVec)shifted - (IVec)round_magic + 127) << 23;
-    return p * (Vec)n_bits;
+    return p * (Vec)((UVec)shifted << 23); // 2^n; n = -127 gives the bits of 0.0
 }
 
-// tanh within ~2 ulp: an odd Taylor polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel) and
+// tanh within 3 ulp: an odd Taylor polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel) and
 // (1 - e^-2|x|) / (1 + e^-2|x|) elsewhere.
 FA_INLINE Vec tanh(Vec x) {
     const Vec a = abs(x);
