@@ -32,10 +32,13 @@ import fa_ctypes as fa  # noqa: E402
 HDIMS = (64, 128, 256)
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TOKENS, HIDDEN = 16384, 2048
-# Tilings of a FLASHATTN_CUDA_TUNING build (head dim -> MxNxW; the first is the default).
-TILES = {64: ["128x128x4", "128x64x4", "128x128x8"],
-         128: ["128x64x4", "128x128x8", "64x64x4", "128x32x4"],
-         256: ["128x64x8", "64x64x4", "128x32x8"]}
+# Tilings of a FLASHATTN_CUDA_TUNING build (head dim -> variants). "sm90:N" is the Hopper kernel
+# with N keys per block ($FLASHATTN_CUDA_SM90_BLOCK_N; the default N needs no variable); "MxNxW"
+# the SM80 kernel's variants ($FLASHATTN_CUDA_FWD_TILE; measured in session 2's first run:
+# bench/results/h200-2026-11-30-s2-sm80-tiles).
+TILES = {64: ["sm90:128", "sm90:64"],
+         128: ["sm90:128", "sm90:64"],
+         256: ["sm90:64", "sm90:32"]}
 
 
 def bench_ms(fn):
@@ -95,6 +98,12 @@ def measure(shapes, tiles=False):
                 os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
                 fn = ours_fn(q, k, v, out, causal)
                 row["ours_tflops"] = flops / bench_ms(fn) / 1e9
+                # Both kernels on the same shape (the library picks one per head dim on Hopper):
+                # the portable mma.sync kernel and the wgmma kernel.
+                for kernel in ("sm80", "sm90"):
+                    os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = kernel
+                    row[f"ours_{kernel}_tflops"] = flops / bench_ms(ours_fn(q, k, v, out, causal)) / 1e9
+                os.environ.pop("FLASHATTN_CUDA_FWD_KERNEL")
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         f = sdpa_fn(q, k, v, causal, backend)
@@ -112,7 +121,10 @@ def measure(shapes, tiles=False):
                       f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
                 if tiles:
                     for tile in TILES[hdim]:
-                        os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
+                        if tile.startswith("sm90:"):
+                            os.environ["FLASHATTN_CUDA_SM90_BLOCK_N"] = tile[5:]
+                        else:
+                            os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
                         try:
                             fn = ours_fn(q, k, v, out, causal)
                             t = flops / bench_ms(fn) / 1e9
@@ -123,6 +135,7 @@ def measure(shapes, tiles=False):
                                           "tflops": t})
                         print(f"    tile {tile:10s} {t:6.1f}", flush=True)
                     os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
+                    os.environ.pop("FLASHATTN_CUDA_SM90_BLOCK_N", None)
                 del q, k, v, out
                 torch.cuda.empty_cache()
     return rows, tile_rows
@@ -171,7 +184,8 @@ def main():
     rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
-              "torch_fa2_tflops", "cudnn_tflops", "max_abs_diff_vs_fa2"]
+              "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "ours_sm90_tflops",
+              "max_abs_diff_vs_fa2"]
     with open(out / "h200-forward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -190,11 +204,14 @@ def main():
         print("plot failed:", e)
 
     print("\nforward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
-    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} | {'/FA2':>5} {'/cuDNN':>6}")
+    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} {'sm80':>6} {'sm90':>6} | "
+          f"{'/FA2':>5} {'/cuDNN':>6} | diff")
     for r in rows:
         print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
-              f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} | "
-              f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f}")
+              f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} {r['ours_sm80_tflops']:6.1f} "
+              f"{r['ours_sm90_tflops']:6.1f} | "
+              f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
+              f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}")
     if tile_rows:
         print("\ntilings (TFLOP/s): hdim causal seqlen | " + " ".join(f"{t}" for t in ["..."]))
         keys = sorted({(t["hdim"], t["causal"], t["seqlen"]) for t in tile_rows})

@@ -70,6 +70,41 @@ struct OnlineSoftmax {
         }
     }
 
+    // The same in two halves, for kernels whose P V product of the previous block is still running
+    // when the next block's scores arrive (fwd_kernel_sm90.cuh): absorb_scores updates the state and
+    // the scores and returns each row's correction; rescale applies it to out once the product is
+    // done.
+    template <typename Scores>
+    __device__ __forceinline__ void absorb_scores(Scores& scores, float exp_scale, float (&correction)[kRows]) {
+        static_assert(decltype(size<0>(scores))::value == kRows);
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            float block_max = row_max[r];
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
+            block_max = quad_max(block_max);
+            const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
+            correction[r] = fast_exp2(row_max[r] * exp_scale - max_scaled);
+            row_max[r] = block_max;
+            float block_sum = 0.0f;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const float p = fast_exp2(fmaf(scores(r, c), exp_scale, -max_scaled));
+                scores(r, c) = p;
+                block_sum += p;
+            }
+            row_sum[r] = row_sum[r] * correction[r] + block_sum;
+        }
+    }
+    template <typename Out>
+    __device__ __forceinline__ static void rescale(Out& out, const float (&correction)[kRows]) {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction[r];
+        }
+    }
+
     // Normalise out (times out_scale, the dropout rescale) and return each row's natural-log lse:
     // -inf, with out = 0, for a row that saw no allowed key.
     template <typename Out>

@@ -1,0 +1,54 @@
+// Launch template of the Hopper forward kernel for one (head dim, dtype): grid, shared memory, and
+// the choice between the plain and the extras kernel. Compiled for sm_90a only.
+#pragma once
+
+#include "cuda_check.h"
+#include "fwd_launch.h"
+#include "kernels/fwd_kernel_sm90.cuh"
+
+#include <climits>
+#include <cstdlib>
+#include <type_traits>
+
+namespace flashattn::cuda {
+
+template <typename Traits>
+void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
+    args.num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+    const int64_t ctas = int64_t(args.num_m_blocks) * args.batch * args.num_heads;
+    if (ctas == 0) return;
+    if (ctas > INT_MAX)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA forward needs ", ctas, " thread blocks (query blocks of ",
+             Traits::kBlockM, " rows x batch ", args.batch, " x heads ", args.num_heads,
+             "), more than the 2^31-1 a grid holds");
+    auto launch = [&](auto kernel) {
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                   "setting the forward kernel's shared-memory size");
+        kernel<<<dim3(unsigned(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(args);
+        check_cuda(cudaGetLastError(), "launching the forward kernel");
+    };
+    if (args.dropout || args.transform_scores) {
+        launch(kernels::fwd_kernel_sm90<Traits, true>);
+    } else {
+        launch(kernels::fwd_kernel_sm90<Traits, false>);
+    }
+}
+
+template <int kHeadDim, fa_dtype kDtype>
+void run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
+    static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
+    using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
+#ifdef FLASHATTN_CUDA_TUNING
+    // Tuning builds: $FLASHATTN_CUDA_SM90_BLOCK_N picks the other block width (bf16 only).
+    constexpr int kDefaultN = kernels::Sm90FwdTileConfig<kHeadDim>::kBlockN;
+    constexpr int kOtherN = kDefaultN == 128 ? 64 : 32;
+    if constexpr (kDtype == FA_BFLOAT16) {
+        const char* choice = std::getenv("FLASHATTN_CUDA_SM90_BLOCK_N");
+        if (choice && std::atoi(choice) == kOtherN)
+            return launch_fwd_sm90<kernels::Sm90FwdTraits<kHeadDim, kOtherN, Element>>(args, stream);
+    }
+#endif
+    launch_fwd_sm90<kernels::DefaultSm90FwdTraits<kHeadDim, Element>>(args, stream);
+}
+
+} // namespace flashattn::cuda

@@ -1,0 +1,90 @@
+// Tiling of the Hopper (sm_90a) forward kernel and the CuTe objects derived from it.
+//
+// Same algorithm as fwd_kernel.cuh; the difference is the instruction that does the matrix
+// products. wgmma (warpgroup MMA) reads its B operand, and for S = Q K^T also its A operand,
+// straight from shared memory, so the ldmatrix traffic and the register fragments of Q, K and V
+// disappear, and one instruction covers a 64 x N x 16 product where mma.sync covers 16 x 8 x 16.
+//
+// A CTA is two warpgroups (8 warps, 256 threads) owning kBlockM = 128 query rows, 64 each (wgmma's
+// M); they share each K/V block in shared memory. Inside a warpgroup the rows split over its warps
+// exactly as in the SM80 kernel (warp w owns rows 16w..16w+15, a quad of lanes shares each row), so
+// the online softmax and the score policies are the same code.
+#pragma once
+
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include <type_traits>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Keys per K/V block, per head dim: 128 where two stages of K and V fit in shared memory beside Q
+// (wgmma's S = Q K^T reads both operands from shared memory; with 64-wide K blocks that read
+// alone would saturate shared-memory bandwidth), else 64.
+template <int kHeadDim>
+struct Sm90FwdTileConfig {
+    static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+};
+
+template <int kHeadDim_, int kBlockN_, typename Element_>
+struct Sm90FwdTraits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kWarpGroups = 2; // each owns 64 query rows; they share the K/V blocks
+    static constexpr int kBlockM = 64 * kWarpGroups;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kThreads = 128 * kWarpGroups;
+    static constexpr int kWarps = 4 * kWarpGroups;
+    static constexpr int kStages = 2; // K and V blocks in flight (each a ring of this many)
+
+    static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
+    static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
+
+    // S = Q K^T: both operands in shared memory, K-major (the head dim is contiguous in both).
+    using WarpGroups = Layout<Shape<Int<kWarpGroups>, _1, _1>>; // stacked along the query rows
+    using TiledMmaS = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpGroups{}));
+    // O += P V: P from registers (the S accumulator converted to 16 bits), V from shared memory.
+    // V is stored keys x head_dim, so as the B operand (head_dim x keys) it is MN-major.
+    using TiledMmaO = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
+                             GMMA::Major::MN>(),
+        WarpGroups{}));
+
+    // Shared memory in wgmma's canonical swizzled layouts: rows of 64 elements (128 bytes) with
+    // 16-byte chunks XOR-ed by row, or 32-element rows when the head dim is not a multiple of 64.
+    using SmemAtom = std::conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                        GMMA::Layout_K_SW64_Atom<Element>>;
+    using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    // V seen as V^T (head_dim x keys): the same bytes, an MN-major operand for wgmma.
+    using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
+                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+    using SmemLayoutO = SmemLayoutQ; // O is staged in Q's buffer
+
+    static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * kHeadDim * int(sizeof(Element));
+    static_assert(kSmemBytes <= 227 * 1024, "Q and two stages of K and V must fit in shared memory");
+
+    // Registers -> shared for O: each thread holds pairs of neighbouring columns.
+    using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
+
+    // Global <-> shared: 16-byte chunks, one swizzle row (64 or 32 elements) per 8 or 4 threads.
+    static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
+    static constexpr int kChunkElems = 16 / int(sizeof(Element));
+    static constexpr int kThreadsPerRow = kSwizzleCols / kChunkElems;
+    static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
+    static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
+    using GmemThreads = Layout<Shape<Int<kRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
+    using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+                                              GmemThreads{}, Layout<Shape<_1, Int<kChunkElems>>>{}));
+    using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, GmemThreads{},
+                                               Layout<Shape<_1, Int<kChunkElems>>>{}));
+};
+
+template <int kHeadDim, typename Element>
+using DefaultSm90FwdTraits = Sm90FwdTraits<kHeadDim, Sm90FwdTileConfig<kHeadDim>::kBlockN, Element>;
+
+} // namespace flashattn::cuda::kernels
