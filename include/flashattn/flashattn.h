@@ -15,7 +15,8 @@
  *
  * Versioning. Initialise a struct with fa_fwd_params_init / fa_bwd_params_init before filling it:
  * they set struct_size and every option to its default, so code compiled against an older header
- * keeps working when fields are appended at the end.
+ * keeps working when fields are appended at the end (the library reads only struct_size bytes and
+ * defaults the rest).
  */
 #ifndef FLASHATTN_FLASHATTN_H
 #define FLASHATTN_FLASHATTN_H
@@ -116,9 +117,25 @@ typedef struct fa_fwd_params {
      * receives the normalised attention probabilities, negated where dropout dropped them. */
     float* attn_probs;
 
-    int32_t num_splits;   /* split-KV: 0 = heuristic, 1 = off; backends may ignore it */
+    int32_t num_splits;   /* split-KV: 0 = heuristic, 1 = off; backends may ignore it (same result) */
     fa_backend backend;
     void* stream;         /* cudaStream_t for the CUDA backend; NULL = default stream */
+
+    /* ---- appended after 0.1.0: callers built against 0.1.0 pass its smaller struct_size and get the defaults ----
+     * Optional paged K/V (forward only: fa_forward, fa_varlen_forward, fa_kvcache_forward). k and v
+     * are then (num_blocks, page_size, num_heads_k, head_dim) pools: batch_stride steps from one
+     * block to the next, row_stride from one row of a block to the next. Row j of sequence b (j
+     * counted from the sequence's first key, plus cache_leftpad[b] in fa_kvcache_forward) lives in
+     * block block_table[b * block_table_batch_stride + j / page_size], at row j % page_size.
+     * Varlen: cu_seqlens_k then gives only the lengths (every sequence starts at row 0 of its
+     * table) and total_k is ignored. Sequence lengths must fit: seqlen_k <= max_blocks_per_seq *
+     * page_size. Entries must be in [0, num_blocks): checked on the CPU; on CUDA an out-of-range
+     * entry is the caller's bug (the device reads the table, the host never does). */
+    const int32_t* block_table;       /* int32 (batch, max_blocks_per_seq); NULL = contiguous k/v */
+    int64_t block_table_batch_stride; /* elements between rows of block_table, >= max_blocks_per_seq */
+    int32_t max_blocks_per_seq;       /* entries per row of block_table that may be read */
+    int32_t page_size;                /* rows per block: a positive multiple of 16 */
+    int32_t num_blocks;               /* blocks in k and v */
 } fa_fwd_params;
 
 typedef struct fa_bwd_params {
@@ -134,9 +151,99 @@ typedef struct fa_bwd_params {
     size_t workspace_size;
 } fa_bwd_params;
 
-/* Set struct_size and every option to its default (no mask, no dropout, auto backend...). */
+/*
+ * Inference: attention over a KV cache, with new tokens appended first (flash_attn_with_kvcache).
+ *
+ * fwd describes the attention as in fa_forward, with k = k_cache and v = v_cache:
+ *   q, out       (batch, seqlen_q, num_heads, head_dim)
+ *   k, v         (batch_cache, seqlen_k, num_heads_k, head_dim) caches, updated in place when k_new
+ *                is given; or paged pools (fwd.block_table, see fa_fwd_params)
+ *   seqlen_k     capacity of one sequence's cache (contiguous: the cache's rows per batch entry;
+ *                paged: at most max_blocks_per_seq * page_size)
+ *   softmax_lse, softmax_scale, causal, window_left/right, softcap, alibi_slopes, num_splits,
+ *   backend, stream: as in fa_forward. Must stay unset: cu_seqlens_q/k, seqused_k, dropout_p,
+ *   attn_probs (this is a forward-only, dense-query entry point).
+ * Sequence b attends to cache rows [leftpad_b, cache_seqlens[b] + seqlen_new) of cache batch
+ * entry cache_batch_idx[b] (or b), after rows [cache_seqlens[b], cache_seqlens[b] + seqlen_new)
+ * were overwritten with k_new / v_new (keys rotated when rotary_cos is given). Masks and ALiBi
+ * count keys from leftpad_b: key length = cache_seqlens[b] + seqlen_new - leftpad_b, and the causal
+ * diagonal ends at the last key (flash_attn's bottom-right alignment). Rotary positions are cache
+ * rows: new key i sits at cache_seqlens[b] + i; query i at cache_seqlens[b] + i when causal or
+ * local, else at cache_seqlens[b]. Exact definitions: docs/semantics.md.
+ * Every pointer is in the memory of q (host or one CUDA device); nothing synchronises with the host
+ * on CUDA, so contents (cache_seqlens, block indices) are validated on the CPU backend only.
+ */
+typedef struct fa_kvcache_params {
+    uint32_t struct_size;        /* set by fa_kvcache_params_init */
+    fa_fwd_params fwd;           /* the attention; fwd.k/fwd.v are the caches */
+    int32_t batch_cache;         /* batch entries of a contiguous cache (>= 1; ignored when paged) */
+    const int32_t* cache_seqlens;   /* required, int32 (batch): rows already in each sequence's cache */
+    const int32_t* cache_batch_idx; /* optional, int32 (batch): cache batch entry of sequence b; NULL = b.
+                                       Not with a block table (the table already maps sequences). */
+    const int32_t* cache_leftpad;   /* optional, int32 (batch): first valid cache row; NULL = 0 */
+    /* Optional new keys/values, (batch, seqlen_new, num_heads_k, head_dim), fwd.dtype: written into
+     * the cache at rows cache_seqlens[b] + i before attending. Sequences must not write the same
+     * cache rows (distinct cache_batch_idx; paged: distinct blocks where they append). */
+    fa_tensor k_new, v_new;
+    int32_t seqlen_new;          /* rows of k_new/v_new; must be 0 when they are NULL */
+    /* Optional rotary embedding of k_new and q (needs k_new): cos and sin in fwd.dtype, contiguous
+     * (seqlen_rotary, rotary_dim / 2); rotary_dim even, 2 <= rotary_dim <= head_dim; the first
+     * rotary_dim features rotate, the rest pass through. Every position used must be < seqlen_rotary. */
+    const void* rotary_cos;
+    const void* rotary_sin;
+    int32_t rotary_dim;
+    int32_t seqlen_rotary;
+    int32_t rotary_interleaved;  /* 1: pairs (2t, 2t+1) (GPT-J); 0: pairs (t, t + rotary_dim/2) (GPT-NeoX) */
+} fa_kvcache_params;
+
+/* A strided fp32 (batch, heads, rows) array of logsumexps; strides in elements. */
+typedef struct fa_lse_view {
+    float* data;
+    int64_t batch_stride;
+    int64_t head_stride;
+    int64_t row_stride;
+} fa_lse_view;
+
+/*
+ * Merge attention computed over disjoint key sets (split-KV partial results, a cascade's shared
+ * prefix and per-sequence suffix, or the shards of context-parallel attention) into the attention
+ * over their union. Split s supplies, for every (b, i, h), a normalised output O_s (fp32) and its
+ * natural-log lse_s. With M = max_s lse_s (over splits with lse_s > -inf):
+ *     lse = M + log(sum_s exp(lse_s - M)),   out = sum_s exp(lse_s - lse) * O_s
+ * A split with lse_s = -inf (it saw no key) contributes nothing and its O_s is never read, so empty
+ * splits need not write their output; a row where every split is empty gives out = 0, lse = -inf.
+ * out_partial element (s, b, i, h, d) lives at out_partial.data + s * out_partial_split_stride +
+ * b * batch_stride + i * row_stride + h * head_stride + d; lse_partial likewise with
+ * lse_partial_split_stride. Packed (varlen) rows: batch = 1, rows = total tokens.
+ */
+typedef struct fa_combine_params {
+    uint32_t struct_size;        /* set by fa_combine_params_init */
+    int32_t num_splits;          /* >= 1 */
+    int32_t batch, seqlen_q, num_heads, head_dim;
+    fa_tensor out_partial;       /* fp32 */
+    int64_t out_partial_split_stride;
+    fa_lse_view lse_partial;
+    int64_t lse_partial_split_stride;
+    fa_dtype dtype;              /* of out */
+    fa_tensor out;               /* output (batch, seqlen_q, num_heads, head_dim) */
+    fa_lse_view lse;             /* optional output (data NULL = not written) */
+    fa_backend backend;
+    void* stream;
+} fa_combine_params;
+
+/* Set struct_size and every option to its default (no mask, no dropout, auto backend...).
+ * fa_fwd_params_init(p) / fa_bwd_params_init(p) are macros passing sizeof the struct as this header
+ * defines it. The plain exported functions of those names are what a binary built against 0.1.0
+ * calls: they initialise exactly the 0.1.0 layout (never writing past its end), and the library
+ * accepts that struct_size. Bindings without macros (ctypes) call the _sized functions. */
+FA_API void fa_fwd_params_init_sized(fa_fwd_params* params, size_t size);
+FA_API void fa_bwd_params_init_sized(fa_bwd_params* params, size_t size);
 FA_API void fa_fwd_params_init(fa_fwd_params* params);
 FA_API void fa_bwd_params_init(fa_bwd_params* params);
+#define fa_fwd_params_init(params) fa_fwd_params_init_sized((params), sizeof(fa_fwd_params))
+#define fa_bwd_params_init(params) fa_bwd_params_init_sized((params), sizeof(fa_bwd_params))
+FA_API void fa_kvcache_params_init(fa_kvcache_params* params);
+FA_API void fa_combine_params_init(fa_combine_params* params);
 
 /* Dense batches: cu_seqlens_q/k must be NULL. */
 FA_API fa_status fa_forward(const fa_fwd_params* params);
@@ -145,6 +252,12 @@ FA_API fa_status fa_backward(const fa_bwd_params* params);
 /* Packed variable-length batches: cu_seqlens_q/k must be set. */
 FA_API fa_status fa_varlen_forward(const fa_fwd_params* params);
 FA_API fa_status fa_varlen_backward(const fa_bwd_params* params);
+
+/* KV-cache attention (see fa_kvcache_params); forward only. */
+FA_API fa_status fa_kvcache_forward(const fa_kvcache_params* params);
+
+/* Merge partial attention results by their logsumexp (see fa_combine_params). */
+FA_API fa_status fa_combine(const fa_combine_params* params);
 
 /* Bytes of device scratch the backward needs for this problem (0 for the CPU backend). */
 FA_API size_t fa_bwd_workspace_size(const fa_bwd_params* params);

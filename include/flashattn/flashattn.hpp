@@ -42,6 +42,21 @@ inline void backward(const fa_bwd_params& p) { check(fa_backward(&p)); }
 inline void varlen_forward(const fa_fwd_params& p) { check(fa_varlen_forward(&p)); }
 inline void varlen_backward(const fa_bwd_params& p) { check(fa_varlen_backward(&p)); }
 
+inline fa_kvcache_params default_kvcache_params() {
+    fa_kvcache_params p;
+    fa_kvcache_params_init(&p);
+    return p;
+}
+
+inline fa_combine_params default_combine_params() {
+    fa_combine_params p;
+    fa_combine_params_init(&p);
+    return p;
+}
+
+inline void kvcache_forward(const fa_kvcache_params& p) { check(fa_kvcache_forward(&p)); }
+inline void combine(const fa_combine_params& p) { check(fa_combine(&p)); }
+
 inline bool cuda_available() { return fa_cuda_available() != 0; }
 
 } // namespace flashattn

@@ -2,7 +2,7 @@
 
 We bind the C ABI rather than compiling against torch's C++ headers, so one build of the library
 serves every torch version. The structs below mirror the header field for field; `load()` checks
-their size against the library's own `sizeof` (fa_fwd_params_init writes it into struct_size), so
+their size against the library's own `sizeof` (the _init functions write it into struct_size), so
 a header change that is not mirrored here fails loudly at import instead of corrupting memory.
 """
 
@@ -63,6 +63,12 @@ class FwdParams(ctypes.Structure):
         ("num_splits", ctypes.c_int32),
         ("backend", ctypes.c_int),
         ("stream", ctypes.c_void_p),
+        # appended after 0.1.0: paged K/V
+        ("block_table", ctypes.c_void_p),
+        ("block_table_batch_stride", ctypes.c_int64),
+        ("max_blocks_per_seq", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("num_blocks", ctypes.c_int32),
     ]
 
 
@@ -77,6 +83,56 @@ class BwdParams(ctypes.Structure):
         ("deterministic", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+    ]
+
+
+class KvCacheParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("fwd", FwdParams),
+        ("batch_cache", ctypes.c_int32),
+        ("cache_seqlens", ctypes.c_void_p),
+        ("cache_batch_idx", ctypes.c_void_p),
+        ("cache_leftpad", ctypes.c_void_p),
+        ("k_new", Tensor),
+        ("v_new", Tensor),
+        ("seqlen_new", ctypes.c_int32),
+        ("rotary_cos", ctypes.c_void_p),
+        ("rotary_sin", ctypes.c_void_p),
+        ("rotary_dim", ctypes.c_int32),
+        ("seqlen_rotary", ctypes.c_int32),
+        ("rotary_interleaved", ctypes.c_int32),
+    ]
+
+
+class LseView(ctypes.Structure):
+    """fa_lse_view: a strided fp32 (batch, heads, rows) array."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("batch_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+        ("row_stride", ctypes.c_int64),
+    ]
+
+
+class CombineParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_splits", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("out_partial", Tensor),
+        ("out_partial_split_stride", ctypes.c_int64),
+        ("lse_partial", LseView),
+        ("lse_partial_split_stride", ctypes.c_int64),
+        ("dtype", ctypes.c_int),
+        ("out", Tensor),
+        ("lse", LseView),
+        ("backend", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -108,6 +164,7 @@ class Library:
         self.path = str(path)
         lib = ctypes.CDLL(self.path)  # CDLL releases the GIL during calls: the CPU backend threads freely
         fwd_ptr, bwd_ptr = ctypes.POINTER(FwdParams), ctypes.POINTER(BwdParams)
+        kv_ptr, combine_ptr = ctypes.POINTER(KvCacheParams), ctypes.POINTER(CombineParams)
 
         def bind(name, restype, *argtypes):
             fn = getattr(lib, name)
@@ -125,14 +182,23 @@ class Library:
         self.cuda_available = bind("fa_cuda_available", ctypes.c_int)
         self.set_num_threads = bind("fa_set_num_threads", None, ctypes.c_int)
         self.get_num_threads = bind("fa_get_num_threads", ctypes.c_int)
-        fwd_init = bind("fa_fwd_params_init", None, fwd_ptr)
-        bwd_init = bind("fa_bwd_params_init", None, bwd_ptr)
+        self.kvcache_forward = bind("fa_kvcache_forward", ctypes.c_int, kv_ptr)
+        self.combine = bind("fa_combine", ctypes.c_int, combine_ptr)
+        # The _sized initialisers: the plain fa_*_params_init symbols initialise the 0.1.0 layout.
+        fwd_init = bind("fa_fwd_params_init_sized", None, fwd_ptr, ctypes.c_size_t)
+        bwd_init = bind("fa_bwd_params_init_sized", None, bwd_ptr, ctypes.c_size_t)
+        kv_init = bind("fa_kvcache_params_init", None, kv_ptr)
+        combine_init = bind("fa_combine_params_init", None, combine_ptr)
 
         # Defaults exactly as the library sets them; the layout check guards everything below.
         self.fwd_defaults, self.bwd_defaults = FwdParams(), BwdParams()
-        fwd_init(ctypes.byref(self.fwd_defaults))
-        bwd_init(ctypes.byref(self.bwd_defaults))
-        for struct, name in ((self.fwd_defaults, "fa_fwd_params"), (self.bwd_defaults, "fa_bwd_params")):
+        self.kv_defaults, self.combine_defaults = KvCacheParams(), CombineParams()
+        fwd_init(ctypes.byref(self.fwd_defaults), ctypes.sizeof(FwdParams))
+        bwd_init(ctypes.byref(self.bwd_defaults), ctypes.sizeof(BwdParams))
+        kv_init(ctypes.byref(self.kv_defaults))
+        combine_init(ctypes.byref(self.combine_defaults))
+        for struct, name in ((self.fwd_defaults, "fa_fwd_params"), (self.bwd_defaults, "fa_bwd_params"),
+                             (self.kv_defaults, "fa_kvcache_params"), (self.combine_defaults, "fa_combine_params")):
             if struct.struct_size != ctypes.sizeof(struct):
                 raise ImportError(
                     f"flashattn: {self.path} has sizeof({name}) = {struct.struct_size} but the Python "
@@ -144,6 +210,8 @@ class Library:
             raise ImportError(f"flashattn: {self.path}: fa_fwd_params field layout differs from the Python binding")
         self.fwd_struct_size = self.fwd_defaults.struct_size
         self.bwd_struct_size = self.bwd_defaults.struct_size
+        self.kv_struct_size = self.kv_defaults.struct_size
+        self.combine_struct_size = self.combine_defaults.struct_size
 
     def check(self, status):
         """Raise FlashAttnError for a failed call (status != FA_OK)."""

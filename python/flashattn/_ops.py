@@ -148,7 +148,7 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
         total_q = total_k = 0
     else:
         total_q, heads, dim = q.shape
-        total_k, heads_k = k.shape[0], k.shape[1]
+        total_k, heads_k = (0, k.shape[2]) if k.dim() == 4 else (k.shape[0], k.shape[1])  # 4-D: a paged pool
         batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k
     if cuda and CHECK_CUDA_SEQLENS:
         _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_k, max_seqlen_q, max_seqlen_k,
@@ -317,3 +317,90 @@ def attention(q, k, v, *options):
             return _EagerAttention.apply(q, k, v, *options)
         return forward_impl(q, k, v, *options)
     return fwd(q, k, v, *options)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference: attention over a KV cache (fa_kvcache_forward) and paged K/V in the varlen forward.
+# Forward only (as in flash_attn). The caches are updated in place, so the operator declares them
+# mutated; arguments arrive checked by flash_attn_interface.py.
+
+def _paged_fields(block_table: Optional[Tensor], k: Tensor):
+    if block_table is None:
+        return {}
+    return dict(block_table=block_table.data_ptr(), block_table_batch_stride=block_table.stride(0),
+                max_blocks_per_seq=block_table.shape[1], page_size=k.shape[1], num_blocks=k.shape[0])
+
+
+def kvcache_forward_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                         cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left, window_right,
+                         softcap, rotary_interleaved, num_splits):
+    cuda = q.is_cuda
+    batch, seqlen_q, heads, dim = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    paged = block_table is not None
+    fwd = C.FwdParams(
+        struct_size=lib.fwd_struct_size, dtype=_DTYPE_CODES[q.dtype],
+        batch=batch, seqlen_q=seqlen_q,
+        seqlen_k=block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1],
+        num_heads=heads, num_heads_k=k_cache.shape[2], head_dim=dim,
+        q=_view(q), k=_view(k_cache), v=_view(v_cache), out=_view(out), softmax_lse=lse.data_ptr(),
+        softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
+        softcap=softcap, alibi_slopes=_ptr(alibi_slopes),
+        alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
+        num_splits=num_splits, backend=C.BACKEND_CUDA if cuda else C.BACKEND_CPU,
+        stream=torch.cuda.current_stream(q.device).cuda_stream if cuda else None,
+        **_paged_fields(block_table, k_cache),
+    )
+    params = C.KvCacheParams(struct_size=lib.kv_struct_size, fwd=fwd, batch_cache=1 if paged else k_cache.shape[0],
+                             cache_seqlens=cache_seqlens.data_ptr(), cache_batch_idx=_ptr(cache_batch_idx),
+                             cache_leftpad=_ptr(cache_leftpad))
+    if k is not None:
+        params.k_new, params.v_new, params.seqlen_new = _view(k), _view(v), k.shape[1]
+    if rotary_cos is not None:
+        params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+        params.rotary_dim, params.seqlen_rotary = 2 * rotary_cos.shape[1], rotary_cos.shape[0]
+        params.rotary_interleaved = rotary_interleaved
+    lib.check(lib.kvcache_forward(params))
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
+                rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Tensor,
+                cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
+                alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int,
+                window_right: int, softcap: float, rotary_interleaved: bool,
+                num_splits: int) -> tuple[Tensor, Tensor]:
+    """Returns (out, softmax_lse); k/v (when given) are written into k_cache/v_cache first."""
+    return kvcache_forward_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
+                                window_right, softcap, rotary_interleaved, num_splits)
+
+
+@fwd_kvcache.register_fake
+def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+      alibi_slopes, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+    batch, seqlen_q, heads, _ = q.shape
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device))
+
+
+def kvcache_attention(q, k_cache, v_cache, *options):
+    """(out, softmax_lse); plain eager tensors skip the operator dispatch, traced code goes through it."""
+    if type(q) is Tensor and type(k_cache) is Tensor and not torch.compiler.is_compiling():
+        return kvcache_forward_impl(q, k_cache, v_cache, *options)
+    return fwd_kvcache(q, k_cache, v_cache, *options)
+
+
+def paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, max_seqlen_q,
+                         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap):
+    """fa_varlen_forward with a block table (forward only): (out, softmax_lse)."""
+    out, lse = _forward_outputs(q, k, cu_seqlens_q)
+    params = _fwd_params(q, k, v, out, lse, None, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
+                         max_seqlen_k, 0.0, softmax_scale, causal, window_left, window_right, softcap, None)
+    for name, value in _paged_fields(block_table, k).items():
+        setattr(params, name, value)
+    params.k, params.v = _view(k), _view(v)  # (num_blocks, page_size, heads_k, dim): 4-D strides
+    lib.check(lib.varlen_forward(params))
+    return out, lse

@@ -233,7 +233,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         cu_seqlens_q, cu_seqlens_k: int32 (batch_size + 1,), prefix sums of the sequence lengths;
             sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]).
         max_seqlen_q, max_seqlen_k: int, the longest sequence of each (an upper bound is fine).
-        block_table: paged KV cache; not supported yet (must be None).
+        block_table: optional int32 (batch_size, max_num_blocks_per_seq): paged K/V (forward only). k
+            and v are then (num_blocks, page_block_size, nheads_k, headdim) pools, page_block_size a
+            multiple of 16; sequence b's key j is row j % page_block_size of block
+            block_table[b, j // page_block_size]; cu_seqlens_k gives only the lengths.
         seqused_k (flashattn extension, keyword only): int32 (batch_size,); sequence b attends only to
             its first seqused_k[b] keys.
         The other arguments are those of flash_attn_func; causal and windows are bottom-right aligned
@@ -243,7 +246,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         (nheads, total_q) and S_dmask: None (attention probabilities are returned by dense calls only).
     """
     if block_table is not None:
-        raise NotImplementedError("flashattn: block_table (paged KV cache) is not supported yet; pass block_table=None")
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
+                             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
 
@@ -266,3 +270,160 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     return _attention(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None,
                       dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                       return_attn_probs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference (forward only): paged K/V in the varlen forward, and attention over a KV cache.
+
+def _check_block_table(block_table, q, batch):
+    if not isinstance(block_table, Tensor):
+        raise TypeError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must be int32, got {block_table.dtype}")
+    if block_table.device != q.device:
+        raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ValueError(f"block_table must have shape (batch_size, max_num_blocks_per_seq) = ({batch}, >= 1), "
+                         f"got {tuple(block_table.shape)}")
+    if block_table.stride(1) != 1 and block_table.shape[1] > 1:
+        raise ValueError("block_table must have a contiguous last dimension")
+
+
+def _check_pool(name, t, q, shape_text):
+    _check_tensor(name, t, q, 4, shape_text)
+    if t.shape[1] % 16 != 0 or t.shape[1] == 0:
+        raise ValueError(f"{name} has page_block_size {t.shape[1]} (dim 1): it must be a positive multiple of 16")
+
+
+def _forward_only(*tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise NotImplementedError("flashattn: paged K/V and KV-cache attention are forward only (no gradients); "
+                                  "run under torch.no_grad() or detach the inputs")
+
+
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table):
+    _check_tensor("q", q, None, 3, "(total_q, nheads, headdim)")
+    shape = "(num_blocks, page_block_size, nheads_k, headdim) with a block_table"
+    _check_pool("k", k, q, shape)
+    _check_pool("v", v, q, shape)
+    if k.shape != v.shape or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k and v must have the same shape with q's headdim {q.shape[-1]}, got k {tuple(k.shape)} "
+                         f"and v {tuple(v.shape)}")
+    if q.shape[-2] % k.shape[-2] != 0:
+        raise ValueError(f"q has {q.shape[-2]} heads and k/v have {k.shape[-2]}: for MQA/GQA the number of query "
+                         "heads must be a multiple of the number of key/value heads")
+    batch = _check_varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    alibi_slopes = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
+    if dropout_p > 0:
+        raise ValueError("dropout_p must be 0 with a block_table (paged K/V is forward only)")
+    _check_block_table(block_table, q, batch)
+    if seqused_k is not None:
+        _check_int32_vector("seqused_k", seqused_k, q, batch, "batch_size")
+    _forward_only(q, k, v)
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    out, lse = _ops.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
+                                         max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal),
+                                         window_size[0], window_size[1], float(softcap))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """Attention of q over a KV cache, after appending new keys/values to it in place (decoding).
+
+    If k and v are given, they are written into k_cache / v_cache at rows cache_seqlens[b],
+    cache_seqlens[b] + 1, ... of each sequence (in place), then q attends to the cache rows
+    [cache_leftpad[b], cache_seqlens[b] + seqlen_new). With rotary_cos / rotary_sin the new keys are
+    rotated at positions cache_seqlens[b] + i, and q at cache_seqlens[b] + i when causal or local
+    (window_size != (-1, -1)), else every query at cache_seqlens[b]. Masks, windows and ALiBi count
+    keys from cache_leftpad[b] and align the last query with the last key (bottom-right).
+    Forward only.
+
+    Arguments:
+        q: (batch_size, seqlen, nheads, headdim).
+        k_cache, v_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim), or with block_table
+            (num_blocks, page_block_size, nheads_k, headdim), page_block_size a multiple of 16.
+        k, v [optional]: (batch_size, seqlen_new, nheads_k, headdim): new keys/values to append.
+        rotary_cos, rotary_sin [optional]: (seqlen_ro, rotary_dim / 2), q's dtype; need k and v.
+        cache_seqlens: int or int32 (batch_size,): rows already in each sequence's cache (default:
+            the whole cache).
+        cache_batch_idx [optional]: int32 (batch_size,): the cache entry of each sequence (default
+            0, 1, ...); entries must be distinct when k and v are given. Not with block_table.
+        cache_leftpad [optional]: int32 (batch_size,): the first valid row of each sequence's cache.
+        block_table [optional]: int32 (batch_size, max_num_blocks_per_seq): paged cache.
+        softmax_scale, causal, window_size, softcap, alibi_slopes: as in flash_attn_func.
+        rotary_interleaved: True: rotate feature pairs (0, 1), (2, 3), ... (GPT-J); False: pairs
+            (i, i + rotary_dim / 2) (GPT-NeoX).
+        num_splits: split-KV (0 = the backend's heuristic, 1 = off); the result does not depend on it.
+        return_softmax_lse: also return the logsumexp.
+    Returns:
+        out: (batch_size, seqlen, nheads, headdim); with return_softmax_lse also
+        softmax_lse: float32 (batch_size, nheads, seqlen).
+    """
+    _check_tensor("q", q, None, 4, "(batch_size, seqlen, nheads, headdim)")
+    batch, _, heads, head_dim = q.shape
+    paged = block_table is not None
+    cache_shape = ("(num_blocks, page_block_size, nheads_k, headdim) with a block_table" if paged
+                   else "(batch_size_cache, seqlen_cache, nheads_k, headdim)")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        (_check_pool if paged else lambda n, x, r, sh: _check_tensor(n, x, r, 4, sh))(name, t, q, cache_shape)
+    if k_cache.shape != v_cache.shape or k_cache.shape[-1] != head_dim:
+        raise ValueError(f"k_cache and v_cache must have the same shape with q's headdim {head_dim}, got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    heads_k = k_cache.shape[2]
+    if heads % heads_k != 0:
+        raise ValueError(f"q has {heads} heads and k_cache has {heads_k}: for MQA/GQA the number of query heads "
+                         "must be a multiple of the number of key/value heads")
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together (new keys and values to append), or both be None")
+    if k is not None:
+        _check_tensor("k", k, q, 4, "(batch_size, seqlen_new, nheads_k, headdim)")
+        _check_tensor("v", v, q, 4, "(batch_size, seqlen_new, nheads_k, headdim)")
+        if k.shape != v.shape or k.shape[0] != batch or k.shape[2] != heads_k or k.shape[3] != head_dim:
+            raise ValueError(f"k and v must have shape (batch_size, seqlen_new, nheads_k, headdim) = ({batch}, "
+                             f"seqlen_new, {heads_k}, {head_dim}), got {tuple(k.shape)} and {tuple(v.shape)}")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin need k and v: rotary embedding applies to the appended keys and q")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dtype is not q.dtype:
+                raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}: they must match")
+            if t.device != q.device:
+                raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+            if t.dim() != 2 or t.shape != rotary_cos.shape or not 1 <= 2 * t.shape[1] <= head_dim:
+                raise ValueError(f"{name} must have shape (seqlen_ro, rotary_dim / 2) with rotary_dim <= headdim "
+                                 f"({head_dim}), the same for cos and sin; got {tuple(t.shape)}")
+        rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
+    if paged:
+        _check_block_table(block_table, q, batch)
+        if cache_batch_idx is not None:
+            raise ValueError("cache_batch_idx must be None with a block_table (the table maps sequences to pages)")
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    if cache_seqlens is None:
+        cache_seqlens = capacity
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    _check_int32_vector("cache_seqlens", cache_seqlens, q, batch, "batch_size")
+    if cache_batch_idx is not None:
+        _check_int32_vector("cache_batch_idx", cache_batch_idx, q, batch, "batch_size")
+    if cache_leftpad is not None:
+        _check_int32_vector("cache_leftpad", cache_leftpad, q, batch, "batch_size")
+    alibi_slopes = _check_options(q, 0.0, softmax_scale, window_size, softcap, alibi_slopes, batch)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    _forward_only(q, k, v)
+    if softmax_scale is None:
+        softmax_scale = head_dim ** -0.5
+    out, lse = _ops.kvcache_attention(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
+                                      float(softmax_scale), bool(causal), window_size[0], window_size[1],
+                                      float(softcap), bool(rotary_interleaved), int(num_splits))
+    return (out, lse) if return_softmax_lse else out

@@ -3,6 +3,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "executor.h"
+#include "inference.h"
 #include "thread_pool.h"
 
 #include <atomic>
@@ -193,6 +194,23 @@ void backward(const BwdProblem& problem) {
     PoolLease lease;
     CallExecutor executor(lease.pool(), lease.workspace());
     active_kernels().backward(problem, tuning(), executor);
+}
+
+// Append, then attend: every sequence's new rows are in the cache before any sequence reads it.
+// num_splits is not needed here (the CPU forward's tasks are query blocks of every head, and the
+// result is the same either way), so it is ignored.
+void kvcache_forward(const KvCacheProblem& problem) {
+    PoolLease lease;
+    CallExecutor executor(lease.pool(), lease.workspace());
+    append_to_cache(problem, executor);
+    const Problem attention = attention_with_rotated_queries(problem, executor);
+    active_kernels().forward(attention, tuning(), executor);
+}
+
+void combine(const CombineProblem& problem) {
+    PoolLease lease;
+    CallExecutor executor(lease.pool(), lease.workspace());
+    combine_partials(problem, executor);
 }
 
 void set_num_threads(int num_threads) {

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace flashattn::reference {
@@ -294,6 +295,92 @@ Gradients backward(const BwdProblem& bp, Precision precision) {
                 }
     }
     return g;
+}
+
+namespace {
+
+// Row `row` of head_dim elements at `offset`, rotated to `position` (rotary on) and rounded to the dtype.
+void rotated_row_into(const fa_kvcache_params& p, const void* src, int64_t src_offset, void* dst, int64_t dst_offset,
+                      bool rotate, int64_t position) {
+    const fa_dtype dtype = p.fwd.dtype;
+    const int64_t d = p.fwd.head_dim;
+    std::vector<float> x(static_cast<size_t>(d));
+    for (int64_t c = 0; c < d; ++c) x[size_t(c)] = load_float(src, dtype, src_offset + c);
+    if (rotate) {
+        const int64_t half = p.rotary_dim / 2;
+        std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
+        for (int64_t t = 0; t < half; ++t) {
+            cos[size_t(t)] = load_float(p.rotary_cos, dtype, position * half + t);
+            sin[size_t(t)] = load_float(p.rotary_sin, dtype, position * half + t);
+        }
+        rotate_features(x.data(), cos.data(), sin.data(), p.rotary_dim, p.rotary_interleaved != 0);
+    }
+    for (int64_t c = 0; c < d; ++c) store_float(dst, dtype, dst_offset + c, x[size_t(c)]);
+}
+
+} // namespace
+
+ForwardResult kvcache_forward(const KvCacheProblem& kp, Precision precision) {
+    check_kvcache_arrays(kp);
+    const fa_kvcache_params& p = kp.p;
+    const fa_fwd_params& f = p.fwd;
+    if (kp.appends())
+        for (int64_t b = 0; b < f.batch; ++b)
+            for (int64_t h_k = 0; h_k < f.num_heads_k; ++h_k)
+                for (int64_t i = 0; i < p.seqlen_new; ++i) {
+                    rotated_row_into(p, p.k_new.data,
+                                     b * p.k_new.batch_stride + i * p.k_new.row_stride + h_k * p.k_new.head_stride,
+                                     f.k.data, kp.cache_offset(f.k, b, i, h_k), kp.rotary(), kp.new_row(b, i));
+                    rotated_row_into(p, p.v_new.data,
+                                     b * p.v_new.batch_stride + i * p.v_new.row_stride + h_k * p.v_new.head_stride,
+                                     f.v.data, kp.cache_offset(f.v, b, i, h_k), false, 0);
+                }
+    Problem attention = kp.attention;
+    std::vector<unsigned char> rotated_q;
+    if (kp.rotary()) {
+        const int64_t d = f.head_dim, heads = f.num_heads;
+        rotated_q.assign(size_t(std::max<int64_t>(1, int64_t(f.batch) * f.seqlen_q * heads * d) * dtype_size(f.dtype)), 0);
+        const fa_tensor q_rot{rotated_q.data(), f.seqlen_q * heads * d, heads * d, d};
+        for (int64_t b = 0; b < f.batch; ++b)
+            for (int64_t i = 0; i < f.seqlen_q; ++i)
+                for (int64_t h = 0; h < heads; ++h)
+                    rotated_row_into(p, f.q.data, b * f.q.batch_stride + i * f.q.row_stride + h * f.q.head_stride,
+                                     rotated_q.data(), b * q_rot.batch_stride + i * q_rot.row_stride + h * q_rot.head_stride,
+                                     true, kp.query_position(b, i));
+        attention.p.q = q_rot;
+    }
+    return forward(attention, precision);
+}
+
+ForwardResult combine(const CombineProblem& cp) {
+    const fa_combine_params& p = cp.p;
+    const int64_t H = p.num_heads, d = p.head_dim, Sq = p.seqlen_q;
+    const float* partial = static_cast<const float*>(p.out_partial.data);
+    ForwardResult r;
+    r.out.assign(size_t(p.batch * Sq * H * d), 0.0);
+    r.lse.assign(size_t(p.batch * H * Sq), kMinusInf);
+    for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t i = 0; i < Sq; ++i)
+            for (int64_t h = 0; h < H; ++h) {
+                double row_max = kMinusInf;
+                for (int64_t s = 0; s < p.num_splits; ++s)
+                    row_max = std::max(row_max, double(p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)]));
+                if (row_max == kMinusInf) continue; // every split empty: out 0, lse -inf
+                double sum = 0.0;
+                for (int64_t s = 0; s < p.num_splits; ++s)
+                    sum += std::exp(double(p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)]) - row_max);
+                const double lse = row_max + std::log(sum);
+                r.lse[size_t((b * H + h) * Sq + i)] = lse;
+                double* out = &r.out[size_t(((b * Sq + i) * H + h) * d)];
+                for (int64_t s = 0; s < p.num_splits; ++s) {
+                    const double l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)];
+                    if (l == kMinusInf) continue; // never read
+                    const double weight = std::exp(l - lse);
+                    const float* o = partial + cp.partial_offset(s, b, i, h);
+                    for (int64_t c = 0; c < d; ++c) out[c] += weight * double(o[c]);
+                }
+            }
+    return r;
 }
 
 } // namespace flashattn::reference

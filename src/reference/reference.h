@@ -37,4 +37,17 @@ ForwardResult forward(const Problem& problem, Precision precision, bool want_pro
 // Recomputes the forward itself (it does not trust out/softmax_lse in the params).
 Gradients backward(const BwdProblem& problem, Precision precision);
 
+// fa_kvcache_forward's definition. First the append, written into the caches the problem points at
+// (give it a copy of the caller's caches): new key i of sequence b, rotated in fp32 exactly as
+// core/problem.h's rotate_features does and rounded to the dtype, and new value i go to cache row
+// cache_seqlens[b] + i; every backend must leave the caches bit-identical to this. Then the
+// attention of forward() over the caches, with q rotated the same way and rounded to the dtype.
+// The append only reads k_new/v_new, so running this twice on one copy (fp64, then same_as_inputs)
+// leaves the same caches.
+ForwardResult kvcache_forward(const KvCacheProblem& problem, Precision precision);
+
+// fa_combine's definition, in fp64: out in canonical (batch * seqlen_q, num_heads, head_dim) order,
+// lse as (batch, num_heads, seqlen_q).
+ForwardResult combine(const CombineProblem& problem);
+
 } // namespace flashattn::reference

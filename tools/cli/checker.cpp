@@ -38,7 +38,16 @@ double max_error(const char* name, size_t count, const Ours& ours, const std::ve
     return worst;
 }
 
-TensorCheck compare(const char* name, double factor, size_t count, const std::function<double(size_t)>& ours,
+
+TensorCheck compare(const char* name, double factor, const HostTensor& ours, const std::vector<double>& naive,
+                    const std::vector<double>& reference) {
+    return compare_values(name, factor, size_t(ours.elements()), [&](size_t i) { return double(ours.value(int64_t(i))); },
+                   naive, reference);
+}
+
+} // namespace
+
+TensorCheck compare_values(const char* name, double factor, size_t count, const std::function<double(size_t)>& ours,
                     const std::vector<double>& naive, const std::vector<double>& reference) {
     TensorCheck check;
     check.name = name;
@@ -48,14 +57,6 @@ TensorCheck compare(const char* name, double factor, size_t count, const std::fu
     check.pass = check.error <= check.bound;
     return check;
 }
-
-TensorCheck compare(const char* name, double factor, const HostTensor& ours, const std::vector<double>& naive,
-                    const std::vector<double>& reference) {
-    return compare(name, factor, size_t(ours.elements()), [&](size_t i) { return double(ours.value(int64_t(i))); },
-                   naive, reference);
-}
-
-} // namespace
 
 bool reference_is_affordable(const Problem& problem, bool backward) {
     const double work = double(allowed_pairs(problem)) * double(problem.head_dim()) * (backward ? 4.0 : 1.0);
@@ -80,7 +81,7 @@ CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backw
     const reference::ForwardResult naive = reference::forward(problem, Precision::same_as_inputs);
     progress.end();
     result.tensors.push_back(compare("out", kForwardFactor, outputs.out, naive.out, exact.out));
-    result.tensors.push_back(compare("lse", kForwardFactor, outputs.lse.size(),
+    result.tensors.push_back(compare_values("lse", kForwardFactor, outputs.lse.size(),
                                      [&](size_t i) { return double(outputs.lse[i]); }, naive.lse, exact.lse));
 
     if (backward) {

@@ -7,6 +7,7 @@
 #include "progress.h"
 #include "workload.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct CheckResult {
     bool pass = true;
     double seconds = 0; // time the reference took
 };
+
+// ours(i) for i < count against the fp64 reference and the naive same-precision result: bound =
+// factor x naive error + a small floor.
+TensorCheck compare_values(const char* name, double factor, size_t count, const std::function<double(size_t)>& ours,
+                           const std::vector<double>& naive, const std::vector<double>& reference);
 
 // Whether the naive reference (which materialises S) finishes in reasonable time for this problem:
 // --check runs by default only then.

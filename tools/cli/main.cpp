@@ -7,13 +7,14 @@
 //
 // The pieces: options (flags), workload (host inputs and params), device (host or CUDA memory and
 // timing), runner (timed library calls), checker (tolerance rule against the reference), flops,
-// report (text or JSON) and bench (the grid).
+// report (text or JSON), bench (the grid) and kvcache (a decode step, --kvcache).
 #include "bench.h"
 #include "checker.h"
 #include "device.h"
 #include "errors.h"
 #include "flops.h"
 #include "json.h"
+#include "kvcache.h"
 #include "options.h"
 #include "progress.h"
 #include "report.h"
@@ -97,8 +98,8 @@ int main(int argc, char** argv) {
         std::unique_ptr<Device> device = open_device(options);
         resolve_defaults(options, device->backend());
         Progress progress(true);
-        return options.mode == Options::Mode::bench ? run_bench(options, *device, progress)
-                                                    : run_single(options, *device, progress);
+        if (options.mode == Options::Mode::bench) return run_bench(options, *device, progress);
+        return options.problem.kvcache ? run_kvcache(options, *device, progress) : run_single(options, *device, progress);
     } catch (const UsageError& e) {
         return failed(kExitUsage, e.what());
     } catch (const flashattn::Error& e) {

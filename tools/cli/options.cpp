@@ -118,6 +118,29 @@ std::vector<Flag> flag_table() {
          [](Options& o, const std::string& v) { o.problem.dtype = parse_dtype("--dtype", v); }},
         {"--varlen", nullptr, Scope::run, "packed batch of random lengths up to the seqlens, some empty",
          [](Options& o, const std::string&) { o.problem.varlen = true; }},
+        // Inference (KV cache).
+        {"--kvcache", nullptr, Scope::run,
+         "a decode step on a KV cache: --seqlen-k rows cached per sequence, --seqlen-q new tokens (default 1) appended and attending (fa_kvcache_forward)",
+         [](Options& o, const std::string&) { o.problem.kvcache = true; }},
+        {"--paged", nullptr, Scope::run, "with --kvcache: the cache is a pool of pages reached through a block table",
+         [](Options& o, const std::string&) { o.problem.paged = true; }},
+        {"--page-size", "N", Scope::run, "rows per page, a multiple of 16 (default 16; implies --paged)",
+         [](Options& o, const std::string& v) {
+             const int n = parse_int("--page-size", v, 16);
+             if (n % 16 != 0) bad_value("--page-size", "a positive multiple of 16", v);
+             o.problem.page_size = n;
+             o.problem.paged = true;
+         }},
+        {"--rotary-dim", "N", Scope::run, "with --kvcache: rotary embedding of q and the new keys on the first N features (even; GPT-NeoX layout)",
+         [](Options& o, const std::string& v) {
+             const int n = parse_int("--rotary-dim", v, 0, 256);
+             if (n % 2 != 0) bad_value("--rotary-dim", "an even integer in [0, 256]", v);
+             o.problem.rotary_dim = n;
+         }},
+        {"--rotary-interleaved", nullptr, Scope::run, "rotary pairs (2t, 2t+1) (GPT-J) instead of (t, t + N/2)",
+         [](Options& o, const std::string&) { o.problem.rotary_interleaved = true; }},
+        {"--num-splits", "N", Scope::run, "split-KV: 1 = off, 0 = the backend's heuristic (default 1; --kvcache: 0)",
+         [](Options& o, const std::string& v) { o.problem.num_splits = parse_int("--num-splits", v, 0); }},
         // Attention variants.
         {"--causal", nullptr, Scope::run, "causal mask, aligned to the bottom-right corner",
          [](Options& o, const std::string&) { o.problem.causal = true; }},
@@ -225,6 +248,17 @@ void check_combination(const Options& o) {
     if (p.heads % p.kv_heads != 0)
         throw UsageError("--kv-heads (" + std::to_string(p.kv_heads) + ") must divide --heads (" +
                          std::to_string(p.heads) + ")");
+    if (!p.kvcache) {
+        if (p.paged) throw UsageError("--paged/--page-size need --kvcache");
+        if (p.rotary_dim) throw UsageError("--rotary-dim needs --kvcache");
+        return;
+    }
+    if (o.backward) throw UsageError("--kvcache is forward only (inference); drop --backward");
+    if (p.varlen) throw UsageError("--kvcache and --varlen do not combine (cache lengths are per sequence already)");
+    if (p.dropout > 0) throw UsageError("--kvcache does not take --dropout (inference)");
+    if (p.rotary_dim > p.head_dim)
+        throw UsageError("--rotary-dim (" + std::to_string(p.rotary_dim) + ") must be <= --head-dim (" +
+                         std::to_string(p.head_dim) + ")");
 }
 
 // Word-wraps `text` to `width` columns, continuation lines indented by `indent`.
@@ -258,7 +292,7 @@ Options parse_options(int argc, const char* const* argv) {
         first = 2;
     }
     const std::vector<Flag> flags = flag_table();
-    bool kv_heads_given = false;
+    bool kv_heads_given = false, seqlen_q_given = false, num_splits_given = false;
     for (int i = first; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "-h") arg = "--help";
@@ -288,6 +322,12 @@ Options parse_options(int argc, const char* const* argv) {
         flag->apply(options, value.value_or(""));
         if (arg == "--heads" && !kv_heads_given) options.problem.kv_heads = options.problem.heads;
         if (arg == "--kv-heads") kv_heads_given = true;
+        if (arg == "--seqlen" || arg == "--seqlen-q") seqlen_q_given = true;
+        if (arg == "--num-splits") num_splits_given = true;
+    }
+    if (options.problem.kvcache) { // a decode step by default: one new token, the backend's split-KV
+        if (!seqlen_q_given) options.problem.seqlen_q = 1;
+        if (!num_splits_given) options.problem.num_splits = 0;
     }
     if (!options.help) check_combination(options);
     return options;
@@ -309,7 +349,8 @@ std::string help_text(Options::Mode mode) {
                "examples:\n"
                "  flashattn-cli --seqlen 1024 --heads 16 --head-dim 128 --causal\n"
                "  flashattn-cli --dtype fp16 --batch 4 --seqlen-q 1 --seqlen-k 4096 --heads 32 --kv-heads 8\n"
-               "  flashattn-cli --varlen --backward --dropout 0.1 --window 64,0 --json\n\n";
+               "  flashattn-cli --varlen --backward --dropout 0.1 --window 64,0 --json\n"
+               "  flashattn-cli --kvcache --paged --page-size 16 --batch 8 --seqlen-k 4096 --heads 32 --kv-heads 8 --head-dim 128\n\n";
     } else {
         out << "flashattn-cli bench: time a grid of problems (every combination of the lists), print a table and\n"
                "write PREFIX.csv and PREFIX.json.\n\n"

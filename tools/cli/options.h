@@ -24,6 +24,14 @@ struct ProblemSpec {
     float scale = 0.0f;                      // 0 = 1/sqrt(head_dim)
     bool varlen = false;
     uint64_t seed = 0;                       // input data, varlen lengths and dropout
+    // --kvcache: a decode step. seqlen_k rows are cached per sequence; seqlen_q new tokens are
+    // appended (k_new/v_new) and attend to the cache (fa_kvcache_forward).
+    bool kvcache = false;
+    bool paged = false;                      // the cache as a block pool with a block table
+    int page_size = 16;
+    int rotary_dim = 0;                      // rotary embedding of q and the new keys; 0 = off
+    bool rotary_interleaved = false;
+    int num_splits = 1;                      // split-KV (0 = heuristic)
 };
 
 enum class BackendChoice { automatic, cpu, cuda };

@@ -24,18 +24,6 @@ uint64_t splitmix64(uint64_t& state) {
 
 double uniform_open01(uint64_t& state) { return (double(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; }
 
-// Standard normal values (like torch.randn), rounded to the tensor's dtype.
-void fill_normal(HostTensor& t, uint64_t seed, uint64_t stream) {
-    uint64_t state = seed * 0x2545F4914F6CDD1Dull + stream;
-    const double two_pi = 6.283185307179586;
-    for (int64_t i = 0; i < t.elements(); i += 2) {
-        const double radius = std::sqrt(-2.0 * std::log(uniform_open01(state)));
-        const double angle = two_pi * uniform_open01(state);
-        store_float(t.bytes.data(), t.dtype, i, float(radius * std::cos(angle)));
-        if (i + 1 < t.elements()) store_float(t.bytes.data(), t.dtype, i + 1, float(radius * std::sin(angle)));
-    }
-}
-
 // Random lengths in [0, max_len], about one sequence in four empty, as prefix sums.
 std::vector<int32_t> random_prefix_sums(int batch, int max_len, uint64_t seed, uint64_t stream) {
     uint64_t state = seed * 0x2545F4914F6CDD1Dull + stream;
@@ -84,6 +72,18 @@ fa_tensor contiguous_view(void* data, int64_t rows_per_batch, int64_t heads, int
 }
 
 } // namespace
+
+// Standard normal values (like torch.randn), rounded to the tensor's dtype.
+void fill_normal(HostTensor& t, uint64_t seed, uint64_t stream) {
+    uint64_t state = seed * 0x2545F4914F6CDD1Dull + stream;
+    const double two_pi = 6.283185307179586;
+    for (int64_t i = 0; i < t.elements(); i += 2) {
+        const double radius = std::sqrt(-2.0 * std::log(uniform_open01(state)));
+        const double angle = two_pi * uniform_open01(state);
+        store_float(t.bytes.data(), t.dtype, i, float(radius * std::cos(angle)));
+        if (i + 1 < t.elements()) store_float(t.bytes.data(), t.dtype, i + 1, float(radius * std::sin(angle)));
+    }
+}
 
 HostTensor::HostTensor(fa_dtype dtype_, int64_t rows_, int64_t heads_, int64_t head_dim_)
     : dtype(dtype_), rows(rows_), heads(heads_), head_dim(head_dim_),
@@ -186,6 +186,7 @@ fa_fwd_params forward_params(const Workload& work, const Bindings& at, fa_backen
     p.dropout_p = s.dropout;
     p.rng_seed = s.seed;
     p.rng_offset = 0;
+    p.num_splits = s.num_splits;
     p.backend = backend;
     return p;
 }

@@ -36,6 +36,10 @@ struct Workload {
     int64_t lse_elements = 0;
 };
 
+// Standard normal values (like torch.randn), rounded to the tensor's dtype; the values depend only
+// on (seed, stream).
+void fill_normal(HostTensor& t, uint64_t seed, uint64_t stream);
+
 // Builds the inputs; throws UsageError if they would not fit in memory.
 Workload make_workload(const ProblemSpec& spec, bool with_backward);
 

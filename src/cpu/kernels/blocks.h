@@ -100,7 +100,8 @@ struct RowsSource {
 
     FA_INLINE int64_t global_row(const Problem& pr, const Span& s, int64_t row) const {
         if (q_side) return pr.varlen ? s.q_row0 + row : s.batch * pr.p.seqlen_q + row;
-        return pr.varlen ? s.k_row0 + row : s.batch * pr.p.seqlen_k + row;
+        // Paged rows have no place of their own in a packed tensor: seqlen_k rows per sequence.
+        return pr.varlen && !pr.kv.paged() ? s.k_row0 + row : s.batch * pr.p.seqlen_k + row;
     }
     FA_INLINE RowsView view(const Problem& pr, const Span& s, int64_t h, int64_t row0) const {
         return q_side ? q_rows(pr, *tensor, s, row0, h) : k_rows(pr, *tensor, s, row0, h);
@@ -117,21 +118,28 @@ struct RowsSource {
 inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side, Executor& ex) {
     RowsSource src{&t, q_side, false, nullptr, 0, round_up(pr.head_dim(), kLanes)};
     const Span any{0, 0, 0, 0, 0};
-    src.in_place = readable_in_place(q_side ? q_rows(pr, t, any, 0, 0) : k_rows(pr, t, any, 0, 0), pr.head_dim());
+    // Paged keys are gathered into the packed copy: a key block may span several pages.
+    const bool paged = !q_side && pr.kv.paged();
+    src.in_place = !paged && readable_in_place(q_side ? q_rows(pr, t, any, 0, 0) : k_rows(pr, t, any, 0, 0), pr.head_dim());
     if (!src.in_place) {
         const int64_t heads = q_side ? pr.p.num_heads : pr.p.num_heads_k;
         src.rows_total = q_side ? (pr.varlen ? pr.total_q : int64_t(pr.p.batch) * pr.p.seqlen_q)
-                                : (pr.varlen ? pr.p.total_k : int64_t(pr.p.batch) * pr.p.seqlen_k);
+                                : (pr.varlen && !paged ? pr.p.total_k : int64_t(pr.p.batch) * pr.p.seqlen_k);
         src.packed = static_cast<float*>(ex.allocate(size_t(heads) * src.rows_total * src.d_pad * sizeof(float)));
     }
     return src;
 }
 
 // Converts rows [row0, row0 + rows) of (sequence s, head h) into the packed copy (if there is one).
+// Paged keys are copied one page-contiguous run at a time.
 inline void pack_rows(const Problem& pr, const RowsSource& src, const Span& s, int64_t h, int64_t row0, int64_t rows) {
     if (src.in_place || rows <= 0) return;
     float* dst = src.packed + (h * src.rows_total + src.global_row(pr, s, row0)) * src.d_pad;
-    load_rows(src.view(pr, s, h, row0), rows, pr.head_dim(), src.d_pad, dst, src.d_pad);
+    for (int64_t done = 0; done < rows;) {
+        const int64_t run = src.q_side ? rows : min64(rows - done, pr.k_rows_in_step(s, row0 + done));
+        load_rows(src.view(pr, s, h, row0 + done), run, pr.head_dim(), src.d_pad, dst + done * src.d_pad, src.d_pad);
+        done += run;
+    }
 }
 
 // Destination rows in the caller's tensor for outputs.
