@@ -1,0 +1,175 @@
+"""Backward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
+
+    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
+
+The forward benchmark's grid (bench/gpu_forward.py): bf16, batch * seqlen = 16k tokens, hidden 2048
+(nheads = 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. Backward FLOPs = 2.5 x
+the forward's (4 * b * h * s^2 * d, halved when causal): five products instead of two. Only the
+backward is timed: ours is fa_backward on the forward's out and lse (library scratch, as a plain
+C caller gets it); torch's is torch.autograd.grad through SDPA with the graph kept, so each timed
+call is exactly one backward (no grad accumulation). All in this process, on the same tensors,
+timed with triton's do_bench (CUDA events, median, L2 flushed between runs).
+
+Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
+seqlen, batch, nheads, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
+ours_deterministic_tflops and max_abs_diff_vs_fa2, the largest |dq|, |dk|, |dv| difference to torch
+FA2's gradients) and DIR/h200-backward.png.
+"""
+import argparse
+import csv
+import ctypes
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+import fa_ctypes as fa  # noqa: E402
+
+HDIMS = (64, 128, 256)
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+TOKENS, HIDDEN = 16384, 2048
+
+
+def bench_ms(fn):
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def ours_fn(q, k, v, out, lse, dout, grads, causal, deterministic):
+    """fa_backward with prebuilt parameters: what is timed is the library call alone."""
+    params = fa.make_bwd_params(q, k, v, out, lse, dout, *grads, deterministic=deterministic, causal=causal,
+                                backend=fa.FA_BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
+    backward = fa.lib().fa_backward
+    ref = ctypes.byref(params)
+    status = backward(ref)
+    if status != 0:
+        raise fa.FlashAttnError(status, fa.lib().fa_last_error().decode())
+    return lambda: backward(ref)
+
+
+def sdpa_backward_fn(q, k, v, dout, causal, backend):
+    leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]  # (b, h, s, d) views
+    with sdpa_kernel([backend]):
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+    dout_t = dout.transpose(1, 2)
+
+    def run():
+        return torch.autograd.grad(out, leaves, dout_t, retain_graph=True)
+    return run
+
+
+def measure(shapes):
+    rows = []
+    for hdim in HDIMS:
+        nheads = HIDDEN // hdim
+        for causal in (False, True):
+            for seqlen in shapes:
+                batch = TOKENS // seqlen
+                flops = 2.5 * 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
+                q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
+                                 for _ in range(4))
+                out, lse, _ = fa.forward(q, k, v, causal=causal)
+                grads = [torch.empty_like(t) for t in (q, k, v)]
+                row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
+                row["ours_tflops"] = flops / bench_ms(ours_fn(q, k, v, out, lse, dout, grads, causal, False)) / 1e9
+                ours_grads = [g.clone() for g in grads]
+                row["ours_deterministic_tflops"] = flops / bench_ms(
+                    ours_fn(q, k, v, out, lse, dout, grads, causal, True)) / 1e9
+                for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        f = sdpa_backward_fn(q, k, v, dout, causal, backend)
+                        ref = f()
+                        row[f"{name}_tflops"] = flops / bench_ms(f) / 1e9
+                        if name == "torch_fa2":  # sanity: the same gradients as the reference backend
+                            row["max_abs_diff_vs_fa2"] = max(
+                                (o.float() - r.transpose(1, 2).float()).abs().max().item()
+                                for o, r in zip(ours_grads, ref))
+                        del f, ref
+                    except RuntimeError as e:
+                        row[f"{name}_tflops"] = float("nan")
+                        print(f"  {name} failed: {str(e)[:100]}", flush=True)
+                rows.append(row)
+                print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f} "
+                      f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
+                      f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})",
+                      flush=True)
+                del q, k, v, dout, out, lse, grads, ours_grads
+                torch.cuda.empty_cache()
+    return rows
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = [(h, c) for h in HDIMS for c in (False, True)]
+    fig, axes = plt.subplots(3, 2, figsize=(13, 12), sharey=True)
+    series = (("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
+              ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c"))
+    for ax, (hdim, causal) in zip(axes.flat, panels):
+        sel = [r for r in rows if r["hdim"] == hdim and r["causal"] == causal]
+        xs = range(len(sel))
+        for i, (key, label, color) in enumerate(series):
+            bars = ax.bar([x + (i - 1) * 0.27 for x in xs], [r[key] for r in sel], width=0.27, label=label,
+                          color=color)
+            ax.bar_label(bars, fmt="%.0f", fontsize=6)
+        ax.set_xticks(list(xs), [f"{r['seqlen'] // 1024}k" if r["seqlen"] >= 1024 else str(r["seqlen"]) for r in sel])
+        ax.set_title(f"head dim {hdim}, {'causal' if causal else 'non-causal'}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+    axes.flat[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Backward, bf16, H200 (batch x seqlen = 16k, hidden 2048; FLOPs = 2.5 x forward)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+
+    rows = measure((1024, 4096, 16384) if args.quick else SEQLENS)
+    date, rev = datetime.date.today().isoformat(), commit()
+    fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
+              "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2"]
+    with open(out / "h200-backward.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({"date": date, "commit": rev, "gpu": props.name,
+                        **{k: (round(v, 2) if isinstance(v, float) and k.endswith("tflops") else v)
+                           for k, v in r.items()}})
+    try:
+        plot(rows, out / "h200-backward.png")
+    except Exception as e:  # the numbers matter more than the chart
+        print("plot failed:", e)
+
+    print("\nbackward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
+    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'det':>6} {'FA2':>6} {'cuDNN':>6} | "
+          f"{'/FA2':>5} {'/cuDNN':>6} | diff")
+    for r in rows:
+        print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
+              f"{r['ours_deterministic_tflops']:6.1f} {r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} | "
+              f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
+              f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}")
+
+
+if __name__ == "__main__":
+    main()

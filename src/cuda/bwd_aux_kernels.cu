@@ -1,0 +1,159 @@
+// dsum before the backward's main kernel, and the fixed-order fp32 sums into the outputs after it.
+// Memory-bound and simple: one warp per (row, head), lanes along the head dim, any strides.
+#include "bwd_aux_kernels.h"
+
+#include "cuda_check.h"
+#include "kernels/bwd_policies.cuh"
+
+#include <cutlass/numeric_types.h>
+
+#include <climits>
+#include <type_traits>
+
+namespace flashattn::cuda {
+namespace {
+
+using kernels::SequenceBounds;
+using kernels::sequence_bounds;
+using kernels::stored_k_rows;
+
+constexpr int kRowsPerCta = 8; // one warp per row
+constexpr int kThreads = kRowsPerCta * 32;
+
+// Grid of (row block, sequence, head) CTAs, for rows up to max_rows per sequence.
+struct RowGrid {
+    int row_blocks;
+    int64_t ctas;
+};
+RowGrid row_grid(int64_t max_rows, int64_t batch, int64_t heads) {
+    RowGrid g{int((max_rows + kRowsPerCta - 1) / kRowsPerCta), 0};
+    g.ctas = int64_t(g.row_blocks) * batch * heads;
+    if (g.ctas > INT_MAX) fail(FA_ERROR_UNSUPPORTED, "the CUDA backward's row kernels need more than 2^31-1 CTAs");
+    return g;
+}
+
+struct RowItem {
+    int b, h, i;  // sequence, head, row within the sequence
+    SequenceBounds seq;
+};
+__device__ __forceinline__ RowItem row_item(const FwdArgs& fa, int heads, int row_blocks) {
+    const int rb = int(blockIdx.x % unsigned(row_blocks));
+    const int bh = int(blockIdx.x / unsigned(row_blocks));
+    RowItem it;
+    it.b = bh / heads;
+    it.h = bh - it.b * heads;
+    it.i = rb * kRowsPerCta + int(threadIdx.x / 32);
+    it.seq = sequence_bounds(fa, it.b);
+    return it;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    CUTE_UNROLL
+    for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+    return x;
+}
+
+template <typename Element>
+__global__ void __launch_bounds__(kThreads) dsum_kernel(const BwdArgs args, int row_blocks) {
+    const FwdArgs& fa = args.fwd;
+    const RowItem it = row_item(fa, fa.num_heads, row_blocks);
+    if (it.i >= it.seq.q_len) return;
+    const bool varlen = fa.cu_seqlens_q != nullptr;
+    auto row = [&](const fa_tensor& t) {
+        const int64_t offset = varlen ? (it.seq.q_row0 + it.i) * t.row_stride
+                                      : int64_t(it.b) * t.batch_stride + int64_t(it.i) * t.row_stride;
+        return static_cast<const Element*>(t.data) + offset + int64_t(it.h) * t.head_stride;
+    };
+    const Element* out = row(fa.out);
+    const Element* dout = row(args.dout);
+    const int lane = threadIdx.x % 32;
+    float sum = 0.0f;
+    for (int c = lane; c < args.out_head_dim; c += 32) sum += float(out[c]) * float(dout[c]);
+    sum = warp_sum(sum);
+    if (lane == 0) {
+        const int64_t index = varlen ? int64_t(it.h) * fa.total_q + it.seq.q_row0 + it.i
+                                     : (int64_t(it.b) * fa.num_heads + it.h) * fa.seqlen_q + it.i;
+        args.dsum[index] = sum;
+    }
+}
+
+// dst row = scale * sum_t src[t * term_stride + row], rows of the q side (dQ, over chunks) or of
+// the k side (dK, dV, over the query heads of a KV head).
+struct RowSum {
+    const float* src;
+    int64_t term_stride; // elements between the terms
+    int terms;
+    int src_heads_per_dst_head;
+    int64_t rows_total;  // rows per head of the scratch
+    fa_tensor dst;
+    int dst_heads;
+    float scale;
+    bool key_rows;       // rows of k (all stored rows of the sequence) rather than of q
+};
+
+template <typename Element>
+__global__ void __launch_bounds__(kThreads) row_sum_kernel(const BwdArgs args, const RowSum job, int row_blocks) {
+    const FwdArgs& fa = args.fwd;
+    const RowItem it = row_item(fa, job.dst_heads, row_blocks);
+    const int rows = job.key_rows ? stored_k_rows(fa, it.b) : it.seq.q_len;
+    if (it.i >= rows) return;
+    const bool varlen = fa.cu_seqlens_q != nullptr;
+    const int64_t row0 = job.key_rows ? it.seq.k_row0 : it.seq.q_row0;
+    const int64_t global_row = varlen ? row0 + it.i : int64_t(it.b) * (job.key_rows ? fa.seqlen_k : fa.seqlen_q) + it.i;
+    const float* src = job.src + (int64_t(it.h) * job.src_heads_per_dst_head * job.rows_total + global_row) * args.accum_cols;
+    const int64_t dst_offset = (varlen ? global_row * job.dst.row_stride
+                                       : int64_t(it.b) * job.dst.batch_stride + int64_t(it.i) * job.dst.row_stride) +
+                               int64_t(it.h) * job.dst.head_stride;
+    Element* dst = static_cast<Element*>(job.dst.data) + dst_offset;
+    for (int c = threadIdx.x % 32; c < args.out_head_dim; c += 32) {
+        float sum = 0.0f;
+        for (int t = 0; t < job.terms; ++t) sum += src[t * job.term_stride + c];
+        dst[c] = Element(sum * job.scale);
+    }
+}
+
+template <typename Element>
+void finish(const BwdArgs& args, cudaStream_t stream) {
+    const FwdArgs& fa = args.fwd;
+    auto run = [&](const RowSum& job, int64_t max_rows) {
+        const RowGrid g = row_grid(max_rows, fa.batch, job.dst_heads);
+        if (g.ctas == 0) return;
+        row_sum_kernel<Element><<<unsigned(g.ctas), kThreads, 0, stream>>>(args, job, g.row_blocks);
+        check_cuda(cudaGetLastError(), "launching the backward's finishing kernel");
+    };
+    const bool deterministic = args.dq_chunk_stride != 0;
+    run(RowSum{args.dq_accum, args.dq_chunk_stride, deterministic ? args.num_chunks : 1, 1, args.q_rows_total,
+               args.dq, fa.num_heads, args.dq_scale, false},
+        fa.seqlen_q);
+    if (args.dk_accum) {
+        const int64_t head_stride = args.k_rows_total * args.accum_cols;
+        const int group = fa.heads_per_kv_head;
+        run(RowSum{args.dk_accum, head_stride, group, group, args.k_rows_total, args.dk, args.num_heads_k, 1.0f, true},
+            fa.seqlen_k);
+        run(RowSum{args.dv_accum, head_stride, group, group, args.k_rows_total, args.dv, args.num_heads_k, 1.0f, true},
+            fa.seqlen_k);
+    }
+}
+
+} // namespace
+
+void bwd_dsum(const BwdArgs& args, fa_dtype dtype, cudaStream_t stream) {
+    const RowGrid g = row_grid(args.fwd.seqlen_q, args.fwd.batch, args.fwd.num_heads);
+    if (g.ctas == 0) return;
+    if (dtype == FA_FLOAT16) {
+        dsum_kernel<cutlass::half_t><<<unsigned(g.ctas), kThreads, 0, stream>>>(args, g.row_blocks);
+    } else {
+        dsum_kernel<cutlass::bfloat16_t><<<unsigned(g.ctas), kThreads, 0, stream>>>(args, g.row_blocks);
+    }
+    check_cuda(cudaGetLastError(), "launching the backward's dsum kernel");
+}
+
+void bwd_finish(const BwdArgs& args, fa_dtype dtype, cudaStream_t stream) {
+    if (dtype == FA_FLOAT16) {
+        finish<cutlass::half_t>(args, stream);
+    } else {
+        finish<cutlass::bfloat16_t>(args, stream);
+    }
+}
+
+} // namespace flashattn::cuda

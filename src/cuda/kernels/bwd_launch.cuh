@@ -1,0 +1,50 @@
+// Launch template of the backward's main kernel for one (head dim, dtype): grid, shared memory,
+// and the choice between the plain and the extras kernel.
+#pragma once
+
+#include "bwd_launch.h"
+#include "cuda_check.h"
+#include "kernels/bwd_kernel.cuh"
+
+#include <climits>
+#include <type_traits>
+
+namespace flashattn::cuda {
+
+template <typename Traits>
+void launch_bwd(BwdArgs args, cudaStream_t stream) {
+    if (args.accum_cols != Traits::kHeadDim)
+        fail(FA_ERROR_INTERNAL, "backward scratch has ", args.accum_cols, " columns, the kernel ", Traits::kHeadDim);
+    if (args.fwd.heads_per_kv_head != 1 && !args.dk_accum)
+        fail(FA_ERROR_INTERNAL, "a GQA/MQA backward needs the per-query-head dK/dV scratch");
+    args.num_n_blocks = (args.fwd.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+    if (args.num_chunks <= 0 || args.num_chunks > args.num_n_blocks) args.num_chunks = args.num_n_blocks;
+    // One-dimensional grid: no 65535 limit on batch * heads, only 2^31 - 1 CTAs in all.
+    const int64_t ctas = int64_t(args.num_chunks) * args.fwd.batch * args.fwd.num_heads;
+    if (ctas == 0) return;
+    if (ctas > INT_MAX)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA backward needs ", ctas, " thread blocks (key blocks of ",
+             Traits::kBlockN, " rows x batch ", args.fwd.batch, " x heads ", args.fwd.num_heads,
+             "), more than the 2^31-1 a grid holds");
+
+    auto launch = [&](auto kernel) {
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                   "setting the backward kernel's shared-memory size");
+        kernel<<<dim3(unsigned(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(args);
+        check_cuda(cudaGetLastError(), "launching the backward kernel");
+    };
+    if (args.fwd.dropout || args.fwd.transform_scores) {
+        launch(kernels::bwd_kernel<Traits, true>);
+    } else {
+        launch(kernels::bwd_kernel<Traits, false>);
+    }
+}
+
+template <int kHeadDim, fa_dtype kDtype>
+void run_bwd(BwdArgs args, cudaStream_t stream) {
+    static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
+    using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
+    launch_bwd<kernels::DefaultBwdTraits<kHeadDim, Element>>(args, stream);
+}
+
+} // namespace flashattn::cuda
