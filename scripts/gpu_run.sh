@@ -11,7 +11,8 @@
 # lines, pytest, ctest, sanitizer and benchmark logs), h200-forward.csv/.png,
 # h200-forward-tiles.csv (full), h200-ceilings.json: few files, because the device tool returns at
 # most eight.
-#   FLASHATTN_STEPS="build pytest ctest sanitize bench"   the steps to run (default: all)
+#   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
+#                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
 #   FLASHATTN_PREBUILT_LIB=path/libflashattn.so  test and benchmark that library (built elsewhere with
 #                                               the same mode) instead of building here, which saves
@@ -23,7 +24,7 @@ out=${1:?usage: scripts/gpu_run.sh OUTDIR [quick|full]}
 mode=${2:-full}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
-steps=" ${FLASHATTN_STEPS:-build pytest ctest sanitize bench} "
+steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
 logs=$out/logs
 mkdir -p "$logs"
 wants() { [[ $steps == *" $1 "* ]]; }
@@ -63,7 +64,7 @@ run_tests() {
   python3 -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=60)
   for group in "${test_groups[@]}"; do
     echo "=== pytest -k \"$group\""
-    FLASHATTN_LIB=$1 timeout 240 python3 -m pytest -q -p no:cacheprovider -rf "${timeout_flag[@]}" tests/gpu -k "$group" 2>&1
+    FLASHATTN_LIB=$1 timeout 240 python3 -m pytest -q -p no:cacheprovider -rf "${timeout_flag[@]}" tests/gpu/test_forward.py -k "$group" 2>&1
   done
 }
 
@@ -80,6 +81,11 @@ elif wants build; then
 fi
 
 if wants pytest && [[ -f $lib ]]; then run_tests "$lib" > "$logs/tests.log" 2>&1; fi
+# On Hopper the library runs the wgmma kernel; the portable mma.sync kernel gets the same tests.
+if wants pytest_sm80 && [[ -f $lib ]]; then
+  echo "=== the SM80 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm80)" >> "$logs/tests.log"
+  FLASHATTN_CUDA_FWD_KERNEL=sm80 run_tests "$lib" >> "$logs/tests.log" 2>&1
+fi
 
 # C++ suites: every CUDA case of the gtest binaries (label gpu), against the fp64 reference.
 if wants ctest && [[ $with_tests == ON && -d build-gpu/tests ]]; then
@@ -109,16 +115,101 @@ if wants bench && [[ -f $lib ]]; then
   FLASHATTN_LIB=$lib timeout ${FLASHATTN_BENCH_TIMEOUT:-900} python3 bench/gpu_forward.py --out "$out" "${bench_args[@]}" > "$logs/bench.log" 2>&1
 fi
 
+# The Python package's suite (tests/python) on the GPU, against this build's library (no pip
+# install: the package is imported from python/ and pointed at the library).
+if wants pytest_python && [[ -f $lib ]]; then
+  PYTHONPATH=$root/python FLASHATTN_LIBRARY=$lib timeout 420 python3 -m pytest -q -p no:cacheprovider -rf -x \
+    tests/python > "$logs/tests_python.log" 2>&1
+fi
+
+# ---- Backward (issue 4) ----------------------------------------------------------------------
+# Steps pytest_bwd, sanitize_bwd, bench_bwd (C++ backward cases run in the ctest step above, label
+# gpu). Logs: tests_bwd.log, sanitize_bwd.log, bench_bwd.log; OUTDIR gets h200-backward.csv/.png.
+bwd_test_groups=("dense" "head_dims or long" "window or softcap or alibi or dropout or everything or gqa"
+                 "varlen or deterministic or race or large or workspace or strided or buffers or empty")
+if wants pytest_bwd && [[ -f $lib ]]; then
+  for group in "${bwd_test_groups[@]}"; do
+    echo "=== pytest backward -k \"$group\""
+    FLASHATTN_LIB=$lib timeout 600 python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_backward.py -k "$group" 2>&1
+  done > "$logs/tests_bwd.log" 2>&1
+fi
+sanitize_bwd_cases=(
+  "--seqlen-q 113 --seqlen-k 203 --head-dim 64 --heads 2 --batch 2 --backward"
+  "--seqlen-q 128 --seqlen-k 217 --head-dim 128 --causal --dtype fp16 --backward --deterministic"
+  "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 96 --window 32,8 --backward"
+  "--seqlen 130 --head-dim 256 --softcap 30 --alibi --dropout 0.1 --backward"
+)
+if wants sanitize_bwd && [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck; do
+    for c in "${sanitize_bwd_cases[@]}"; do
+      echo "=== $tool: $c"
+      # shellcheck disable=SC2086
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
+      echo "rc=${PIPESTATUS[0]}"
+    done
+  done > "$logs/sanitize_bwd.log" 2>&1
+fi
+if wants bench_bwd && [[ -f $lib ]]; then
+  bwd_bench_args=()
+  [[ $mode == quick ]] && bwd_bench_args=(--quick)
+  FLASHATTN_LIB=$lib timeout ${FLASHATTN_BENCH_BWD_TIMEOUT:-900} python3 bench/gpu_backward.py --out "$out" \
+    "${bwd_bench_args[@]}" > "$logs/bench_bwd.log" 2>&1
+fi
+# ---- end of the backward block ------------------------------------------------------------------
+
+# ---- Inference: KV cache, paged K/V, split-KV, combine (issue 6) --------------------------------
+# Step decode: tests/gpu/test_inference.py (groups in separate processes), compute-sanitizer on CLI
+# decode problems (paged reads must stay inside each sequence's blocks), bench/gpu_decode.py (the
+# issue's whole grid; ~2 minutes). Logs: tests_decode.log, sanitize_decode.log, bench_decode.log;
+# OUTDIR gets h200-decode.csv/.png. The C++ CUDA cases (Cuda/KvCacheAttention.*, CudaPagedAttention,
+# CudaCombine, CudaKvCacheDecode) run in the ctest step (label gpu).
+decode_test_groups=("kvcache_grid" "kvcache and not grid" "paged or split or combine")
+sanitize_decode_cases=(
+  "--kvcache --paged --page-size 16 --batch 3 --seqlen-q 1 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128 --rotary-dim 64 --causal"
+  "--kvcache --batch 2 --seqlen-k 3000 --heads 8 --kv-heads 1 --head-dim 64 --num-splits 7"
+  "--kvcache --paged --page-size 64 --batch 2 --seqlen-q 3 --seqlen-k 500 --heads 4 --kv-heads 2 --head-dim 128 --softcap 20 --causal"
+)
+if wants decode && [[ -f $lib ]]; then
+  for group in "${decode_test_groups[@]}"; do
+    echo "=== pytest inference -k \"$group\""
+    FLASHATTN_LIB=$lib timeout 600 python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_inference.py -k "$group" 2>&1
+  done > "$logs/tests_decode.log" 2>&1
+  if [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; then
+    for tool in memcheck racecheck; do
+      for c in "${sanitize_decode_cases[@]}"; do
+        echo "=== $tool: $c"
+        # shellcheck disable=SC2086
+        timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --check --iters 1 --warmup 0 $c 2>&1 | tail -6
+        echo "rc=${PIPESTATUS[0]}"
+      done
+    done > "$logs/sanitize_decode.log" 2>&1
+  fi
+  FLASHATTN_LIB=$lib timeout ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900} python3 bench/gpu_decode.py --out "$out" \
+    > "$logs/bench_decode.log" 2>&1
+fi
+# ---- end of the inference block -----------------------------------------------------------------
+
 {
   build_line=$(grep -hE '^BUILD ' "$logs/build.log" 2>/dev/null | tail -1)
   echo "== summary ($mode; steps:$steps) =="
   echo "${build_line:-no build line}"
   grep -hE " error|FAILED" "$logs/build.log" 2>/dev/null | head -5
   grep -hE "spill stores" "$logs/build.log" 2>/dev/null | sort | uniq -c | sort -rn | head -4
-  grep -hE '^=== |(passed|failed|error).* in [0-9.]+s' "$logs/tests.log" 2>/dev/null
+  grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation' "$logs/tests.log" 2>/dev/null
   grep -hE '^FAILED|^ERROR' "$logs/tests.log" 2>/dev/null | head -20
   grep -hE 'tests passed|tests failed|\(Failed\)|\(Timeout\)' "$logs/ctest.log" 2>/dev/null | head -20
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize.log" 2>/dev/null
   sed -n '/^forward TFLOP/,$p' "$logs/bench.log" 2>/dev/null
+  grep -hE '(passed|failed|error).* in [0-9.]+s|^FAILED|^ERROR' "$logs/tests_python.log" 2>/dev/null | head -12
+  # backward (issue 4)
+  grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation' "$logs/tests_bwd.log" 2>/dev/null
+  grep -hE '^FAILED|^ERROR' "$logs/tests_bwd.log" 2>/dev/null | head -20
+  grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_bwd.log" 2>/dev/null
+  sed -n '/^backward TFLOP/,$p' "$logs/bench_bwd.log" 2>/dev/null
+  # inference (issue 6)
+  grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation' "$logs/tests_decode.log" 2>/dev/null
+  grep -hE '^FAILED|^ERROR' "$logs/tests_decode.log" 2>/dev/null | head -20
+  grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode.log" 2>/dev/null
+  sed -n '/^decode TB\/s/,$p' "$logs/bench_decode.log" 2>/dev/null
 } | tee "$out/summary.txt"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"

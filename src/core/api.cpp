@@ -6,6 +6,8 @@
 
 #include <flashattn/flashattn.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <initializer_list>
 #include <new>
@@ -82,7 +84,43 @@ void require_same_memory(Target target, const fa_fwd_params& p) {
     require_same_memory(target, {{"k.data", p.k.data}, {"v.data", p.v.data}, {"out.data", p.out.data},
                                  {"softmax_lse", p.softmax_lse}, {"cu_seqlens_q", p.cu_seqlens_q},
                                  {"cu_seqlens_k", p.cu_seqlens_k}, {"seqused_k", p.seqused_k},
-                                 {"alibi_slopes", p.alibi_slopes}, {"attn_probs", p.attn_probs}});
+                                 {"alibi_slopes", p.alibi_slopes}, {"attn_probs", p.attn_probs},
+                                 {"block_table", p.block_table}});
+}
+
+void run_kvcache_forward(const fa_kvcache_params* params) {
+    KvCacheProblem problem = make_kvcache_problem(params);
+    const fa_kvcache_params& p = problem.p;
+    const Target target = choose_backend(p.fwd);
+    require_same_memory(target, p.fwd);
+    require_same_memory(target, {{"cache_seqlens", p.cache_seqlens}, {"cache_batch_idx", p.cache_batch_idx},
+                                 {"cache_leftpad", p.cache_leftpad}, {"k_new.data", p.k_new.data},
+                                 {"v_new.data", p.v_new.data}, {"rotary_cos", p.rotary_cos},
+                                 {"rotary_sin", p.rotary_sin}});
+    if (target == Target::cpu) {
+        check_kvcache_arrays(problem);
+        cpu::kvcache_forward(problem);
+    } else {
+        cuda::kvcache_forward(problem);
+    }
+}
+
+void run_combine(const fa_combine_params* params) {
+    const CombineProblem problem = make_combine_problem(params);
+    const fa_combine_params& p = problem.p;
+    // The partial outputs decide where this runs, as q does for attention.
+    fa_fwd_params where;
+    fa_fwd_params_init(&where);
+    where.q.data = p.out_partial.data;
+    where.backend = p.backend;
+    // The partials are fp32 on every backend and both backends write any out dtype (fp32 included),
+    // so choose_backend's dtype rule for attention inputs does not apply: ask with a 16-bit one.
+    where.dtype = FA_BFLOAT16;
+    const Target target = choose_backend(where);
+    require_same_memory(target, {{"out.data", p.out.data}, {"lse_partial.data", p.lse_partial.data},
+                                 {"lse.data", p.lse.data}});
+    if (target == Target::cpu) cpu::combine(problem);
+    else cuda::combine(problem);
 }
 
 void run_forward(const fa_fwd_params* params, bool varlen) {
@@ -119,10 +157,13 @@ using namespace flashattn;
 
 extern "C" {
 
-void fa_fwd_params_init(fa_fwd_params* params) {
-    if (!params) return;
-    std::memset(params, 0, sizeof(*params));
-    params->struct_size = sizeof(fa_fwd_params);
+void fa_fwd_params_init_sized(fa_fwd_params* params, size_t size) {
+    if (!params || size < sizeof(uint32_t)) return;
+    // Only the caller's bytes are written: a struct from an older header ends earlier. Every field
+    // of 0.1.0 lies in its prefix; the defaults of later fields are all zero.
+    std::memset(params, 0, std::min(size, sizeof(fa_fwd_params)));
+    params->struct_size = uint32_t(size);
+    if (size < kFwdParamsSize_0_1) return; // unknown: validation will say so
     params->dtype = FA_BFLOAT16;
     params->window_left = -1;
     params->window_right = -1;
@@ -130,17 +171,45 @@ void fa_fwd_params_init(fa_fwd_params* params) {
     params->backend = FA_BACKEND_AUTO;
 }
 
-void fa_bwd_params_init(fa_bwd_params* params) {
+void fa_bwd_params_init_sized(fa_bwd_params* params, size_t size) {
+    if (!params || size < sizeof(uint32_t)) return;
+    std::memset(params, 0, std::min(size, sizeof(fa_bwd_params)));
+    params->struct_size = uint32_t(size);
+    // 0.1.0's fwd member is the 0.1.0 fa_fwd_params; its fields after fwd (all defaulting to 0) sit
+    // earlier than today's, inside the zeroed bytes.
+    const size_t fwd_size = size == kBwdParamsSize_0_1 ? kFwdParamsSize_0_1 : sizeof(fa_fwd_params);
+    if (size >= offsetof(fa_bwd_params, fwd) + fwd_size) fa_fwd_params_init_sized(&params->fwd, fwd_size);
+}
+
+// The symbols a 0.1.0 binary calls (the header's macros of the same names pass today's size).
+void(fa_fwd_params_init)(fa_fwd_params* params) { fa_fwd_params_init_sized(params, kFwdParamsSize_0_1); }
+void(fa_bwd_params_init)(fa_bwd_params* params) { fa_bwd_params_init_sized(params, kBwdParamsSize_0_1); }
+
+void fa_kvcache_params_init(fa_kvcache_params* params) {
     if (!params) return;
     std::memset(params, 0, sizeof(*params));
-    params->struct_size = sizeof(fa_bwd_params);
+    params->struct_size = sizeof(fa_kvcache_params);
     fa_fwd_params_init(&params->fwd);
+    params->fwd.num_splits = 0; // flash_attn_with_kvcache's default: let the backend choose
+    params->batch_cache = 1;
+    params->rotary_interleaved = 0;
+}
+
+void fa_combine_params_init(fa_combine_params* params) {
+    if (!params) return;
+    std::memset(params, 0, sizeof(*params));
+    params->struct_size = sizeof(fa_combine_params);
+    params->num_splits = 1;
+    params->dtype = FA_BFLOAT16;
+    params->backend = FA_BACKEND_AUTO;
 }
 
 fa_status fa_forward(const fa_fwd_params* params) { return guarded([&] { run_forward(params, false); }); }
 fa_status fa_varlen_forward(const fa_fwd_params* params) { return guarded([&] { run_forward(params, true); }); }
 fa_status fa_backward(const fa_bwd_params* params) { return guarded([&] { run_backward(params, false); }); }
 fa_status fa_varlen_backward(const fa_bwd_params* params) { return guarded([&] { run_backward(params, true); }); }
+fa_status fa_kvcache_forward(const fa_kvcache_params* params) { return guarded([&] { run_kvcache_forward(params); }); }
+fa_status fa_combine(const fa_combine_params* params) { return guarded([&] { run_combine(params); }); }
 
 size_t fa_bwd_workspace_size(const fa_bwd_params* params) {
     size_t bytes = 0;

@@ -10,6 +10,8 @@ namespace flashattn {
 namespace cpu {
 void forward(const Problem& problem);
 void backward(const BwdProblem& problem);
+void kvcache_forward(const KvCacheProblem& problem);
+void combine(const CombineProblem& problem);
 void set_num_threads(int num_threads); // 0 = default
 int num_threads();
 } // namespace cpu
@@ -21,6 +23,8 @@ bool is_device_pointer(const void* ptr);   // false when the backend is not buil
 void forward(const Problem& problem);
 void backward(const BwdProblem& problem);
 size_t bwd_workspace_size(const BwdProblem& problem);
+void kvcache_forward(const KvCacheProblem& problem);
+void combine(const CombineProblem& problem);
 } // namespace cuda
 
 } // namespace flashattn

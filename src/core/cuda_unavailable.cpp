@@ -12,5 +12,7 @@ bool is_device_pointer(const void*) { return false; }
 void forward(const Problem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 void backward(const BwdProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 size_t bwd_workspace_size(const BwdProblem&) { return 0; }
+void kvcache_forward(const KvCacheProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+void combine(const CombineProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 
 } // namespace flashattn::cuda

@@ -8,6 +8,7 @@
 #include <flashattn/flashattn.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -22,9 +23,42 @@ namespace flashattn {
 // One sequence of the batch: its lengths and where its rows start in the (possibly packed) tensors.
 struct Span {
     int64_t batch;        // sequence index
-    int64_t q_len, k_len; // k_len already limited by seqused_k
-    int64_t q_row0, k_row0; // first row in packed (varlen) tensors; 0 otherwise
+    int64_t q_len, k_len; // k_len already limited by seqused_k (KV cache: cache_seqlens + seqlen_new - leftpad)
+    int64_t q_row0, k_row0; // first row in packed (varlen) tensors; KV cache: cache_leftpad; paged: row in the table
+    int64_t k_batch = 0;  // batch entry of k/v (KV cache: cache_batch_idx[b]; else the sequence index)
 };
+
+// Where the keys and values of a sequence live when they are not simply rows of (batch, seqlen_k):
+// pages of a block pool, an entry of a larger cache, after left padding, up to a cache length.
+struct KvLayout {
+    const int32_t* block_table = nullptr; // paged: int32 (batch, block_table_stride)
+    int64_t block_table_stride = 0;
+    int64_t page_size = 0;
+    int64_t num_blocks = 0;
+    const int32_t* cache_batch_idx = nullptr; // KV cache: cache entry of each sequence
+    const int32_t* cache_leftpad = nullptr;   // KV cache: first valid row of each sequence
+    const int32_t* cache_seqlens = nullptr;   // KV cache: rows before appending
+    int64_t seqlen_new = 0;                   // KV cache: rows appended
+    int64_t cache_entries = 0;                // KV cache, contiguous: batch entries of k/v (batch_cache)
+
+    FA_HD bool paged() const { return block_table != nullptr; }
+};
+
+// Rotary embedding as every backend computes it, in fp32 with one rounding per fused operation (so
+// that a rotated key stored in the cache is bit-identical across backends and the reference):
+// feature pairs (a, b) of the first rotary_dim features turn by the angle whose cosine and sine are
+// cos_row[t], sin_row[t]: interleaved pairs (2t, 2t+1) (GPT-J), else (t, t + rotary_dim/2) (GPT-NeoX).
+FA_HD void rotate_features(float* x, const float* cos_row, const float* sin_row, int64_t rotary_dim,
+                           bool interleaved) {
+    const int64_t half = rotary_dim / 2;
+    for (int64_t t = 0; t < half; ++t) {
+        const int64_t a = interleaved ? 2 * t : t;
+        const int64_t b = interleaved ? 2 * t + 1 : t + half;
+        const float x1 = x[a], x2 = x[b], c = cos_row[t], s = sin_row[t];
+        x[a] = fmaf(x1, c, -(x2 * s));
+        x[b] = fmaf(x1, s, x2 * c);
+    }
+}
 
 // Which key columns query row i may see: j in [begin, end). Empty when begin >= end.
 struct KeyRange {
@@ -65,6 +99,14 @@ FA_HD T transform_score(T scaled, T softcap, T alibi_slope, int64_t i, int64_t j
     return s;
 }
 
+// The sizes of fa_fwd_params / fa_bwd_params in 0.1.0, before the block table fields were appended
+// to fa_fwd_params (which fa_bwd_params embeds, so everything after its fwd member sat that much
+// earlier; both sizes are multiples of 8, so that tail kept its own layout). Callers built against
+// 0.1.0 pass these struct_sizes; the fields they do not have take their defaults.
+constexpr size_t kFwdParamsSize_0_1 = offsetof(fa_fwd_params, block_table);
+constexpr size_t kBwdParamsSize_0_1 = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - kFwdParamsSize_0_1);
+static_assert(sizeof(fa_fwd_params) % 8 == 0 && kFwdParamsSize_0_1 % 8 == 0, "fa_bwd_params' tail must not move");
+
 struct Problem {
     fa_fwd_params p;       // validated copy of the caller's parameters
     bool varlen;
@@ -73,6 +115,7 @@ struct Problem {
     int64_t group;         // query heads per KV head
     MaskSpec mask;
     int64_t total_q;       // rows of the packed q/out (varlen), else batch*seqlen_q
+    KvLayout kv;           // paged K/V, KV-cache addressing; default: plain rows
 
     int64_t batch() const { return p.batch; }
     int64_t heads() const { return p.num_heads; }
@@ -80,12 +123,19 @@ struct Problem {
     bool has_dropout() const { return p.dropout_p > 0.0f; }
 
     Span span(int64_t b) const {
-        Span s{b, p.seqlen_q, p.seqlen_k, 0, 0};
+        Span s{b, p.seqlen_q, p.seqlen_k, 0, 0, b};
         if (varlen) {
             s.q_row0 = p.cu_seqlens_q[b];
             s.k_row0 = p.cu_seqlens_k[b];
             s.q_len = p.cu_seqlens_q[b + 1] - s.q_row0;
             s.k_len = p.cu_seqlens_k[b + 1] - s.k_row0;
+        }
+        if (kv.paged()) s.k_row0 = 0; // the table, not cu_seqlens_k, says where the rows are
+        if (kv.cache_seqlens) s.k_len = kv.cache_seqlens[b] + kv.seqlen_new;
+        if (kv.cache_batch_idx) s.k_batch = kv.cache_batch_idx[b];
+        if (kv.cache_leftpad) {
+            s.k_row0 += kv.cache_leftpad[b];
+            s.k_len -= kv.cache_leftpad[b];
         }
         if (p.seqused_k) s.k_len = p.seqused_k[b];
         return s;
@@ -99,8 +149,16 @@ struct Problem {
                       : s.batch * t.batch_stride + i * t.row_stride + h * t.head_stride;
     }
     int64_t k_offset(const fa_tensor& t, const Span& s, int64_t j, int64_t h_k) const {
-        return varlen ? (s.k_row0 + j) * t.row_stride + h_k * t.head_stride
-                      : s.batch * t.batch_stride + j * t.row_stride + h_k * t.head_stride;
+        const int64_t row = s.k_row0 + j;
+        if (kv.paged()) {
+            const int64_t block = kv.block_table[s.batch * kv.block_table_stride + row / kv.page_size];
+            return block * t.batch_stride + (row % kv.page_size) * t.row_stride + h_k * t.head_stride;
+        }
+        return (varlen ? 0 : s.k_batch * t.batch_stride) + row * t.row_stride + h_k * t.head_stride;
+    }
+    // Rows from key j of s on that are row_stride apart in memory (paged: up to the end of the page).
+    int64_t k_rows_in_step(const Span& s, int64_t j) const {
+        return kv.paged() ? kv.page_size - (s.k_row0 + j) % kv.page_size : std::numeric_limits<int64_t>::max();
     }
     // Index into softmax_lse: (batch, heads, seqlen_q), or (heads, total_q) for varlen.
     int64_t lse_index(const Span& s, int64_t i, int64_t h) const {
@@ -116,13 +174,59 @@ struct BwdProblem {
     fa_bwd_params p;
 };
 
+// Attention over a KV cache (fa_kvcache_forward): `attention` is the attention over the caches as
+// they are after appending (its kv layout gives each sequence's rows), with q as the caller passed
+// it; the backend appends, rotates q if asked, then runs `attention` with the rotated q.
+struct KvCacheProblem {
+    Problem attention;
+    fa_kvcache_params p; // validated copy; p.fwd is attention.p
+
+    bool appends() const { return p.k_new.data != nullptr; }
+    bool rotary() const { return p.rotary_cos != nullptr; }
+    // Cache row (counted from row 0 of the sequence's cache, leftpad included) of new token i;
+    // it is also that key's rotary position.
+    int64_t new_row(int64_t b, int64_t i) const { return p.cache_seqlens[b] + i; }
+    // Rotary position of query row i: its own row when causal or local (flash_attn's rule), else
+    // every query sits at the end of the cache as it was before appending.
+    int64_t query_position(int64_t b, int64_t i) const {
+        return p.cache_seqlens[b] + (attention.mask.is_local() ? i : 0);
+    }
+    // Element offset of (new token i of sequence b, KV head h) in the cache tensor t (k or v).
+    int64_t cache_offset(const fa_tensor& t, int64_t b, int64_t i, int64_t h_k) const {
+        Span s = attention.span(b);
+        // k_offset counts from k_row0 (leftpad); the new rows are counted from the cache's row 0.
+        return attention.k_offset(t, s, new_row(b, i) - s.k_row0, h_k);
+    }
+};
+
+// fa_combine after validation.
+struct CombineProblem {
+    fa_combine_params p;
+    // Offsets of element (split, b, i, h, 0) / (split, b, h, i).
+    int64_t partial_offset(int64_t split, int64_t b, int64_t i, int64_t h) const {
+        return split * p.out_partial_split_stride + b * p.out_partial.batch_stride + i * p.out_partial.row_stride +
+               h * p.out_partial.head_stride;
+    }
+    int64_t partial_lse_offset(int64_t split, int64_t b, int64_t i, int64_t h) const {
+        return split * p.lse_partial_split_stride + b * p.lse_partial.batch_stride + h * p.lse_partial.head_stride +
+               i * p.lse_partial.row_stride;
+    }
+};
+
 // Validate the caller's parameters and derive a Problem; throws flashattn::Error naming the bad
 // argument. `varlen` says which entry point was called. These read no tensor memory, so they work
 // on device pointers too.
 Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what = "params");
 BwdProblem make_bwd_problem(const fa_bwd_params* params, bool varlen);
 
-// Check the contents of cu_seqlens_q/k, seqused_k and alibi_slopes; only for host-readable memory.
+// Check the contents of cu_seqlens_q/k, seqused_k, alibi_slopes and the block table entries a
+// sequence will read; only for host-readable memory.
 void check_sequence_arrays(const Problem& problem);
+
+// fa_kvcache_forward / fa_combine: the same two steps (shapes and pointers; then, for host memory,
+// the contents of cache_seqlens, cache_batch_idx, cache_leftpad, block tables, rotary positions).
+KvCacheProblem make_kvcache_problem(const fa_kvcache_params* params);
+void check_kvcache_arrays(const KvCacheProblem& problem);
+CombineProblem make_combine_problem(const fa_combine_params* params);
 
 } // namespace flashattn

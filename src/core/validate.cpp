@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 
 namespace flashattn {
 namespace {
@@ -71,14 +74,47 @@ void check_cu_seqlens(const char* name, const int32_t* cu, int64_t batch, int64_
     require(cu[batch] <= total, name, "[batch]=", cu[batch], " exceeds ", total_name, "=", total);
 }
 
-} // namespace
 
-Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what) {
+// The caller's fa_fwd_params, read only as far as its struct_size says, the rest defaulted.
+fa_fwd_params read_fwd_params(const fa_fwd_params* params, const char* what) {
     require(params != nullptr, what, " must not be NULL");
-    require(params->struct_size == sizeof(fa_fwd_params), what,
+    require(params->struct_size == sizeof(fa_fwd_params) || params->struct_size == kFwdParamsSize_0_1, what,
             ".struct_size does not match this library (call fa_fwd_params_init first): got ", params->struct_size,
-            ", expected ", sizeof(fa_fwd_params));
-    const fa_fwd_params& p = *params;
+            ", expected ", sizeof(fa_fwd_params), " (or ", kFwdParamsSize_0_1, " from the 0.1.0 header)");
+    fa_fwd_params p;
+    fa_fwd_params_init(&p);
+    std::memcpy(&p, params, params->struct_size);
+    p.struct_size = sizeof(fa_fwd_params);
+    return p;
+}
+
+// The block table fields: shapes only (the entries are checked with the other host arrays).
+void check_block_table(const fa_fwd_params& p) {
+    require(p.page_size >= 16 && p.page_size % 16 == 0, "page_size must be a positive multiple of 16 (with a block_table), got ",
+            p.page_size);
+    require(p.max_blocks_per_seq >= 1, "max_blocks_per_seq must be >= 1 (with a block_table), got ", p.max_blocks_per_seq);
+    require(p.block_table_batch_stride >= p.max_blocks_per_seq, "block_table_batch_stride must be >= max_blocks_per_seq (",
+            p.max_blocks_per_seq, "), got ", p.block_table_batch_stride);
+    require(p.num_blocks >= 1, "num_blocks must be >= 1 (with a block_table), got ", p.num_blocks);
+    require(int64_t(p.seqlen_k) <= int64_t(p.max_blocks_per_seq) * p.page_size, "seqlen_k (", p.seqlen_k,
+            ") must be <= max_blocks_per_seq * page_size (", int64_t(p.max_blocks_per_seq) * p.page_size,
+            "): a sequence cannot hold more rows than its block table maps");
+}
+
+KvLayout kv_layout_of(const fa_fwd_params& p) {
+    KvLayout kv;
+    if (p.block_table) {
+        kv.block_table = p.block_table;
+        kv.block_table_stride = p.block_table_batch_stride;
+        kv.page_size = p.page_size;
+        kv.num_blocks = p.num_blocks;
+    }
+    return kv;
+}
+
+// Everything make_problem checks; k_batch is how many batch entries k and v have (the sequences'
+// own, a KV cache's batch_cache, or the blocks of a paged pool).
+Problem make_problem_impl(const fa_fwd_params& p, bool varlen, int64_t k_batch, bool k_is_output) {
     Problem problem{};
     problem.p = p;
     problem.varlen = varlen;
@@ -110,11 +146,17 @@ Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what)
     }
 
     const int64_t q_rows = varlen ? problem.total_q : p.seqlen_q;
-    const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
     const int64_t dense_batch = varlen ? 1 : p.batch;
     check_tensor("q", p.q, varlen, q_rows, p.num_heads, p.head_dim, dense_batch, false);
-    check_tensor("k", p.k, varlen, k_rows, p.num_heads_k, p.head_dim, dense_batch, false);
-    check_tensor("v", p.v, varlen, k_rows, p.num_heads_k, p.head_dim, dense_batch, false);
+    if (p.block_table) { // a pool of (num_blocks, page_size) rows, varlen or not
+        check_block_table(p);
+        check_tensor("k", p.k, false, p.page_size, p.num_heads_k, p.head_dim, p.num_blocks, k_is_output);
+        check_tensor("v", p.v, false, p.page_size, p.num_heads_k, p.head_dim, p.num_blocks, k_is_output);
+    } else {
+        const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
+        check_tensor("k", p.k, varlen, k_rows, p.num_heads_k, p.head_dim, varlen ? 1 : k_batch, k_is_output);
+        check_tensor("v", p.v, varlen, k_rows, p.num_heads_k, p.head_dim, varlen ? 1 : k_batch, k_is_output);
+    }
     check_tensor("out", p.out, varlen, q_rows, p.num_heads, p.head_dim, dense_batch, true);
 
     // A negative scale would turn the row maximum of the raw scores into the minimum of the scaled
@@ -137,7 +179,21 @@ Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what)
     problem.group = p.num_heads / p.num_heads_k;
     problem.mask.window_left = p.window_left;
     problem.mask.window_right = p.causal ? 0 : p.window_right;
+    problem.kv = kv_layout_of(p);
     return problem;
+}
+
+void check_lengths(const char* name, const int32_t* values, int64_t count, int64_t lo, int64_t hi, const char* why) {
+    for (int64_t b = 0; b < count; ++b)
+        require(values[b] >= lo && values[b] <= hi, name, "[", b, "] must be in [", lo, ", ", hi, "]", why, ", got ",
+                values[b]);
+}
+
+} // namespace
+
+Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what) {
+    const fa_fwd_params p = read_fwd_params(params, what);
+    return make_problem_impl(p, varlen, p.batch, false);
 }
 
 void check_sequence_arrays(const Problem& problem) {
@@ -154,8 +210,9 @@ void check_sequence_arrays(const Problem& problem) {
     if (problem.varlen) {
         check_cu_seqlens("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.seqlen_q, "seqlen_q (max_seqlen_q)", p.total_q,
                          "total_q");
-        check_cu_seqlens("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.seqlen_k, "seqlen_k (max_seqlen_k)", p.total_k,
-                         "total_k");
+        // Paged: the rows are found through the block table, so total_k bounds nothing.
+        check_cu_seqlens("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.seqlen_k, "seqlen_k (max_seqlen_k)",
+                         problem.kv.paged() ? std::numeric_limits<int64_t>::max() : p.total_k, "total_k");
     }
     if (p.seqused_k) {
         for (int64_t b = 0; b < p.batch; ++b) {
@@ -164,16 +221,174 @@ void check_sequence_arrays(const Problem& problem) {
                     "], got ", p.seqused_k[b]);
         }
     }
+    if (problem.kv.paged()) {
+        // Every block a sequence reads must be in the pool (the other entries of its row are never read).
+        const KvLayout& kv = problem.kv;
+        for (int64_t b = 0; b < p.batch; ++b) {
+            const Span s = problem.span(b);
+            const int64_t rows = s.k_len > 0 ? s.k_row0 + s.k_len : 0;
+            require(rows <= int64_t(p.max_blocks_per_seq) * kv.page_size, "sequence ", b, " needs ", rows,
+                    " key rows but its block table row maps max_blocks_per_seq * page_size = ",
+                    int64_t(p.max_blocks_per_seq) * kv.page_size);
+            for (int64_t blk = 0; blk * kv.page_size < rows; ++blk) {
+                const int64_t index = b * kv.block_table_stride + blk;
+                require(kv.block_table[index] >= 0 && kv.block_table[index] < kv.num_blocks, "block_table[", b, "][",
+                        blk, "] = ", kv.block_table[index], " must be a block index in [0, num_blocks = ",
+                        kv.num_blocks, ")");
+            }
+        }
+    }
 }
 
-BwdProblem make_bwd_problem(const fa_bwd_params* params, bool varlen) {
+KvCacheProblem make_kvcache_problem(const fa_kvcache_params* params) {
     require(params != nullptr, "params must not be NULL");
-    require(params->struct_size == sizeof(fa_bwd_params),
+    require(params->struct_size == sizeof(fa_kvcache_params),
+            "params.struct_size does not match this library (call fa_kvcache_params_init first): got ",
+            params->struct_size, ", expected ", sizeof(fa_kvcache_params));
+    const fa_kvcache_params& kp = *params;
+    const fa_fwd_params f = read_fwd_params(&kp.fwd, "params.fwd");
+    require(f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr,
+            "fwd.cu_seqlens_q/cu_seqlens_k must be NULL for fa_kvcache_forward (q is dense; cache_seqlens gives the key lengths)");
+    require(f.seqused_k == nullptr, "fwd.seqused_k must be NULL for fa_kvcache_forward (cache_seqlens gives the key lengths)");
+    require(f.dropout_p == 0.0f, "fwd.dropout_p must be 0 for fa_kvcache_forward (an inference entry point), got ", f.dropout_p);
+    require(f.attn_probs == nullptr, "fwd.attn_probs must be NULL for fa_kvcache_forward");
+    require(kp.cache_seqlens != nullptr, "cache_seqlens must not be NULL (int32, one entry per sequence)");
+    const bool paged = f.block_table != nullptr;
+    if (!paged) require(kp.batch_cache >= 1, "batch_cache must be >= 1 (batch entries of k_cache/v_cache), got ", kp.batch_cache);
+    require(!(paged && kp.cache_batch_idx), "cache_batch_idx must be NULL with a block_table (the table maps sequences to blocks)");
+    if (!paged && !kp.cache_batch_idx)
+        require(kp.batch_cache >= f.batch, "batch_cache (", kp.batch_cache, ") must be >= batch (", f.batch,
+                ") without cache_batch_idx: sequence b uses cache entry b");
+
+    const bool appends = kp.k_new.data != nullptr || kp.v_new.data != nullptr;
+    KvCacheProblem problem{make_problem_impl(f, false, kp.batch_cache, appends), kp};
+    problem.p.fwd = f;
+    require(kp.seqlen_new >= 0, "seqlen_new must be >= 0, got ", kp.seqlen_new);
+    if (appends) {
+        require(kp.k_new.data != nullptr && kp.v_new.data != nullptr, "k_new.data and v_new.data must both be set (or both NULL)");
+        require(kp.seqlen_new <= f.seqlen_k, "seqlen_new (", kp.seqlen_new, ") must be <= seqlen_k (", f.seqlen_k,
+                "), the capacity of a sequence's cache");
+        check_tensor("k_new", kp.k_new, false, kp.seqlen_new, f.num_heads_k, f.head_dim, f.batch, false);
+        check_tensor("v_new", kp.v_new, false, kp.seqlen_new, f.num_heads_k, f.head_dim, f.batch, false);
+    } else {
+        require(kp.seqlen_new == 0, "seqlen_new must be 0 when k_new/v_new are NULL, got ", kp.seqlen_new);
+    }
+    const bool rotary = kp.rotary_cos != nullptr || kp.rotary_sin != nullptr;
+    if (rotary) {
+        require(kp.rotary_cos != nullptr && kp.rotary_sin != nullptr, "rotary_cos and rotary_sin must both be set (or both NULL)");
+        require(appends, "rotary_cos/rotary_sin need k_new/v_new: rotary embedding applies to appended keys and to q");
+        require(kp.rotary_dim >= 2 && kp.rotary_dim % 2 == 0 && kp.rotary_dim <= f.head_dim,
+                "rotary_dim must be even and in [2, head_dim = ", f.head_dim, "], got ", kp.rotary_dim);
+        require(kp.seqlen_rotary >= 1, "seqlen_rotary (rows of rotary_cos/rotary_sin) must be >= 1, got ", kp.seqlen_rotary);
+    }
+
+    KvLayout& kv = problem.attention.kv;
+    kv.cache_seqlens = kp.cache_seqlens;
+    kv.seqlen_new = appends ? kp.seqlen_new : 0;
+    kv.cache_batch_idx = kp.cache_batch_idx;
+    kv.cache_leftpad = kp.cache_leftpad;
+    kv.cache_entries = paged ? 0 : kp.batch_cache;
+    return problem;
+}
+
+void check_kvcache_arrays(const KvCacheProblem& problem) {
+    const fa_kvcache_params& kp = problem.p;
+    const fa_fwd_params& f = kp.fwd;
+    const int64_t batch = f.batch, appended = problem.attention.kv.seqlen_new;
+    check_lengths("cache_seqlens", kp.cache_seqlens, batch, 0, f.seqlen_k - appended,
+                  appended ? " (seqlen_k - seqlen_new: the appended rows must fit in the cache)" : " (seqlen_k)");
+    if (kp.cache_leftpad)
+        for (int64_t b = 0; b < batch; ++b)
+            require(kp.cache_leftpad[b] >= 0 && kp.cache_leftpad[b] <= kp.cache_seqlens[b], "cache_leftpad[", b,
+                    "] must be in [0, cache_seqlens[", b, "] = ", kp.cache_seqlens[b], "], got ", kp.cache_leftpad[b]);
+    if (kp.cache_batch_idx) {
+        check_lengths("cache_batch_idx", kp.cache_batch_idx, batch, 0, kp.batch_cache - 1, " (batch_cache - 1)");
+        if (problem.appends()) // two sequences appending to one cache entry would race
+            for (int64_t b = 0; b < batch; ++b)
+                for (int64_t c = 0; c < b; ++c)
+                    require(kp.cache_batch_idx[b] != kp.cache_batch_idx[c], "cache_batch_idx[", c, "] and cache_batch_idx[",
+                            b, "] are both ", kp.cache_batch_idx[b],
+                            ": with k_new/v_new every sequence must append to its own cache entry");
+    }
+    if (problem.rotary())
+        for (int64_t b = 0; b < batch; ++b) {
+            const int64_t last = std::max(problem.new_row(b, kp.seqlen_new - 1),
+                                          problem.query_position(b, std::max<int64_t>(f.seqlen_q - 1, 0)));
+            require(last < kp.seqlen_rotary, "sequence ", b, " needs rotary position ", last,
+                    " but rotary_cos/rotary_sin have seqlen_rotary = ", kp.seqlen_rotary, " rows");
+        }
+    check_sequence_arrays(problem.attention);
+}
+
+CombineProblem make_combine_problem(const fa_combine_params* params) {
+    require(params != nullptr, "params must not be NULL");
+    require(params->struct_size == sizeof(fa_combine_params),
+            "params.struct_size does not match this library (call fa_combine_params_init first): got ",
+            params->struct_size, ", expected ", sizeof(fa_combine_params));
+    const fa_combine_params& p = *params;
+    const int32_t dtype = stored_value(p.dtype), backend = stored_value(p.backend);
+    require(dtype == FA_FLOAT16 || dtype == FA_BFLOAT16 || dtype == FA_FLOAT32,
+            "dtype (of out) must be FA_FLOAT16, FA_BFLOAT16 or FA_FLOAT32, got ", dtype);
+    require(backend == FA_BACKEND_AUTO || backend == FA_BACKEND_CPU || backend == FA_BACKEND_CUDA,
+            "backend must be FA_BACKEND_AUTO, FA_BACKEND_CPU or FA_BACKEND_CUDA, got ", backend);
+    require(p.num_splits >= 1, "num_splits must be >= 1, got ", p.num_splits);
+    require(p.batch >= 1, "batch must be >= 1, got ", p.batch);
+    require(p.seqlen_q >= 0, "seqlen_q must be >= 0, got ", p.seqlen_q);
+    require(p.num_heads >= 1, "num_heads must be >= 1, got ", p.num_heads);
+    require(p.head_dim >= 1, "head_dim must be >= 1, got ", p.head_dim);
+    check_tensor("out_partial", p.out_partial, false, p.seqlen_q, p.num_heads, p.head_dim, p.batch, false);
+    check_tensor("out", p.out, false, p.seqlen_q, p.num_heads, p.head_dim, p.batch, true);
+    const bool has_rows = p.seqlen_q > 0;
+    require(!has_rows || p.lse_partial.data != nullptr, "lse_partial.data must not be NULL");
+    for (const auto& [name, stride] : {std::pair{"out_partial_split_stride", p.out_partial_split_stride},
+                                       std::pair{"lse_partial_split_stride", p.lse_partial_split_stride},
+                                       std::pair{"lse_partial.batch_stride", p.lse_partial.batch_stride},
+                                       std::pair{"lse_partial.head_stride", p.lse_partial.head_stride},
+                                       std::pair{"lse_partial.row_stride", p.lse_partial.row_stride},
+                                       std::pair{"lse.batch_stride", p.lse.batch_stride},
+                                       std::pair{"lse.head_stride", p.lse.head_stride},
+                                       std::pair{"lse.row_stride", p.lse.row_stride}})
+        require(stride >= 0, name, " must be >= 0, got ", stride);
+    if (p.lse.data && has_rows) {
+        fa_tensor as_tensor{p.lse.data, p.lse.batch_stride, p.lse.row_stride, p.lse.head_stride};
+        require(writes_never_overlap(p.batch, p.seqlen_q, p.num_heads, 1, as_tensor),
+                "lse is an output, so its elements must not alias: strides (batch ", p.lse.batch_stride, ", head ",
+                p.lse.head_stride, ", row ", p.lse.row_stride, ") overlap");
+    }
+    return CombineProblem{p};
+}
+
+namespace {
+
+constexpr size_t kBwdTailOffset = offsetof(fa_bwd_params, dout);
+
+fa_bwd_params read_bwd_params(const fa_bwd_params* params) {
+    require(params != nullptr, "params must not be NULL");
+    require(params->struct_size == sizeof(fa_bwd_params) || params->struct_size == kBwdParamsSize_0_1,
             "params.struct_size does not match this library (call fa_bwd_params_init first): got ",
-            params->struct_size, ", expected ", sizeof(fa_bwd_params));
+            params->struct_size, ", expected ", sizeof(fa_bwd_params), " (or ", kBwdParamsSize_0_1,
+            " from the 0.1.0 header)");
+    if (params->struct_size == sizeof(fa_bwd_params)) return *params;
+    fa_bwd_params p;
+    fa_bwd_params_init(&p);
+    const char* raw = reinterpret_cast<const char*>(params);
+    const size_t fwd_at = offsetof(fa_bwd_params, fwd);
+    std::memcpy(&p.fwd, raw + fwd_at, kFwdParamsSize_0_1);
+    std::memcpy(reinterpret_cast<char*>(&p) + kBwdTailOffset, raw + fwd_at + kFwdParamsSize_0_1,
+                sizeof(fa_bwd_params) - kBwdTailOffset);
+    p.fwd.struct_size = sizeof(fa_fwd_params);
+    return p;
+}
+
+} // namespace
+
+BwdProblem make_bwd_problem(const fa_bwd_params* raw_params, bool varlen) {
+    const fa_bwd_params bwd = read_bwd_params(raw_params);
+    const fa_bwd_params* params = &bwd;
     BwdProblem problem{make_problem(&params->fwd, varlen, "params.fwd"), *params};
     problem.fwd.p.attn_probs = nullptr; // a forward-only output
     const fa_fwd_params& f = params->fwd;
+    require(f.block_table == nullptr, "fwd.block_table must be NULL: paged K/V is a forward-only (inference) feature");
     const bool varlen_rows = varlen;
     const int64_t q_rows = varlen_rows ? problem.fwd.total_q : f.seqlen_q;
     const int64_t k_rows = varlen_rows ? f.total_k : f.seqlen_k;

@@ -3,9 +3,13 @@
 // per-(head dim, dtype) launchers.
 #include "aux_kernels.h"
 #include "build_config.h"
+#include "bwd_aux_kernels.h"
+#include "bwd_launch.h"
 #include "cuda_check.h"
 #include "fwd_args.h"
 #include "fwd_launch.h"
+#include "inference.h"
+#include "kernels/bwd_tile_config.h"
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -15,9 +19,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
 
 namespace flashattn::cuda {
 namespace {
@@ -94,11 +102,36 @@ int tile_head_dim(int head_dim) {
          FLASHATTN_CUDA_HEADDIMS_STRING, "); rebuild with a head dim >= ", head_dim);
 }
 
+// Which forward kernel runs on compute capability 9.0: the Hopper (wgmma) kernel for tile head
+// dims >= 96, the mma.sync kernel below that, where it measured faster on the H200 at every
+// benchmark shape (the wgmma kernel's two warpgroups run their softmax in lockstep, and at d <= 64
+// the softmax is half the work; bench/results/h200-2026-11-30-s2-sm90/). FLASHATTN_CUDA_FWD_KERNEL
+// = sm80 or sm90 overrides the choice (benchmarks time both).
+bool use_sm90_kernel(int major, int minor, int tile_dim) {
+#if FLASHATTN_CUDA_HAS_SM90
+    if (major != 9 || minor != 0) return false;
+    const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL"); // per call: benchmarks switch it
+    if (choice && std::string(choice) == "sm80") return false;
+    if (choice && std::string(choice) == "sm90") return true;
+    return tile_dim >= 96;
+#else
+    (void)major;
+    (void)minor;
+    (void)tile_dim;
+    return false;
+#endif
+}
+
 template <fa_dtype kDtype>
-void run_forward_kernel(int tile_dim, const FwdArgs& args, cudaStream_t stream) {
+void run_forward_kernel(int tile_dim, bool sm90, const FwdArgs& args, cudaStream_t stream) {
     switch (tile_dim) {
+#if FLASHATTN_CUDA_HAS_SM90
 #define FLASHATTN_HEADDIM_CASE(D) \
-    case D: return run_fwd<D, kDtype>(args, stream);
+    case D: return sm90 ? run_fwd_sm90<D, kDtype>(args, stream) : run_fwd<D, kDtype>(args, stream);
+#else
+#define FLASHATTN_HEADDIM_CASE(D) \
+    case D: return (void)sm90, run_fwd<D, kDtype>(args, stream);
+#endif
 #ifdef FLASHATTN_CUDA_HDIM_32
         FLASHATTN_HEADDIM_CASE(32)
 #endif
@@ -124,6 +157,44 @@ void run_forward_kernel(int tile_dim, const FwdArgs& args, cudaStream_t stream) 
 
 int64_t round_up8(int64_t x) { return (x + 7) / 8 * 8; }
 
+// The kernel-side view of a validated Problem (shared by the forward and the backward).
+FwdArgs fwd_args_from(const Problem& problem) {
+    const fa_fwd_params& p = problem.p;
+    const bool varlen = problem.varlen;
+    FwdArgs args{};
+    args.q = p.q;
+    args.k = p.k;
+    args.v = p.v;
+    args.out = p.out;
+    args.lse = p.softmax_lse;
+    args.batch = p.batch;
+    args.num_heads = p.num_heads;
+    args.heads_per_kv_head = int32_t(problem.group);
+    args.head_dim = p.head_dim;
+    args.seqlen_q = p.seqlen_q;
+    args.seqlen_k = p.seqlen_k;
+    args.cu_seqlens_q = varlen ? p.cu_seqlens_q : nullptr;
+    args.cu_seqlens_k = varlen ? p.cu_seqlens_k : nullptr;
+    args.seqused_k = p.seqused_k;
+    args.total_q = problem.total_q;
+    args.total_k = varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
+    args.scale = problem.scale;
+    args.scale_log2 = problem.scale_log2;
+    args.softcap = p.softcap;
+    args.mask = problem.mask;
+    args.alibi_slopes = p.alibi_slopes;
+    args.alibi_batch_stride = p.alibi_batch_stride;
+    // Raw Q.K^T can feed the softmax (scale folded into exp2) unless something transforms the
+    // scores, or a non-positive scale would turn the row max into a row min.
+    args.transform_scores = p.softcap > 0.0f || p.alibi_slopes != nullptr || !(problem.scale > 0.0f);
+    args.dropout = problem.has_dropout();
+    args.keep_threshold = dropout_keep_threshold(p.dropout_p);
+    args.keep_rescale = args.dropout ? float(1.0 / (1.0 - double(p.dropout_p))) : 1.0f;
+    args.rng_seed = p.rng_seed;
+    args.rng_offset = p.rng_offset;
+    return args;
+}
+
 } // namespace
 
 bool available() {
@@ -146,6 +217,8 @@ bool available() {
 }
 
 bool is_device_pointer(const void* ptr) { return device_of(ptr) >= 0; }
+
+// kvcache_forward: kvcache.cu; combine: combine.cu; the inference path of forward: inference.cu.
 
 void forward(const Problem& problem) {
     const fa_fwd_params& p = problem.p;
@@ -178,64 +251,41 @@ void forward(const Problem& problem) {
     const auto stream = static_cast<cudaStream_t>(p.stream);
     const bool varlen = problem.varlen;
 
-    FwdArgs args{};
-    args.q = p.q;
-    args.k = p.k;
-    args.v = p.v;
-    args.out = p.out;
-    args.lse = p.softmax_lse;
-    args.batch = p.batch;
-    args.num_heads = p.num_heads;
-    args.heads_per_kv_head = int32_t(problem.group);
-    args.head_dim = p.head_dim;
-    args.seqlen_q = p.seqlen_q;
-    args.seqlen_k = p.seqlen_k;
-    args.cu_seqlens_q = varlen ? p.cu_seqlens_q : nullptr;
-    args.cu_seqlens_k = varlen ? p.cu_seqlens_k : nullptr;
-    args.seqused_k = p.seqused_k;
-    args.total_q = problem.total_q;
-    args.total_k = varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
-    args.scale = problem.scale;
-    args.scale_log2 = problem.scale_log2;
-    args.softcap = p.softcap;
-    args.mask = problem.mask;
-    args.alibi_slopes = p.alibi_slopes;
-    args.alibi_batch_stride = p.alibi_batch_stride;
-    // Raw Q.K^T can feed the softmax (scale folded into exp2) unless something transforms the
-    // scores, or a non-positive scale would turn the row max into a row min.
-    args.transform_scores = p.softcap > 0.0f || p.alibi_slopes != nullptr || !(problem.scale > 0.0f);
-    args.dropout = problem.has_dropout();
-    args.keep_threshold = dropout_keep_threshold(p.dropout_p);
-    args.keep_rescale = args.dropout ? float(1.0 / (1.0 - double(p.dropout_p))) : 1.0f;
-    args.rng_seed = p.rng_seed;
-    args.rng_offset = p.rng_offset;
+    FwdArgs args = fwd_args_from(problem);
 
     // Layouts the kernel cannot address in 16-byte chunks go through packed, zero-padded copies.
     const int64_t dense_batch = varlen ? 1 : p.batch;
     const int64_t q_rows = varlen ? problem.total_q : p.seqlen_q;
-    const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
+    // K/V as stored: a paged pool (num_blocks, page_size), a KV cache's entries, or the sequences' rows.
+    const bool paged = problem.kv.paged();
+    const int64_t kv_batch = paged ? p.num_blocks : problem.kv.cache_entries ? problem.kv.cache_entries : dense_batch;
+    const int64_t k_rows = paged ? p.page_size : varlen ? p.total_k : p.seqlen_k;
     const bool pad_head_dim = p.head_dim % 8 != 0;
     const int padded_dim = int(round_up8(p.head_dim));
     auto packed_view = [&](void* data, int64_t rows) {
         return fa_tensor{data, rows * p.num_heads * padded_dim, int64_t(p.num_heads) * padded_dim, padded_dim};
     };
-    auto stage_input = [&](fa_tensor& t, int64_t rows, int64_t heads, StreamBuffer& buffer) {
-        StridedView src{t.data, varlen ? 0 : t.batch_stride, t.row_stride, t.head_stride};
-        pack_padded(src, buffer.get(), dense_batch, rows, heads, p.head_dim, padded_dim, stream);
+    auto stage_input = [&](fa_tensor& t, int64_t batch, bool has_batch, int64_t rows, int64_t heads,
+                           StreamBuffer& buffer) {
+        StridedView src{t.data, has_batch ? t.batch_stride : 0, t.row_stride, t.head_stride};
+        pack_padded(src, buffer.get(), batch, rows, heads, p.head_dim, padded_dim, stream);
         t = fa_tensor{buffer.get(), rows * heads * padded_dim, heads * padded_dim, padded_dim};
     };
-    const auto bytes = [&](int64_t rows, int64_t heads) { return size_t(dense_batch * rows * heads * padded_dim * 2); };
+    const auto bytes = [&](int64_t batch, int64_t rows, int64_t heads) {
+        return size_t(batch * rows * heads * padded_dim * 2);
+    };
+    const bool kv_has_batch = paged || !varlen; // a pool's blocks are its batch entries, varlen or not
     const bool stage_q = pad_head_dim || !chunk_aligned(p.q, varlen);
-    const bool stage_k = k_rows > 0 && (pad_head_dim || !chunk_aligned(p.k, varlen));
-    const bool stage_v = k_rows > 0 && (pad_head_dim || !chunk_aligned(p.v, varlen));
+    const bool stage_k = k_rows > 0 && (pad_head_dim || !chunk_aligned(p.k, !kv_has_batch));
+    const bool stage_v = k_rows > 0 && (pad_head_dim || !chunk_aligned(p.v, !kv_has_batch));
     const bool stage_out = pad_head_dim || !chunk_aligned(p.out, varlen);
-    StreamBuffer q_buffer(stage_q ? bytes(q_rows, p.num_heads) : 0, stream);
-    StreamBuffer k_buffer(stage_k ? bytes(k_rows, p.num_heads_k) : 0, stream);
-    StreamBuffer v_buffer(stage_v ? bytes(k_rows, p.num_heads_k) : 0, stream);
-    StreamBuffer out_buffer(stage_out ? bytes(q_rows, p.num_heads) : 0, stream);
-    if (stage_q) stage_input(args.q, q_rows, p.num_heads, q_buffer);
-    if (stage_k) stage_input(args.k, k_rows, p.num_heads_k, k_buffer);
-    if (stage_v) stage_input(args.v, k_rows, p.num_heads_k, v_buffer);
+    StreamBuffer q_buffer(stage_q ? bytes(dense_batch, q_rows, p.num_heads) : 0, stream);
+    StreamBuffer k_buffer(stage_k ? bytes(kv_batch, k_rows, p.num_heads_k) : 0, stream);
+    StreamBuffer v_buffer(stage_v ? bytes(kv_batch, k_rows, p.num_heads_k) : 0, stream);
+    StreamBuffer out_buffer(stage_out ? bytes(dense_batch, q_rows, p.num_heads) : 0, stream);
+    if (stage_q) stage_input(args.q, dense_batch, !varlen, q_rows, p.num_heads, q_buffer);
+    if (stage_k) stage_input(args.k, kv_batch, kv_has_batch, k_rows, p.num_heads_k, k_buffer);
+    if (stage_v) stage_input(args.v, kv_batch, kv_has_batch, k_rows, p.num_heads_k, v_buffer);
     if (stage_out) args.out = packed_view(out_buffer.get(), q_rows);
     if (pad_head_dim) args.head_dim = padded_dim; // the padding columns are zero in q and k: scores unchanged
 
@@ -245,14 +295,18 @@ void forward(const Problem& problem) {
     if (p.attn_probs && !p.softmax_lse) args.lse = static_cast<float*>(lse_buffer.get());
 
     const int tile_dim = tile_head_dim(args.head_dim);
+    if (run_inference_forward(problem, args, tile_dim, device, stream)) {
+        // paged K/V, a KV cache, split-KV: the SM80 kernel's inference variant (inference.cu)
+    } else
 #ifdef FLASHATTN_CUDA_TUNING
     if (!run_fwd_tile_variant(args, p.dtype, tile_dim, stream))
 #endif
     {
+        const bool sm90 = use_sm90_kernel(major, minor, tile_dim);
         if (p.dtype == FA_FLOAT16) {
-            run_forward_kernel<FA_FLOAT16>(tile_dim, args, stream);
+            run_forward_kernel<FA_FLOAT16>(tile_dim, sm90, args, stream);
         } else {
-            run_forward_kernel<FA_BFLOAT16>(tile_dim, args, stream);
+            run_forward_kernel<FA_BFLOAT16>(tile_dim, sm90, args, stream);
         }
     }
 
@@ -263,8 +317,218 @@ void forward(const Problem& problem) {
     if (p.attn_probs) write_attn_probs(args, p.dtype, p.attn_probs, stream);
 }
 
-void backward(const BwdProblem&) { fail(FA_ERROR_UNSUPPORTED, "the CUDA backward is not implemented yet"); }
+// ---------------------------------------------------------------------------------------------
+// The backward: dsum, the main kernel, the finishing sums (bwd_launch.h, bwd_aux_kernels.h).
+namespace {
 
-size_t bwd_workspace_size(const BwdProblem&) { return 0; }
+template <fa_dtype kDtype>
+void run_backward_kernel(int tile_dim, const BwdArgs& args, cudaStream_t stream) {
+    switch (tile_dim) {
+#define FLASHATTN_HEADDIM_CASE(D) \
+    case D: return run_bwd<D, kDtype>(args, stream);
+#ifdef FLASHATTN_CUDA_HDIM_32
+        FLASHATTN_HEADDIM_CASE(32)
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_64
+        FLASHATTN_HEADDIM_CASE(64)
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_96
+        FLASHATTN_HEADDIM_CASE(96)
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_128
+        FLASHATTN_HEADDIM_CASE(128)
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_192
+        FLASHATTN_HEADDIM_CASE(192)
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_256
+        FLASHATTN_HEADDIM_CASE(256)
+#endif
+#undef FLASHATTN_HEADDIM_CASE
+    }
+    fail(FA_ERROR_INTERNAL, "no backward kernel for tile head dim ", tile_dim);
+}
+
+// The device of a backward call: where q lives, or (no query rows) where the key side lives.
+int backward_device(const BwdProblem& problem) {
+    const fa_fwd_params& p = problem.fwd.p;
+    for (const void* ptr : {p.q.data, p.k.data, p.v.data, problem.p.dout.data, problem.p.dq.data, problem.p.dk.data,
+                            problem.p.dv.data}) {
+        const int device = device_of(ptr);
+        if (device >= 0) return device;
+    }
+    return -1;
+}
+
+// Everything the backward allocates, decided once from the problem and the device, so that
+// fa_bwd_workspace_size and the call agree. One workspace (the caller's, or stream-ordered scratch)
+// holds, 256-byte aligned: dsum, the fp32 dQ scratch (one buffer per chunk when deterministic),
+// the per-query-head fp32 dK/dV scratch when needed, and packed copies of q, k, v, dout when the
+// kernel cannot read them in place.
+struct BwdPlan {
+    int device = -1;
+    int tile_dim = 0, padded_dim = 0;
+    bool pad_head_dim = false;
+    bool stage_q = false, stage_k = false, stage_v = false, stage_dout = false;
+    bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts)
+    int num_chunks = 0;          // key-block chunks per (sequence, head); 0 = one per key block
+    int64_t dq_chunk_stride = 0; // deterministic only
+    int64_t q_rows_total = 0, k_rows_total = 0;
+    size_t dsum_at = 0, dq_at = 0, dq_bytes = 0, dk_at = 0, dv_at = 0, q_at = 0, k_at = 0, v_at = 0, dout_at = 0;
+    size_t bytes = 0;
+};
+
+// Deterministic dQ scratch is bounded: fewer chunks (less parallelism) beyond this.
+constexpr size_t kMaxDeterministicDqBytes = size_t(512) << 20;
+
+BwdPlan plan_backward(const BwdProblem& problem) {
+    const Problem& pr = problem.fwd;
+    const fa_fwd_params& p = pr.p;
+    const bool varlen = pr.varlen;
+    BwdPlan plan;
+    plan.device = backward_device(problem);
+    plan.pad_head_dim = p.head_dim % 8 != 0;
+    plan.padded_dim = int(round_up8(p.head_dim));
+    plan.tile_dim = tile_head_dim(plan.padded_dim);
+    plan.q_rows_total = varlen ? pr.total_q : int64_t(p.batch) * p.seqlen_q;
+    plan.k_rows_total = varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
+    const int64_t q_rows = varlen ? pr.total_q : p.seqlen_q; // per batch entry of the tensors
+    const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
+    plan.stage_q = q_rows > 0 && (plan.pad_head_dim || !chunk_aligned(p.q, varlen));
+    plan.stage_dout = q_rows > 0 && (plan.pad_head_dim || !chunk_aligned(problem.p.dout, varlen));
+    plan.stage_k = k_rows > 0 && (plan.pad_head_dim || !chunk_aligned(p.k, varlen));
+    plan.stage_v = k_rows > 0 && (plan.pad_head_dim || !chunk_aligned(p.v, varlen));
+    plan.dkv_scratch = pr.group > 1 || plan.pad_head_dim || !chunk_aligned(problem.p.dk, varlen) ||
+                       !chunk_aligned(problem.p.dv, varlen);
+
+    const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);
+    size_t chunks = 1;
+    if (problem.p.deterministic) {
+        // Enough (sequence, head, chunk) CTAs to fill the device once, within the memory bound.
+        const int block_n = kernels::bwd_block_n(plan.tile_dim);
+        const int64_t n_blocks = (int64_t(p.seqlen_k) + block_n - 1) / block_n;
+        int sms = 132;
+        if (plan.device >= 0)
+            check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, plan.device), "querying the device");
+        const int64_t items = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
+        chunks = size_t(std::clamp<int64_t>((sms + items - 1) / items, 1, std::max<int64_t>(n_blocks, 1)));
+        while (chunks > 1 && chunks * dq_buffer > kMaxDeterministicDqBytes) --chunks;
+        plan.num_chunks = int(chunks);
+        plan.dq_chunk_stride = int64_t(dq_buffer / sizeof(float));
+    }
+
+    const auto staged = [&](int64_t rows, int64_t heads) {
+        return size_t((varlen ? 1 : p.batch) * rows * heads * plan.padded_dim * 2);
+    };
+    size_t at = 0;
+    const auto take = [&](size_t bytes) {
+        const size_t start = at;
+        at += (bytes + 255) / 256 * 256;
+        return start;
+    };
+    plan.dsum_at = take(size_t(p.num_heads) * plan.q_rows_total * sizeof(float));
+    plan.dq_bytes = chunks * dq_buffer;
+    plan.dq_at = take(plan.dq_bytes);
+    const size_t dkv_bytes = plan.dkv_scratch ? size_t(p.num_heads) * plan.k_rows_total * plan.tile_dim * 4 : 0;
+    plan.dk_at = take(dkv_bytes);
+    plan.dv_at = take(dkv_bytes);
+    plan.q_at = take(plan.stage_q ? staged(q_rows, p.num_heads) : 0);
+    plan.dout_at = take(plan.stage_dout ? staged(q_rows, p.num_heads) : 0);
+    plan.k_at = take(plan.stage_k ? staged(k_rows, p.num_heads_k) : 0);
+    plan.v_at = take(plan.stage_v ? staged(k_rows, p.num_heads_k) : 0);
+    plan.bytes = at;
+    return plan;
+}
+
+} // namespace
+
+void backward(const BwdProblem& problem) {
+    const Problem& pr = problem.fwd;
+    const fa_fwd_params& p = pr.p;
+    const fa_bwd_params& bp = problem.p;
+    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
+    const BwdPlan plan = plan_backward(problem);
+    const int device = plan.device;
+    if (device < 0) return; // no tensor has a row: nothing to compute or write
+    for (const auto& [ptr, name] : {std::pair<const void*, const char*>{p.q.data, "q.data"}, {p.k.data, "k.data"},
+                                    {p.v.data, "v.data"}, {p.out.data, "out.data"}, {p.softmax_lse, "softmax_lse"},
+                                    {p.cu_seqlens_q, "cu_seqlens_q"}, {p.cu_seqlens_k, "cu_seqlens_k"},
+                                    {p.seqused_k, "seqused_k"}, {p.alibi_slopes, "alibi_slopes"},
+                                    {bp.dout.data, "dout.data"}, {bp.dq.data, "dq.data"}, {bp.dk.data, "dk.data"},
+                                    {bp.dv.data, "dv.data"}, {bp.workspace, "workspace"}})
+        require_on_device(ptr, device, name);
+
+    DeviceGuard guard(device);
+    int major = 0, minor = 0;
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
+    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "querying the device");
+    if (major < 8)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA backend needs compute capability 8.0 or newer; device ", device, " is ",
+             major, ".", minor);
+    if (p.seqlen_q > INT_MAX - 256 || p.seqlen_k > INT_MAX - 256)
+        fail(FA_ERROR_UNSUPPORTED, "seqlen_q/seqlen_k above 2^31-257 are not supported by the CUDA backend");
+    const auto stream = static_cast<cudaStream_t>(p.stream);
+    const bool varlen = pr.varlen;
+
+    // The workspace: the caller's (fa_bwd_workspace_size bytes), else stream-ordered scratch.
+    if (bp.workspace) {
+        require(bp.workspace_size >= plan.bytes, "workspace_size is ", bp.workspace_size,
+                " bytes but this backward needs ", plan.bytes, " (ask fa_bwd_workspace_size)");
+        require(reinterpret_cast<uintptr_t>(bp.workspace) % 16 == 0, "workspace must be 16-byte aligned");
+    }
+    StreamBuffer scratch(bp.workspace ? 0 : plan.bytes, stream);
+    char* const ws = static_cast<char*>(bp.workspace ? bp.workspace : scratch.get());
+    const auto ws_float = [&](size_t at) { return reinterpret_cast<float*>(ws + at); };
+
+    BwdArgs args{};
+    args.fwd = fwd_args_from(pr);
+    args.dout = bp.dout;
+    args.dq = bp.dq;
+    args.dk = bp.dk;
+    args.dv = bp.dv;
+    args.num_heads_k = p.num_heads_k;
+    args.out_head_dim = p.head_dim;
+    args.accum_cols = plan.tile_dim;
+    args.dsum = ws_float(plan.dsum_at);
+    args.dq_accum = ws_float(plan.dq_at);
+    args.dq_chunk_stride = plan.dq_chunk_stride;
+    args.num_chunks = plan.num_chunks;
+    args.dk_accum = plan.dkv_scratch ? ws_float(plan.dk_at) : nullptr;
+    args.dv_accum = plan.dkv_scratch ? ws_float(plan.dv_at) : nullptr;
+    args.q_rows_total = plan.q_rows_total;
+    args.k_rows_total = plan.k_rows_total;
+    args.dq_scale = pr.scale;
+    args.dk_scale = pr.scale;
+    args.dv_scale = args.fwd.keep_rescale;
+
+    // Inputs the kernel cannot read in 16-byte chunks go through packed, zero-padded copies.
+    const int64_t dense_batch = varlen ? 1 : p.batch;
+    const int64_t q_rows = varlen ? pr.total_q : p.seqlen_q;
+    const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
+    auto stage_input = [&](fa_tensor& t, int64_t rows, int64_t heads, size_t at) {
+        StridedView src{t.data, varlen ? 0 : t.batch_stride, t.row_stride, t.head_stride};
+        pack_padded(src, ws + at, dense_batch, rows, heads, p.head_dim, plan.padded_dim, stream);
+        t = fa_tensor{ws + at, rows * heads * plan.padded_dim, heads * plan.padded_dim, plan.padded_dim};
+    };
+    if (plan.stage_q) stage_input(args.fwd.q, q_rows, p.num_heads, plan.q_at);
+    if (plan.stage_dout) stage_input(args.dout, q_rows, p.num_heads, plan.dout_at);
+    if (plan.stage_k) stage_input(args.fwd.k, k_rows, p.num_heads_k, plan.k_at);
+    if (plan.stage_v) stage_input(args.fwd.v, k_rows, p.num_heads_k, plan.v_at);
+    if (plan.pad_head_dim) args.fwd.head_dim = plan.padded_dim; // padding columns are zero: products unchanged
+
+    if (plan.dq_bytes) check_cuda(cudaMemsetAsync(args.dq_accum, 0, plan.dq_bytes, stream), "clearing the dQ scratch");
+    bwd_dsum(args, p.dtype, stream);
+    if (p.dtype == FA_FLOAT16) {
+        run_backward_kernel<FA_FLOAT16>(plan.tile_dim, args, stream);
+    } else {
+        run_backward_kernel<FA_BFLOAT16>(plan.tile_dim, args, stream);
+    }
+    bwd_finish(args, p.dtype, stream);
+}
+
+size_t bwd_workspace_size(const BwdProblem& problem) {
+    const BwdPlan plan = plan_backward(problem);
+    return plan.device < 0 ? 0 : plan.bytes;
+}
 
 } // namespace flashattn::cuda

@@ -47,6 +47,22 @@ struct FwdArgs {
     uint32_t keep_threshold;
     float keep_rescale;          // 1 / (1 - p)
     uint64_t rng_seed, rng_offset;
+
+    // Read only by the inference variant of the SM80 kernel (fwd_kernel<..., kInference = true>,
+    // set up by inference.cu); zero everywhere else. Device arrays, never validated on the host:
+    // the kernel clamps what it reads, except block indices (the caller's contract, docs/semantics.md).
+    const int32_t* block_table;  // paged K/V: (batch, block_table_stride); k/v are (blocks, page_size) pools
+    int64_t block_table_stride;
+    int32_t page_size;
+    const int32_t* cache_seqlens; // KV cache: rows before appending (then keys [leftpad, c + seqlen_new))
+    const int32_t* cache_batch_idx;
+    const int32_t* cache_leftpad;
+    int32_t seqlen_new;
+    int32_t cache_entries;       // batch entries of a contiguous cache (bound for cache_batch_idx)
+    int32_t num_splits;          // split-KV: > 1 writes fp32 partial O and lse per split to the accumulators
+    float* out_accum;            // (split, batch, seqlen_q, heads, head_dim) fp32
+    float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
+    bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
 };
 
 } // namespace flashattn::cuda

@@ -13,6 +13,11 @@ namespace flashattn::cuda {
 template <int kHeadDim, fa_dtype kDtype>
 void run_fwd(FwdArgs args, cudaStream_t stream);
 
+// The Hopper kernel (wgmma, sm_90a) for the same head dims; compiled when FLASHATTN_CUDA_ARCHS
+// contains 90 (FLASHATTN_CUDA_HAS_SM90 in build_config.h), used on compute capability 9.0.
+template <int kHeadDim, fa_dtype kDtype>
+void run_fwd_sm90(FwdArgs args, cudaStream_t stream);
+
 // The same for an explicit FwdTraits. kWithExtras = false builds only the plain kernel (the
 // tile-tuning variants of FLASHATTN_CUDA_TUNING builds); such a launcher rejects softcap, ALiBi,
 // dropout and non-positive scales.

@@ -74,6 +74,8 @@ def load_library(path=None):
     for name in ("fa_backward", "fa_varlen_backward"):
         getattr(lib, name).argtypes = [ctypes.POINTER(FaBwdParams)]
         getattr(lib, name).restype = ctypes.c_int
+    lib.fa_bwd_workspace_size.argtypes = [ctypes.POINTER(FaBwdParams)]
+    lib.fa_bwd_workspace_size.restype = ctypes.c_size_t
     lib.fa_last_error.restype = ctypes.c_char_p
     lib.fa_cuda_available.restype = ctypes.c_int
     lib.fa_version_string.restype = ctypes.c_char_p
@@ -177,3 +179,214 @@ def backward_status(q, k, v, out, lse, dout):
     b.dout, b.dq, b.dk, b.dv = fa_tensor(dout), fa_tensor(dq), fa_tensor(dk), fa_tensor(dv)
     status = lib().fa_backward(ctypes.byref(b))
     return STATUS.get(status, str(status)), lib().fa_last_error().decode()
+
+
+def make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, *, deterministic=False, workspace=None, **kw):
+    b = FaBwdParams()
+    lib().fa_bwd_params_init(ctypes.byref(b))
+    varlen = kw.get("cu_seqlens_q") is not None
+    b.fwd = make_fwd_params(q, k, v, out, lse=lse, **kw)
+    b.dout, b.dq, b.dk, b.dv = (fa_tensor(t, varlen) for t in (dout, dq, dk, dv))
+    b.deterministic = int(deterministic)
+    if workspace is not None:
+        b.workspace, b.workspace_size = workspace.data_ptr(), workspace.numel()
+    return b
+
+
+def backward(q, k, v, out, lse, dout, *, dq=None, dk=None, dv=None, deterministic=False, use_workspace=False, **kw):
+    """Run the backward; returns (dq, dk, dv), pre-poisoned with NaN. use_workspace: the caller
+    allocates fa_bwd_workspace_size bytes (as a framework would) instead of the library."""
+    varlen = kw.get("cu_seqlens_q") is not None
+    dq = torch.full_like(q, float("nan")) if dq is None else dq
+    dk = torch.full_like(k, float("nan")) if dk is None else dk
+    dv = torch.full_like(v, float("nan")) if dv is None else dv
+    params = make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, deterministic=deterministic, **kw)
+    workspace = None
+    if use_workspace:
+        size = lib().fa_bwd_workspace_size(ctypes.byref(params))
+        workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)
+        params.workspace, params.workspace_size = workspace.data_ptr(), size
+    fn = lib().fa_varlen_backward if varlen else lib().fa_backward
+    status = fn(ctypes.byref(params))
+    if status != 0:
+        raise FlashAttnError(status, lib().fa_last_error().decode())
+    return dq, dk, dv
+
+
+# ---- Inference (issue 6): paged K/V, fa_kvcache_forward, fa_combine -------------------------------
+# fa_fwd_params with the fields appended after 0.1.0 (FaFwdParams above is the 0.1.0 prefix, which the
+# library still accepts); initialised through fa_fwd_params_init_sized.
+
+class FaFwdParamsPaged(ctypes.Structure):
+    _fields_ = FaFwdParams._fields_ + [
+        ("block_table", ctypes.c_void_p), ("block_table_batch_stride", ctypes.c_int64),
+        ("max_blocks_per_seq", ctypes.c_int32), ("page_size", ctypes.c_int32), ("num_blocks", ctypes.c_int32),
+    ]
+
+
+class FaKvcacheParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32), ("fwd", FaFwdParamsPaged), ("batch_cache", ctypes.c_int32),
+        ("cache_seqlens", ctypes.c_void_p), ("cache_batch_idx", ctypes.c_void_p), ("cache_leftpad", ctypes.c_void_p),
+        ("k_new", FaTensor), ("v_new", FaTensor), ("seqlen_new", ctypes.c_int32),
+        ("rotary_cos", ctypes.c_void_p), ("rotary_sin", ctypes.c_void_p), ("rotary_dim", ctypes.c_int32),
+        ("seqlen_rotary", ctypes.c_int32), ("rotary_interleaved", ctypes.c_int32),
+    ]
+
+
+class FaLseView(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("head_stride", ctypes.c_int64),
+                ("row_stride", ctypes.c_int64)]
+
+
+class FaCombineParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32), ("num_splits", ctypes.c_int32), ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32), ("num_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32),
+        ("out_partial", FaTensor), ("out_partial_split_stride", ctypes.c_int64),
+        ("lse_partial", FaLseView), ("lse_partial_split_stride", ctypes.c_int64),
+        ("dtype", ctypes.c_int), ("out", FaTensor), ("lse", FaLseView), ("backend", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+def _bind_inference(l):
+    if getattr(l, "_inference_bound", False):
+        return l
+    l.fa_fwd_params_init_sized.argtypes = [ctypes.POINTER(FaFwdParamsPaged), ctypes.c_size_t]
+    l.fa_kvcache_params_init.argtypes = [ctypes.POINTER(FaKvcacheParams)]
+    l.fa_combine_params_init.argtypes = [ctypes.POINTER(FaCombineParams)]
+    l.fa_kvcache_forward.argtypes = [ctypes.POINTER(FaKvcacheParams)]
+    l.fa_kvcache_forward.restype = ctypes.c_int
+    l.fa_combine.argtypes = [ctypes.POINTER(FaCombineParams)]
+    l.fa_combine.restype = ctypes.c_int
+    l._inference_bound = True
+    return l
+
+
+def _raise_on(status):
+    if status != 0:
+        raise FlashAttnError(status, lib().fa_last_error().decode())
+
+
+def _with_paging(params, block_table, page_size, num_blocks):
+    """An FaFwdParamsPaged holding `params` (0.1.0 fields) and the block table."""
+    l = _bind_inference(lib())
+    p = FaFwdParamsPaged()
+    l.fa_fwd_params_init_sized(ctypes.byref(p), ctypes.sizeof(FaFwdParamsPaged))
+    for name, _ in FaFwdParams._fields_[1:]:
+        setattr(p, name, getattr(params, name))
+    if block_table is not None:
+        assert block_table.dtype == torch.int32 and block_table.stride(1) == 1
+        p.block_table = block_table.data_ptr()
+        p.block_table_batch_stride = block_table.stride(0)
+        p.max_blocks_per_seq = block_table.shape[1]
+        p.page_size = page_size
+        p.num_blocks = num_blocks
+    return p
+
+
+def paged_forward(q, k, v, block_table, *, num_splits=1, **kw):
+    """fa_forward / fa_varlen_forward with k, v as (num_blocks, page_size, heads_k, d) pools reached
+    through block_table (batch, max_blocks) int32 (None: contiguous k/v, e.g. for split-KV alone).
+    Dense calls pass the key lengths as seqused_k and seqlen_k=; varlen calls cu_seqlens_k. Returns (out, lse)."""
+    varlen = kw.get("cu_seqlens_q") is not None
+    seqlen_k = kw.pop("seqlen_k", None)
+    out = torch.full_like(q, float("nan"))
+    if varlen:
+        lse = torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device, dtype=torch.float32)
+    else:
+        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=q.device, dtype=torch.float32)
+    base = make_fwd_params(q, k, v, out, lse=lse, **kw)
+    if block_table is not None:
+        base.k, base.v = FaTensor(k.data_ptr(), *k.stride()[:3]), FaTensor(v.data_ptr(), *v.stride()[:3])
+        base.num_heads_k = k.shape[2]
+        if varlen:
+            base.total_k = 0  # ignored with a block table
+    if seqlen_k is not None:
+        base.seqlen_k = seqlen_k
+    base.num_splits = num_splits
+    p = _with_paging(base, block_table, k.shape[1], k.shape[0])
+    l = lib()
+    fn = l.fa_varlen_forward if varlen else l.fa_forward  # declared with the 0.1.0 struct: same prefix
+    _raise_on(fn(ctypes.cast(ctypes.pointer(p), ctypes.POINTER(FaFwdParams))))
+    return out, lse
+
+
+def kvcache_forward(q, k_cache, v_cache, cache_seqlens, **kw):
+    """fa_kvcache_forward (flash_attn_with_kvcache's arguments, see make_kvcache_params); caches updated
+    in place. Returns (out, lse), pre-poisoned with NaN."""
+    kp, out, lse = make_kvcache_params(q, k_cache, v_cache, cache_seqlens, **kw)
+    _raise_on(lib().fa_kvcache_forward(ctypes.byref(kp)))
+    return out, lse
+
+
+def make_kvcache_params(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                        rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                        softmax_scale=0.0, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
+                        num_splits=0, backend=FA_BACKEND_AUTO, stream=None, out=None, lse=None):
+    """(FaKvcacheParams, out, lse) for fa_kvcache_forward. k_cache/v_cache: (batch_cache, capacity, heads_k, d),
+    or (num_blocks, page_size, heads_k, d) pools with block_table (batch, max_blocks) int32. out/lse: given, or
+    new tensors poisoned with NaN."""
+    l = _bind_inference(lib())
+    out = torch.full_like(q, float("nan")) if out is None else out
+    if lse is None:
+        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=q.device, dtype=torch.float32)
+    kp = FaKvcacheParams()
+    l.fa_kvcache_params_init(ctypes.byref(kp))
+    f = kp.fwd
+    f.dtype = DTYPES[q.dtype]
+    f.batch, f.seqlen_q, f.num_heads, f.head_dim = q.shape
+    f.num_heads_k = k_cache.shape[2]
+    paged = block_table is not None
+    f.seqlen_k = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    f.q, f.k, f.v, f.out = fa_tensor(q), fa_tensor(k_cache), fa_tensor(v_cache), fa_tensor(out)
+    f.softmax_lse = lse.data_ptr()
+    f.softmax_scale = softmax_scale
+    f.causal = int(causal)
+    f.window_left, f.window_right = window
+    f.softcap = softcap
+    if alibi_slopes is not None:
+        f.alibi_slopes = alibi_slopes.data_ptr()
+        f.alibi_batch_stride = alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0
+    f.num_splits = num_splits
+    f.backend = backend
+    f.stream = stream
+    if paged:
+        f.block_table = block_table.data_ptr()
+        f.block_table_batch_stride = block_table.stride(0)
+        f.max_blocks_per_seq = block_table.shape[1]
+        f.page_size = k_cache.shape[1]
+        f.num_blocks = k_cache.shape[0]
+    else:
+        kp.batch_cache = k_cache.shape[0]
+    kp.cache_seqlens = cache_seqlens.data_ptr()
+    kp.cache_batch_idx = _ptr(cache_batch_idx)
+    kp.cache_leftpad = _ptr(cache_leftpad)
+    if k is not None:
+        kp.k_new, kp.v_new, kp.seqlen_new = fa_tensor(k), fa_tensor(v), k.shape[1]
+    if rotary_cos is not None:
+        kp.rotary_cos, kp.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+        kp.rotary_dim = 2 * rotary_cos.shape[1]
+        kp.seqlen_rotary = rotary_cos.shape[0]
+        kp.rotary_interleaved = int(rotary_interleaved)
+    return kp, out, lse
+
+
+def combine(out_partial, lse_partial, out, lse=None, backend=FA_BACKEND_AUTO):
+    """fa_combine: out_partial (splits, batch, rows, heads, d) fp32 and lse_partial (splits, batch, heads, rows)
+    fp32, any strides (last dim of out_partial contiguous); out (batch, rows, heads, d); lse (batch, heads, rows)."""
+    l = _bind_inference(lib())
+    cp = FaCombineParams()
+    l.fa_combine_params_init(ctypes.byref(cp))
+    cp.num_splits, cp.batch, cp.seqlen_q, cp.num_heads, cp.head_dim = out_partial.shape
+    cp.out_partial = FaTensor(out_partial.data_ptr(), *out_partial.stride()[1:4])
+    cp.out_partial_split_stride = out_partial.stride(0)
+    cp.lse_partial = FaLseView(lse_partial.data_ptr(), *lse_partial.stride()[1:4])
+    cp.lse_partial_split_stride = lse_partial.stride(0)
+    cp.dtype = DTYPES[out.dtype]
+    cp.out = fa_tensor(out)
+    if lse is not None:
+        cp.lse = FaLseView(lse.data_ptr(), *lse.stride())
+    cp.backend = backend
+    _raise_on(l.fa_combine(ctypes.byref(cp)))

@@ -144,6 +144,29 @@ void check_block_ranges(std::mt19937& rng) {
     std::printf("kv_block_range<%d,%d>          ok so far (%d failures)\n", kBlockM, kBlockN, failures);
 }
 
+// GQA packing (seqlen_q == 1): the tile's rows are heads, every one of them query row 0 of a one-row
+// problem, so the visited and unmasked blocks are exactly those of that one row.
+template <int kBlockM, int kBlockN>
+void check_packed_block_ranges(std::mt19937& rng) {
+    std::uniform_int_distribution<int> len(0, 700), win(0, 300), coin(0, 2), group(1, 2 * kBlockM);
+    for (int trial = 0; trial < 3000; ++trial) {
+        SequenceBounds packed{group(rng), len(rng), 0, 0};
+        packed.rows_are_heads = true;
+        const SequenceBounds one_row{1, packed.k_len, 0, 0};
+        MaskSpec mask{coin(rng) == 0 ? -1 : win(rng), coin(rng) == 0 ? -1 : win(rng)};
+        if (coin(rng) == 0) mask = MaskSpec{-1, 0};
+        for (int m0 = 0; m0 < packed.q_len; m0 += kBlockM) {
+            const KvBlockRange a = kv_block_range<kBlockM, kBlockN>(mask, packed, m0);
+            const KvBlockRange b = kv_block_range<kBlockM, kBlockN>(mask, one_row, 0);
+            CHECK(a.n_begin == b.n_begin && a.n_end == b.n_end && a.unmasked_begin == b.unmasked_begin &&
+                      a.unmasked_end == b.unmasked_end,
+                  "packed range <%d,%d> k_len %d group %d differs from the one-row range", kBlockM, kBlockN,
+                  packed.k_len, packed.q_len);
+        }
+    }
+    std::printf("packed kv_block_range<%d,%d>   ok so far (%d failures)\n", kBlockM, kBlockN, failures);
+}
+
 int main() {
     using bf16 = cutlass::bfloat16_t;
     using fp16 = cutlass::half_t;
@@ -160,11 +183,20 @@ int main() {
     check_traits<FwdTraits<128, 128, 32, 4, bf16>>("d128 128x32x4");
     check_traits<FwdTraits<256, 64, 64, 4, bf16>>("d256 64x64x4");
     check_traits<FwdTraits<256, 128, 32, 8, bf16>>("d256 128x32x8");
+    // The inference variant's tiles (paged loads rely on the same chunk coverage as load_tile).
+    check_traits<InferenceFwdTraits<32, bf16>>("d32 inference");
+    check_traits<InferenceFwdTraits<64, fp16>>("d64 inference fp16");
+    check_traits<InferenceFwdTraits<96, bf16>>("d96 inference");
+    check_traits<InferenceFwdTraits<128, bf16>>("d128 inference");
+    check_traits<InferenceFwdTraits<192, bf16>>("d192 inference");
+    check_traits<InferenceFwdTraits<256, bf16>>("d256 inference");
     std::mt19937 rng(1234);
     check_block_ranges<128, 64>(rng);
     check_block_ranges<128, 128>(rng);
     check_block_ranges<64, 64>(rng);
+    check_block_ranges<64, 128>(rng);
     check_block_ranges<128, 32>(rng);
+    check_packed_block_ranges<64, 64>(rng);
     std::printf(failures ? "FAILED: %d checks\n" : "all layout and range checks passed\n", failures);
     return failures ? 1 : 0;
 }

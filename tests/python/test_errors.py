@@ -75,7 +75,8 @@ VARLEN_CASES = [
      r"cu_seqlens_k must have shape"),
     ("max_seqlen_type", dict(max_seqlen_q=6.0), TypeError, r"max_seqlen_q must be an int"),
     ("max_seqlen_negative", dict(max_seqlen_k=-1), ValueError, r"max_seqlen_k must be >= 0"),
-    ("block_table", dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), NotImplementedError, r"block_table"),
+    ("block_table_with_packed_k", dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), ValueError,
+     r"k must be 4-D \(num_blocks, page_block_size"),
     # contents, checked by the library before it reads any row (CPU tensors)
     ("cu_not_monotone", dict(cu_seqlens_q=torch.tensor([0, 6, 4], dtype=torch.int32)), ValueError,
      r"cu_seqlens_q must be non-decreasing"),

@@ -38,15 +38,6 @@ fa_backend to_fa_backend(Backend backend);
                             "-DFLASHATTN_CUDA=ON, or no usable device)";                              \
     } while (0)
 
-// The CUDA backward is not written yet (issue 4): until it is, a CUDA backward call that answers
-// FA_ERROR_UNSUPPORTED skips its test with the library's own message instead of failing it. Any
-// other status, and every CPU status, is still asserted by the caller.
-#define FA_SKIP_IF_CUDA_BACKWARD_MISSING(backend, status, message)                                     \
-    do {                                                                                              \
-        if ((backend) == ::flashattn::testing::Backend::cuda && (status) == FA_ERROR_UNSUPPORTED)     \
-            GTEST_SKIP() << "CUDA backward not available yet: " << (message);                         \
-    } while (0)
-
 // ---------------------------------------------------------------------------------------------
 // Strided (batch, rows, heads, head_dim) tensors.
 enum class Layout {

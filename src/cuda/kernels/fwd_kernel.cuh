@@ -11,10 +11,15 @@
 // Loads overlap compute: V[n] is fetched (cp.async) while S = Q K[n]^T runs, K[n-1] while the
 // softmax and P V[n] run.
 //
-// Compile-time policy: kExtras. The plain kernel (the common case) folds the scale into exp2 and
+// Compile-time policies: kExtras. The plain kernel (the common case) folds the scale into exp2 and
 // carries no transform or dropout code; the extras kernel switches softcap, ALiBi and dropout at
 // run time. Masking, ragged sequence ends and head dims below the tile width are run-time
 // decisions that cost nothing where they do not apply (uniform branches, per-block phases).
+// kInference (with kExtras, its own tile: InferenceTileConfig) adds, switched at run time, what
+// serving needs (inference.cu): K/V rows found through a block table (paged) or a KV cache's
+// arrays (cache_seqlens, cache_batch_idx, cache_leftpad); split-KV, where CTA `split` visits only
+// its share of the K/V blocks and writes its normalised O and lse in fp32 for combine.cu; and GQA
+// packing, where the tile's rows are the query heads sharing a KV head (seqlen_q == 1).
 #pragma once
 
 #include "fwd_args.h"
@@ -27,39 +32,58 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras>
+template <typename Traits, bool kExtras, bool kInference = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
+    static_assert(kExtras || !kInference, "the inference variant switches the extras at run time");
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
     const int tid = threadIdx.x;
 
-    // Work item. Within a (sequence, head) the last query block goes first: under a causal mask
-    // it is the heaviest, so the light blocks end up filling the tail of the grid.
+    // Work item: (query block, split, sequence, head), the query block fastest. Within a (sequence,
+    // head) the last query block goes first: under a causal mask it is the heaviest, so the light
+    // blocks end up filling the tail of the grid. Packed GQA: the "head" is a KV head and h the
+    // first query head of its group (tile row r is query head h + r).
     const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
-    const int bh = int(blockIdx.x / unsigned(args.num_m_blocks));
-    const int b = bh / args.num_heads;
-    const int h = bh - b * args.num_heads;
+    int bh = int(blockIdx.x / unsigned(args.num_m_blocks));
+    int split = 0;
+    bool packed = false;
+    if constexpr (kInference) {
+        split = bh % args.num_splits;
+        bh /= args.num_splits;
+        packed = args.pack_gqa;
+    }
+    const int grid_heads = packed ? args.num_heads / args.heads_per_kv_head : args.num_heads;
+    const int b = bh / grid_heads;
+    const int h = packed ? (bh - b * grid_heads) * args.heads_per_kv_head : bh - b * grid_heads;
     const int h_kv = h / args.heads_per_kv_head;
 
-    const SequenceBounds seq = sequence_bounds(args, b);
+    const SequenceBounds seq = sequence_bounds<kInference>(args, b);
     const int m0 = m_block * kBlockM;
     if (m0 >= seq.q_len) return;
-    const KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
+    KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
+    const bool write_partials = kInference && args.num_splits > 1;
+    if (write_partials) { // this split's share of the blocks; the mask decisions stay per block
+        const int per_split = (range.n_end - range.n_begin + args.num_splits - 1) / args.num_splits;
+        const int begin = range.n_begin + split * per_split;
+        range.n_end = max(min(range.n_end, begin + per_split), begin);
+        range.n_begin = begin;
+    }
 
     // Global tensors of this (sequence, head), 64-bit offsets. The column extent is the tile's
     // head dim; columns at or past args.head_dim are never touched (load_tile / the store below).
+    // Packed heads: the rows of Q and O are the group's heads, head_stride apart.
     const bool varlen = args.cu_seqlens_q != nullptr;
-    auto head_rows = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
-        const int64_t offset = (varlen ? row0 * t.row_stride : int64_t(b) * t.batch_stride) + head * t.head_stride;
+    auto head_rows = [&](const fa_tensor& t, int64_t batch, int64_t row0, int head, int rows, int64_t row_stride) {
+        const int64_t offset = (varlen ? 0 : batch * t.batch_stride) + row0 * row_stride + head * t.head_stride;
         return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset),
-                           make_shape(rows, Int<kHeadDim>{}), make_stride(t.row_stride, _1{}));
+                           make_shape(rows, Int<kHeadDim>{}), make_stride(row_stride, _1{}));
     };
-    Tensor mQ = head_rows(args.q, seq.q_row0, h, seq.q_len);
-    Tensor mK = head_rows(args.k, seq.k_row0, h_kv, seq.k_len);
-    Tensor mV = head_rows(args.v, seq.k_row0, h_kv, seq.k_len);
-    Tensor mO = head_rows(args.out, seq.q_row0, h, seq.q_len);
+    Tensor mQ = head_rows(args.q, b, seq.q_row0, h, seq.q_len, packed ? args.q.head_stride : args.q.row_stride);
+    Tensor mK = head_rows(args.k, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.k.row_stride);
+    Tensor mV = head_rows(args.v, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.v.row_stride);
+    Tensor mO = head_rows(args.out, b, seq.q_row0, h, seq.q_len, packed ? args.out.head_stride : args.out.row_stride);
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
     Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
@@ -120,10 +144,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
     }
 
+    // K or V block n into shared memory: rows of the tensor, or (paged, inference variant only)
+    // rows found through the block table.
+    auto load_kv = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n) __attribute__((always_inline)) {
+        const int rows_valid = seq.k_len - n * kBlockN;
+        if constexpr (kInference) {
+            if (args.block_table) {
+                const PagedRows pages{args.block_table + int64_t(b) * args.block_table_stride,
+                                      uint32_t(args.page_size), t.batch_stride, t.row_stride};
+                load_tile_paged(gmem_load, tXs, tKVc, column_ok, rows_valid,
+                                static_cast<Element*>(t.data) + int64_t(h_kv) * t.head_stride, pages,
+                                seq.k_row0 + int64_t(n) * kBlockN);
+                return;
+            }
+        }
+        load_tile(gmem_load, tXg(_, _, _, n), tXs, tKVc, column_ok, rows_valid);
+    };
+
     if (range.n_end > range.n_begin) {
         load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
-        load_tile(gmem_load, tKg(_, _, _, range.n_end - 1), tKs, tKVc, column_ok,
-                  seq.k_len - (range.n_end - 1) * kBlockN);
+        load_kv(args.k, tKg, tKs, range.n_end - 1);
         cp_async_fence();
     }
 
@@ -138,7 +178,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
         cp_async_wait<0>(); // K[n] (and Q) have landed ...
         __syncthreads();    // ... for every thread, and everyone is done reading V[n+1]
-        load_tile(gmem_load, tVg(_, _, _, n), tVs, tKVc, column_ok, seq.k_len - n0);
+        load_kv(args.v, tVg, tVs, n);
         cp_async_fence();
 
         gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, copy_q, copy_k, copy_q_thr, copy_k_thr);
@@ -152,7 +192,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         cp_async_wait<0>(); // V[n] has landed ...
         __syncthreads();    // ... for every thread, and everyone is done reading K[n]
         if (n > range.n_begin) {
-            load_tile(gmem_load, tKg(_, _, _, n - 1), tKs, tKVc, column_ok, seq.k_len - n0 + kBlockN);
+            load_kv(args.k, tKg, tKs, n - 1);
             cp_async_fence();
         }
 
@@ -180,6 +220,35 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     float row_lse[decltype(size<0>(acc_o_rows))::value];
     softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
 
+    // (query head, query row) of tile row i.
+    auto head_of = [&](int i) { return packed ? h + i : h; };
+    auto row_of = [&](int i) { return packed ? 0 : i; };
+
+    if constexpr (kInference) {
+        if (write_partials) { // fp32 O and lse of this split, straight from registers (dense q only)
+            Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+            Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+            const int64_t split_row0 = (int64_t(split) * args.batch + b) * args.seqlen_q;
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(o_coords); ++r) {
+                const int i = m0 + get<0>(o_coords(r, 0));
+                if (i >= seq.q_len) continue;
+                const int head = head_of(i), row = row_of(i);
+                if (get<1>(o_coords(r, 0)) == 0)
+                    args.lse_accum[((int64_t(split) * args.batch + b) * args.num_heads + head) * args.seqlen_q + row] =
+                        row_lse[r];
+                float* o_row = args.out_accum + ((split_row0 + row) * args.num_heads + head) * args.head_dim;
+                CUTE_UNROLL
+                for (int c = 0; c < size<1>(o_coords); c += 2) { // neighbouring column pairs
+                    const int col = get<1>(o_coords(r, c));
+                    if (col < args.head_dim)
+                        *reinterpret_cast<float2*>(o_row + col) = make_float2(acc_o_rows(r, c), acc_o_rows(r, c + 1));
+                }
+            }
+            return;
+        }
+    }
+
     Tensor o = convert_fragment<Element>(acc_o);
     Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});
     auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, tiled_mma);
@@ -198,8 +267,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
             for (int r = 0; r < size<0>(o_coords); ++r) {
                 const int i = m0 + get<0>(o_coords(r, 0));
                 if (i < seq.q_len) {
-                    const int64_t index = varlen ? int64_t(h) * args.total_q + seq.q_row0 + i
-                                                 : (int64_t(b) * args.num_heads + h) * args.seqlen_q + i;
+                    const int head = head_of(i), row = row_of(i);
+                    const int64_t index = varlen ? int64_t(head) * args.total_q + seq.q_row0 + row
+                                                 : (int64_t(b) * args.num_heads + head) * args.seqlen_q + row;
                     args.lse[index] = row_lse[r];
                 }
             }

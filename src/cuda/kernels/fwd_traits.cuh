@@ -81,6 +81,21 @@ struct FwdTraits {
                                                Layout<Shape<_1, Int<kChunkElems>>>{}));
 };
 
+// The inference variant (paged K/V, KV cache, split-KV, packed GQA heads) serves decoding, where a
+// tile holds a handful of query rows and the kernel is bound by reading K and V: 64 query rows, so
+// the wasted MMA rows cost less, and long K/V blocks (FlashAttention-2's split-KV tiles); small
+// enough shared memory (80 KB at d128) for two CTAs per SM.
+template <int kHeadDim>
+struct InferenceTileConfig {
+    static constexpr int kBlockM = 64, kWarps = 4;
+    static constexpr int kBlockN = kHeadDim <= 64 ? 128 : 64;
+};
+
+template <int kHeadDim, typename Element>
+using InferenceFwdTraits = FwdTraits<kHeadDim, InferenceTileConfig<kHeadDim>::kBlockM,
+                                     InferenceTileConfig<kHeadDim>::kBlockN, InferenceTileConfig<kHeadDim>::kWarps,
+                                     Element>;
+
 template <int kHeadDim, typename Element>
 using DefaultFwdTraits = FwdTraits<kHeadDim, FwdTileConfig<kHeadDim>::kBlockM, FwdTileConfig<kHeadDim>::kBlockN,
                                    FwdTileConfig<kHeadDim>::kWarps, Element>;

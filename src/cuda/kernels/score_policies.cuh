@@ -10,31 +10,59 @@
 
 #include <cute/tensor.hpp>
 
+#include <climits>
+
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-// Lengths and first rows of one sequence. cu_seqlens / seqused_k live in device memory that the
-// host never validated, so every value read is clamped: a malformed array gives wrong rows of a
-// malformed call, never an access outside q/k/v/out/lse.
+// Lengths and first rows of one sequence. cu_seqlens / seqused_k (and a KV cache's arrays) live in
+// device memory that the host never validated, so every value read is clamped: a malformed array
+// gives wrong rows of a malformed call, never an access outside q/k/v/out/lse (paged K/V: outside
+// the blocks the table names, which is the caller's contract).
 struct SequenceBounds {
-    int q_len, k_len;
-    int64_t q_row0, k_row0;
+    int q_len, k_len;        // q_len: rows of the CTA's tile space (the group's heads when packed)
+    int64_t q_row0, k_row0;  // k_row0: first key row (KV cache: leftpad; paged: row in the table)
+    int64_t k_batch = 0;     // batch entry of k/v (KV cache: cache_batch_idx[b])
+    bool rows_are_heads = false; // GQA packing (seqlen_q == 1): tile row r is query head r of the group
+
+    // The mask and ALiBi are defined on query rows: with packed heads every tile row is query row 0
+    // of a one-row problem.
+    __host__ __device__ __forceinline__ int query_row(int row) const { return rows_are_heads ? 0 : row; }
+    __host__ __device__ __forceinline__ int query_len() const { return rows_are_heads ? 1 : q_len; }
 };
 
+template <bool kInference = false>
 __device__ __forceinline__ SequenceBounds sequence_bounds(const FwdArgs& args, int b) {
     SequenceBounds s{args.seqlen_q, args.seqlen_k, 0, 0};
+    s.k_batch = b;
+    const bool paged = kInference && args.block_table != nullptr;
     if (args.cu_seqlens_q) {
         const int64_t q0 = min(max(int64_t(args.cu_seqlens_q[b]), int64_t(0)), args.total_q);
         const int64_t q1 = min(max(int64_t(args.cu_seqlens_q[b + 1]), q0), args.total_q);
-        const int64_t k0 = min(max(int64_t(args.cu_seqlens_k[b]), int64_t(0)), args.total_k);
-        const int64_t k1 = min(max(int64_t(args.cu_seqlens_k[b + 1]), k0), args.total_k);
+        // Paged: cu_seqlens_k gives only lengths (rows start at 0 of the table); total_k bounds nothing.
+        const int64_t k_bound = paged ? int64_t(INT_MAX) : args.total_k;
+        const int64_t k0 = min(max(int64_t(args.cu_seqlens_k[b]), int64_t(0)), k_bound);
+        const int64_t k1 = min(max(int64_t(args.cu_seqlens_k[b + 1]), k0), k_bound);
         s.q_row0 = q0;
-        s.k_row0 = k0;
+        s.k_row0 = paged ? 0 : k0;
         s.q_len = int(min(q1 - q0, int64_t(args.seqlen_q))); // the grid covers max_seqlen_q rows
         s.k_len = int(min(k1 - k0, int64_t(args.seqlen_k)));
     }
     if (args.seqused_k) s.k_len = min(max(args.seqused_k[b], 0), s.k_len);
+    if constexpr (kInference) {
+        if (args.cache_seqlens) { // keys are cache rows [leftpad, c + seqlen_new) (docs/semantics.md)
+            const int c = min(max(args.cache_seqlens[b], 0), args.seqlen_k - args.seqlen_new);
+            const int pad = args.cache_leftpad ? min(max(args.cache_leftpad[b], 0), c) : 0;
+            s.k_row0 = pad;
+            s.k_len = c + args.seqlen_new - pad;
+            if (args.cache_batch_idx) s.k_batch = min(max(args.cache_batch_idx[b], 0), args.cache_entries - 1);
+        }
+        if (args.pack_gqa) {
+            s.q_len = args.heads_per_kv_head;
+            s.rows_are_heads = true;
+        }
+    }
     return s;
 }
 
@@ -49,11 +77,11 @@ struct KvBlockRange {
 
 template <int kBlockM, int kBlockN>
 __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& mask, const SequenceBounds& s, int m0) {
-    const int64_t first_row = m0;
-    const int64_t last_row = min(m0 + kBlockM, s.q_len) - 1;
+    const int64_t first_row = s.query_row(m0);
+    const int64_t last_row = s.query_row(min(m0 + kBlockM, s.q_len) - 1);
     // Columns [begin, end) allowed for some row of the block, and for every row of the block.
-    const KeyRange first = mask.keys_for_row(first_row, s.q_len, s.k_len);
-    const KeyRange last = mask.keys_for_row(last_row, s.q_len, s.k_len);
+    const KeyRange first = mask.keys_for_row(first_row, s.query_len(), s.k_len);
+    const KeyRange last = mask.keys_for_row(last_row, s.query_len(), s.k_len);
     const int64_t any_begin = max(min(first.begin, last.begin), int64_t(0)); // window edges move with the row
     const int64_t any_end = min(max(first.end, last.end), int64_t(s.k_len));
     const int64_t all_begin = max(first.begin, last.begin);
@@ -75,7 +103,7 @@ __device__ __forceinline__ void apply_key_mask(Scores& scores, Coords const& coo
                                                const SequenceBounds& s, int m0, int n0) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
-        const KeyRange keys = mask.keys_for_row(m0 + get<0>(coords(r, 0)), s.q_len, s.k_len);
+        const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
         // Bring the range into this block's column frame; int is enough there.
         const int begin = int(max(min(keys.begin - n0, int64_t(1) << 30), int64_t(-1)));
         const int end = int(max(min(keys.end - n0, int64_t(1) << 30), int64_t(-1)));
@@ -93,12 +121,12 @@ __device__ __forceinline__ void apply_score_transform(Scores& scores, Coords con
                                                  float alibi_slope, const SequenceBounds& s, int m0, int n0) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
-        const int64_t i = m0 + get<0>(coords(r, 0));
+        const int64_t i = s.query_row(m0 + get<0>(coords(r, 0)));
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
             const int64_t j = n0 + get<1>(coords(r, c));
             scores(r, c) = transform_score<float>(scores(r, c) * args.scale, args.softcap, alibi_slope, i, j,
-                                                  s.q_len, s.k_len);
+                                                  s.query_len(), s.k_len);
         }
     }
 }

@@ -62,6 +62,44 @@ __device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const
     }
 }
 
+// Where the rows of one sequence's K or V live in a paged pool: row r (counted from the sequence's
+// first table entry) is row r % page_size of block table_row[r / page_size].
+struct PagedRows {
+    const int32_t* table_row;
+    uint32_t page_size;
+    int64_t block_stride, row_stride; // elements
+
+    __device__ __forceinline__ int64_t offset(uint32_t row) const {
+        return int64_t(table_row[row / page_size]) * block_stride + int64_t(row % page_size) * row_stride;
+    }
+};
+
+// load_tile for a paged pool: a tile of 64 or 128 keys can span pages (page sizes are multiples of
+// 16, and left padding shifts the rows), so each thread looks up the page of every row it copies:
+// one table read per row pass. Rows `first_row + r` for tile rows r < rows_valid; the rest and the
+// columns past the head dim are zero-filled, as in load_tile.
+template <typename TiledCopy, typename Dst, typename Coords, typename ColumnOk, typename Element>
+__device__ __forceinline__ void load_tile_paged(TiledCopy const& tiled_copy, Dst&& dst, Coords const& coords,
+                                                ColumnOk const& column_ok, int rows_valid, Element* head_base,
+                                                PagedRows const& rows, int64_t first_row) {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(dst); ++m) {
+        const int r = get<0>(coords(0, m, 0));
+        const bool row_ok = r < rows_valid;
+        const int64_t offset = row_ok ? rows.offset(uint32_t(first_row + r)) : 0;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(dst); ++k) {
+            if (row_ok && column_ok(k)) {
+                Tensor src = make_tensor(make_gmem_ptr(head_base + offset + get<1>(coords(0, m, k))),
+                                         make_layout(shape(dst(_, m, k))));
+                copy(tiled_copy, src, dst(_, m, k));
+            } else {
+                clear(dst(_, m, k));
+            }
+        }
+    }
+}
+
 // acc += A.B with both operands in shared memory: ldmatrix of the next k slice is issued before
 // the MMAs of the current one.
 template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemA, typename SmemB,

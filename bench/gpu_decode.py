@@ -1,0 +1,218 @@
+"""Decode benchmark of the inference path (issue 6) against PyTorch SDPA's FlashAttention-2 and cuDNN.
+
+    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_decode.py --out DIR [--quick]
+
+One query token per sequence, 32 query heads / 8 KV heads, d = 128, bf16, cache lengths L in
+{1k, 8k, 32k, 128k} x batch {1, 16, 64, 256}, every pair whose cache (K and V) fits in the card's
+memory. The figure of merit is KV bytes read per second: batch * L * 8 * 128 * 2 bytes * 2 (K and V)
+divided by the time of one call. Ours runs fa_kvcache_forward (cache_seqlens = L, no new tokens,
+num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a paged pool of page 16
+(shuffled blocks); torch SDPA (enable_gqa=True) reads the contiguous cache through (b, h, s, d) views.
+
+Timing: triton's do_bench (CUDA events around each call, median, L2 flushed in between), and each
+timed function rotates over several copies of the cache (as many as make 256 MB and fit) so that
+neither the L2 nor a warm TLB is measured. The copy bandwidth (y.copy_(x), 2 GB) is the ceiling.
+
+Writes DIR/h200-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
+torch_fa2_tbps, cudnn_tbps; the torch columns are their contiguous-cache figures on both rows of a
+shape) and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
+"""
+import argparse
+import csv
+import datetime
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+import fa_ctypes as fa  # noqa: E402
+
+HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
+CACHE_LENS = (1024, 8192, 32768, 131072)
+BATCHES = (1, 16, 64, 256)
+ROTATE_BYTES = 256 << 20  # rotate over copies until this much cache is touched: 4x the 60 MB L2
+
+
+def bench_ms(fn):
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def copy_tbps():
+    x = torch.empty(2 * 1024 ** 3 // 4, device="cuda")
+    y = torch.empty_like(x)
+    t = 2 * x.numel() * 4 / bench_ms(lambda: y.copy_(x)) / 1e9
+    del x, y
+    torch.cuda.empty_cache()
+    return t
+
+
+def rotating(fns):
+    """One callable that runs fns[0], fns[1], ... in turn."""
+    state = {"i": 0}
+
+    def run():
+        fns[state["i"] % len(fns)]()
+        state["i"] += 1
+    return run
+
+
+def ours_fn(q, k_cache, v_cache, lengths, block_table=None):
+    kp, out, lse = fa.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table, num_splits=0,
+                                          backend=fa.FA_BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
+    fa._raise_on(fa.lib().fa_kvcache_forward(fa.ctypes.byref(kp)))  # once for errors
+    call, ref = fa.lib().fa_kvcache_forward, fa.ctypes.byref(kp)
+    keep = (kp, out, lse)  # the params point into these
+
+    def run():
+        call(ref)
+    run.keep = keep
+    run.out = out
+    return run
+
+
+def sdpa_fn(q, k_cache, v_cache, backend):
+    qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)  # views of the same memory
+
+    def run():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+    return run
+
+
+def measure_shape(cache_len, batch, free_bytes):
+    kv_bytes = batch * cache_len * HEADS_K * HDIM * 2 * 2
+    copies = max(1, min(math.ceil(ROTATE_BYTES / kv_bytes), int(0.7 * free_bytes // kv_bytes)))
+    row = {"cache_len": cache_len, "batch": batch, "kv_bytes": kv_bytes, "copies": copies}
+    q = torch.randn(batch, 1, HEADS, HDIM, device="cuda", dtype=torch.bfloat16)
+    lengths = torch.full((batch,), cache_len, dtype=torch.int32, device="cuda")
+
+    # Contiguous caches: ours and torch's two backends on the same memory.
+    caches = [(torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16),
+               torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16))
+              for _ in range(copies)]
+    ours = [ours_fn(q, k, v, lengths) for k, v in caches]
+    row["ours_tbps"] = kv_bytes / bench_ms(rotating(ours)) / 1e9
+    for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            fns = [sdpa_fn(q, k, v, backend) for k, v in caches]
+            ref = fns[0]()
+            row[f"{name}_tbps"] = kv_bytes / bench_ms(rotating(fns)) / 1e9
+            if name == "torch_fa2" or "max_abs_diff" not in row:  # sanity: the same function
+                ours[0]()
+                row["max_abs_diff"] = (ours[0].out.float() - ref.transpose(1, 2).float()).abs().max().item()
+        except RuntimeError as e:
+            row[f"{name}_tbps"] = float("nan")
+            print(f"  {name} failed: {str(e)[:120]}", flush=True)
+    del ours, caches
+    torch.cuda.empty_cache()
+
+    # The same rows in a pool of 16-row pages, blocks shuffled.
+    blocks_per_seq = cache_len // PAGE
+    pools = []
+    for _ in range(copies):
+        num_blocks = batch * blocks_per_seq
+        k_pool = torch.randn(num_blocks, PAGE, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16)
+        v_pool = torch.randn_like(k_pool)
+        table = torch.randperm(num_blocks, device="cuda").to(torch.int32).view(batch, blocks_per_seq)
+        pools.append((k_pool, v_pool, table))
+    paged = [ours_fn(q, k, v, lengths, block_table=t) for k, v, t in pools]
+    row["ours_paged_tbps"] = kv_bytes / bench_ms(rotating(paged)) / 1e9
+    del paged, pools
+    torch.cuda.empty_cache()
+    return row
+
+
+def plot(rows, copy, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    lens = sorted({r["cache_len"] for r in rows})
+    fig, axes = plt.subplots(1, len(lens), figsize=(4.2 * len(lens), 4.5), sharey=True, squeeze=False)
+    series = (("ours_tbps", "flashattn", "#1f77b4"), ("ours_paged_tbps", "flashattn paged 16", "#9ecae1"),
+              ("torch_fa2_tbps", "SDPA FA2", "#ff7f0e"), ("cudnn_tbps", "SDPA cuDNN", "#2ca02c"))
+    for ax, cache_len in zip(axes[0], lens):
+        sel = [r for r in rows if r["cache_len"] == cache_len]
+        xs = range(len(sel))
+        for i, (key, label, color) in enumerate(series):
+            bars = ax.bar([x + (i - 1.5) * 0.2 for x in xs], [r.get(key, float("nan")) for r in sel], width=0.2,
+                          label=label, color=color)
+            ax.bar_label(bars, fmt="%.1f", fontsize=6)
+        ax.axhline(copy, color="gray", linestyle="--", linewidth=1, label="copy bandwidth")
+        ax.set_xticks(list(xs), [str(r["batch"]) for r in sel])
+        ax.set_xlabel("batch")
+        ax.set_title(f"cache {cache_len // 1024}k")
+    axes[0][0].set_ylabel("KV bytes read per second (TB/s)")
+    axes[0][0].legend(loc="upper left", fontsize=7)
+    fig.suptitle(f"Decode, bf16, {HEADS} q heads / {HEADS_K} KV heads, d {HDIM}, H200")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    copy = copy_tbps()
+    print(f"{props.name}: copy bandwidth {copy:.2f} TB/s, L2 {props.L2_cache_size >> 20} MB", flush=True)
+
+    rows = []
+    for cache_len in CACHE_LENS:
+        for batch in ((1, 64) if args.quick else BATCHES):
+            kv_bytes = batch * cache_len * HEADS_K * HDIM * 2 * 2
+            free, _ = torch.cuda.mem_get_info()
+            if kv_bytes > 0.7 * free:
+                print(f"L={cache_len} batch={batch}: {kv_bytes / 1e9:.0f} GB of cache does not fit, skipped", flush=True)
+                continue
+            row = measure_shape(cache_len, batch, free)
+            rows.append(row)
+            print(f"L={cache_len:6d} b={batch:3d} ({row['copies']} copies): ours {row['ours_tbps']:5.2f} "
+                  f"paged {row['ours_paged_tbps']:5.2f} fa2 {row['torch_fa2_tbps']:5.2f} "
+                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g})", flush=True)
+
+    date, rev = datetime.date.today().isoformat(), commit()
+    fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
+              "cudnn_tbps"]
+    with open(out / "h200-decode.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            for paged in (0, 1):
+                w.writerow({"date": date, "commit": rev, "gpu": props.name, "cache_len": r["cache_len"],
+                            "batch": r["batch"], "paged": paged, "page_size": PAGE if paged else 0,
+                            "ours_tbps": round(r["ours_paged_tbps" if paged else "ours_tbps"], 3),
+                            "torch_fa2_tbps": round(r["torch_fa2_tbps"], 3), "cudnn_tbps": round(r["cudnn_tbps"], 3)})
+    try:
+        plot(rows, copy, out / "h200-decode.png")
+    except Exception as e:  # the numbers matter more than the chart
+        print("plot failed:", e)
+
+    print(f"\ndecode TB/s (KV bytes read per second), bf16, {HEADS}/{HEADS_K} heads, d {HDIM}; copy {copy:.2f} TB/s")
+    print(f"{'L':>6} {'batch':>5} | {'ours':>5} {'paged':>5} {'FA2':>5} {'cuDNN':>5} | {'/FA2':>5} {'/cuDNN':>6} "
+          f"{'%copy':>5} {'paged/contig':>12}")
+    for r in rows:
+        o = r["ours_tbps"]
+        print(f"{r['cache_len']:6d} {r['batch']:5d} | {o:5.2f} {r['ours_paged_tbps']:5.2f} {r['torch_fa2_tbps']:5.2f} "
+              f"{r['cudnn_tbps']:5.2f} | {o / r['torch_fa2_tbps']:5.2f} {o / r['cudnn_tbps']:6.2f} "
+              f"{100 * o / copy:5.0f} {r['ours_paged_tbps'] / o:12.2f}")
+
+
+if __name__ == "__main__":
+    main()

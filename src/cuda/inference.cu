@@ -1,0 +1,188 @@
+// The forward's inference path (inference.h): which problems take the inference variant of the
+// SM80 kernel, how many K/V splits a call uses, the fp32 partial buffers and their combine.
+//
+// Split-KV (FlashAttention's "flash-decoding"): when the (query block, sequence, head) items cannot
+// fill the GPU (decoding: one query row per sequence), each item's K/V blocks are shared by
+// num_splits CTAs. Each writes its normalised O and its lse in fp32; combine.cu merges them by their
+// logsumexp into out and softmax_lse. num_splits = 0 asks for the heuristic below.
+#include "inference.h"
+
+#include "build_config.h"
+#include "combine.h"
+#include "device_scope.h"
+#include "inference_launch.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace flashattn::cuda {
+namespace {
+
+// fn(std::integral_constant<int, D>) for the compiled tile head dim D == tile_dim.
+template <typename Fn>
+auto with_tile_dim(int tile_dim, Fn&& fn) {
+    switch (tile_dim) {
+#ifdef FLASHATTN_CUDA_HDIM_32
+        case 32: return fn(std::integral_constant<int, 32>{});
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_64
+        case 64: return fn(std::integral_constant<int, 64>{});
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_96
+        case 96: return fn(std::integral_constant<int, 96>{});
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_128
+        case 128: return fn(std::integral_constant<int, 128>{});
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_192
+        case 192: return fn(std::integral_constant<int, 192>{});
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_256
+        case 256: return fn(std::integral_constant<int, 256>{});
+#endif
+    }
+    fail(FA_ERROR_INTERNAL, "no inference kernel for tile head dim ", tile_dim);
+}
+
+InferenceTiling tiling_of(int tile_dim, fa_dtype dtype) {
+    return with_tile_dim(tile_dim, [&](auto d) {
+        return dtype == FA_FLOAT16 ? inference_tiling<decltype(d)::value, FA_FLOAT16>()
+                                   : inference_tiling<decltype(d)::value, FA_BFLOAT16>();
+    });
+}
+
+void launch(int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
+    with_tile_dim(tile_dim, [&](auto d) {
+        if (dtype == FA_FLOAT16) {
+            run_fwd_inference<decltype(d)::value, FA_FLOAT16>(args, stream);
+        } else {
+            run_fwd_inference<decltype(d)::value, FA_BFLOAT16>(args, stream);
+        }
+    });
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// FlashAttention-2's rule: split only when the items fill less than 80% of the CTA slots, then take
+// the fewest splits whose last wave is at least 85% as full as the best choice's. Split counts
+// that give every split as many blocks as one split fewer would are skipped (same work, more
+// combine traffic).
+int heuristic_splits(int64_t items, int64_t n_blocks, int64_t slots) {
+    if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
+    const int max_splits = int(std::min<int64_t>({128, n_blocks, slots}));
+    auto eligible = [&](int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
+    auto efficiency = [&](int s) {
+        const double waves = double(items * s) / double(slots);
+        return waves / double(ceil_div(items * s, slots));
+    };
+    double best = 0.0;
+    for (int s = 1; s <= max_splits; ++s)
+        if (eligible(s)) best = std::max(best, efficiency(s));
+    for (int s = 1; s <= max_splits; ++s)
+        if (eligible(s) && efficiency(s) >= 0.85 * best) return s;
+    return 1;
+}
+
+// The partial buffers of one split, at most this large (fewer splits beyond).
+constexpr int64_t kMaxAccumBytes = int64_t(1) << 30;
+
+} // namespace
+
+bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, int device, cudaStream_t stream) {
+    const fa_fwd_params& p = problem.p;
+    const KvLayout& kv = problem.kv;
+    const bool kvcache = kv.cache_seqlens != nullptr;
+    const bool special_layout = kv.paged() || kvcache;
+    if (!special_layout && p.num_splits == 1) return false;
+
+    // GQA packing: one query row per sequence, so the tile's rows are the heads sharing a KV head.
+    // Per-head ALiBi slopes and dropout's per-(head, row) stream would need a head per row; those
+    // rare combinations run unpacked.
+    args.pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
+                    !problem.has_dropout();
+    const InferenceTiling tiling = tiling_of(tile_dim, p.dtype);
+
+    // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
+    int splits = 1;
+    if (!problem.varlen && !p.attn_probs && p.num_splits != 1) {
+        const int64_t tile_rows = args.pack_gqa ? problem.group : p.seqlen_q;
+        const int64_t grid_heads = args.pack_gqa ? p.num_heads_k : p.num_heads;
+        const int64_t items = ceil_div(tile_rows, tiling.block_m) * p.batch * grid_heads;
+        const int64_t n_blocks = ceil_div(p.seqlen_k, tiling.block_n); // the longest a sequence can be
+        if (p.num_splits > 1) {
+            splits = int(std::clamp<int64_t>(p.num_splits, 1, std::clamp<int64_t>(n_blocks, 1, 128)));
+        } else {
+            int sms = 132;
+            check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
+            splits = heuristic_splits(items, n_blocks, int64_t(sms) * tiling.ctas_per_sm);
+        }
+        const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
+        while (splits > 1 && splits * rows * (args.head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;
+    }
+    if (!special_layout && splits == 1) return false;
+
+    if (kv.paged() && p.attn_probs)
+        fail(FA_ERROR_UNSUPPORTED, "attn_probs with a block_table is not supported by the CUDA backend");
+    require_on_device(kv.block_table, device, "block_table");
+    require_on_device(kv.cache_seqlens, device, "cache_seqlens");
+    require_on_device(kv.cache_batch_idx, device, "cache_batch_idx");
+    require_on_device(kv.cache_leftpad, device, "cache_leftpad");
+    if (p.seqlen_k > INT32_MAX - 4 * tiling.block_n)
+        fail(FA_ERROR_UNSUPPORTED, "seqlen_k ", p.seqlen_k, " is too large for the CUDA inference kernel");
+
+    args.block_table = kv.block_table;
+    args.block_table_stride = kv.block_table_stride;
+    args.page_size = int32_t(kv.page_size);
+    args.cache_seqlens = kv.cache_seqlens;
+    args.cache_batch_idx = kv.cache_batch_idx;
+    args.cache_leftpad = kv.cache_leftpad;
+    args.seqlen_new = int32_t(kv.seqlen_new);
+    args.cache_entries = int32_t(kv.cache_entries);
+    args.num_splits = splits;
+
+    // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
+    const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
+    const size_t out_accum_bytes = splits > 1 ? size_t(splits * rows * args.head_dim) * sizeof(float) : 0;
+    const size_t lse_accum_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
+    StreamBuffer out_accum(out_accum_bytes, stream), lse_accum(lse_accum_bytes, stream);
+    args.out_accum = static_cast<float*>(out_accum.get());
+    args.lse_accum = static_cast<float*>(lse_accum.get());
+
+    launch(tile_dim, p.dtype, args, stream);
+
+    if (splits > 1) {
+        const int64_t d = args.head_dim, heads = p.num_heads, sq = p.seqlen_q;
+        CombineArgs c{};
+        c.num_splits = splits;
+        c.batch = p.batch;
+        c.rows = sq;
+        c.heads = heads;
+        c.head_dim = int32_t(d);
+        c.partial = args.out_accum;
+        c.partial_split_stride = p.batch * sq * heads * d;
+        c.partial_batch_stride = sq * heads * d;
+        c.partial_row_stride = heads * d;
+        c.partial_head_stride = d;
+        c.lse_partial = args.lse_accum;
+        c.lse_split_stride = p.batch * heads * sq;
+        c.lse_batch_stride = heads * sq;
+        c.lse_head_stride = sq;
+        c.lse_row_stride = 1;
+        c.out = args.out.data;
+        c.out_dtype = p.dtype;
+        c.out_batch_stride = args.out.batch_stride;
+        c.out_row_stride = args.out.row_stride;
+        c.out_head_stride = args.out.head_stride;
+        c.lse = args.lse; // (batch, heads, seqlen_q), or none
+        c.lse_out_batch_stride = heads * sq;
+        c.lse_out_head_stride = sq;
+        c.lse_out_row_stride = 1;
+        launch_combine(c, stream);
+    }
+    return true;
+}
+
+} // namespace flashattn::cuda

@@ -1,0 +1,59 @@
+// Launch template of the forward kernel's inference variant for one (head dim, dtype): its own tile
+// (InferenceTileConfig), a grid of (query block, split, sequence, head or KV head when packed).
+#pragma once
+
+#include "cuda_check.h"
+#include "inference_launch.h"
+#include "kernels/fwd_kernel.cuh"
+
+#include <climits>
+#include <type_traits>
+
+namespace flashattn::cuda {
+
+namespace detail {
+template <int kHeadDim, fa_dtype kDtype>
+using InferenceTraits = kernels::InferenceFwdTraits<
+    kHeadDim, std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>>;
+
+template <typename Traits>
+auto prepared_inference_kernel() {
+    auto kernel = kernels::fwd_kernel<Traits, true, true>;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+               "setting the inference kernel's shared-memory size");
+    return kernel;
+}
+} // namespace detail
+
+template <int kHeadDim, fa_dtype kDtype>
+InferenceTiling inference_tiling() {
+    using Traits = detail::InferenceTraits<kHeadDim, kDtype>;
+    // Asked once: every call of a decode loop plans with it.
+    static const int ctas_per_sm = [] {
+        int ctas = 1;
+        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, detail::prepared_inference_kernel<Traits>(),
+                                                                 Traits::kThreads, Traits::kSmemBytes),
+                   "querying the inference kernel's occupancy");
+        return ctas > 0 ? ctas : 1;
+    }();
+    return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm};
+}
+
+template <int kHeadDim, fa_dtype kDtype>
+void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
+    static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
+    using Traits = detail::InferenceTraits<kHeadDim, kDtype>;
+    const int tile_rows = args.pack_gqa ? args.heads_per_kv_head : args.seqlen_q;
+    const int grid_heads = args.pack_gqa ? args.num_heads / args.heads_per_kv_head : args.num_heads;
+    args.num_m_blocks = (tile_rows + Traits::kBlockM - 1) / Traits::kBlockM;
+    const int64_t ctas = int64_t(args.num_m_blocks) * args.num_splits * args.batch * grid_heads;
+    if (ctas == 0) return;
+    if (ctas > INT_MAX)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA forward needs ", ctas, " thread blocks (query blocks x splits ",
+             args.num_splits, " x batch ", args.batch, " x heads ", grid_heads, "), more than the 2^31-1 a grid holds");
+    auto kernel = detail::prepared_inference_kernel<Traits>();
+    kernel<<<dim3(unsigned(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(args);
+    check_cuda(cudaGetLastError(), "launching the inference forward kernel");
+}
+
+} // namespace flashattn::cuda
