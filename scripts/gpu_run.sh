@@ -11,6 +11,7 @@
 # lines, pytest, ctest, sanitizer and benchmark logs), h200-forward.csv/.png,
 # h200-forward-tiles.csv (full), h200-ceilings.json: few files, because the device tool returns at
 # most eight.
+#   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
@@ -28,6 +29,11 @@ steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 ctest sanitize bench pytest_
 logs=$out/logs
 mkdir -p "$logs"
 wants() { [[ $steps == *" $1 "* ]]; }
+# FLASHATTN_DEADLINE_S: the whole script's time budget (default 3600 s). Every step's timeout is cut
+# to what is left (minus a margin for the summary), so the summary and the archive are always
+# written before an outer time limit strikes.
+deadline=${FLASHATTN_DEADLINE_S:-3600}
+cap() { local left=$((deadline - SECONDS - 15)); ((left < 1)) && left=1; echo $(($1 < left ? $1 : left)); }
 cd "$root"
 export PYTHONUNBUFFERED=1
 
@@ -50,7 +56,7 @@ build() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
     -DFLASHATTN_HEADDIMS="$headdims" -DFLASHATTN_CUDA_TUNING=$tuning -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON \
     -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_BUILD_TOOLS=ON ${gtest_flag} &&
-  ninja -C build-gpu -j"$(nproc)" flashattn flashattn-cli $([[ $with_tests == ON ]] && echo backend_tests api_tests)
+  ninja -C build-gpu -j"$(nproc)" flashattn flashattn-cli $([[ $with_tests == ON ]] && echo backend_tests api_tests inference_tests)
   local rc=$?
   echo "BUILD rc=$rc seconds=$((SECONDS - start)) headdims=$headdims tuning=$tuning cores=$(nproc)"
   return $rc
@@ -64,7 +70,7 @@ run_tests() {
   python3 -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=60)
   for group in "${test_groups[@]}"; do
     echo "=== pytest -k \"$group\""
-    FLASHATTN_LIB=$1 timeout 240 python3 -m pytest -q -p no:cacheprovider -rf "${timeout_flag[@]}" tests/gpu/test_forward.py -k "$group" 2>&1
+    FLASHATTN_LIB=$1 timeout $(cap 240) python3 -m pytest -q -p no:cacheprovider -rf "${timeout_flag[@]}" tests/gpu/test_forward.py -k "$group" 2>&1
   done
 }
 
@@ -89,7 +95,7 @@ fi
 
 # C++ suites: every CUDA case of the gtest binaries (label gpu), against the fp64 reference.
 if wants ctest && [[ $with_tests == ON && -d build-gpu/tests ]]; then
-  timeout 600 ctest --test-dir build-gpu -L gpu -j4 --output-on-failure > "$logs/ctest.log" 2>&1
+  timeout $(cap 600) ctest --test-dir build-gpu -L gpu -j4 --output-on-failure > "$logs/ctest.log" 2>&1
 fi
 
 # compute-sanitizer on a small grid of CLI problems (plain, causal ragged, GQA varlen, extras).
@@ -105,20 +111,20 @@ if wants sanitize && [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; 
     for c in "${sanitize_cases[@]}"; do
       echo "=== $tool: $c"
       # shellcheck disable=SC2086
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
+      timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
       echo "rc=${PIPESTATUS[0]}"
     done
   done > "$logs/sanitize.log" 2>&1
 fi
 
 if wants bench && [[ -f $lib ]]; then
-  FLASHATTN_LIB=$lib timeout ${FLASHATTN_BENCH_TIMEOUT:-900} python3 bench/gpu_forward.py --out "$out" "${bench_args[@]}" > "$logs/bench.log" 2>&1
+  FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_TIMEOUT:-900}) python3 bench/gpu_forward.py --out "$out" "${bench_args[@]}" > "$logs/bench.log" 2>&1
 fi
 
 # The Python package's suite (tests/python) on the GPU, against this build's library (no pip
 # install: the package is imported from python/ and pointed at the library).
 if wants pytest_python && [[ -f $lib ]]; then
-  PYTHONPATH=$root/python FLASHATTN_LIBRARY=$lib timeout 420 python3 -m pytest -q -p no:cacheprovider -rf -x \
+  PYTHONPATH=$root/python FLASHATTN_LIBRARY=$lib timeout $(cap 420) python3 -m pytest -q -p no:cacheprovider -rf -x \
     tests/python > "$logs/tests_python.log" 2>&1
 fi
 
@@ -130,7 +136,7 @@ bwd_test_groups=("dense" "head_dims or long" "window or softcap or alibi or drop
 if wants pytest_bwd && [[ -f $lib ]]; then
   for group in "${bwd_test_groups[@]}"; do
     echo "=== pytest backward -k \"$group\""
-    FLASHATTN_LIB=$lib timeout 600 python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_backward.py -k "$group" 2>&1
+    FLASHATTN_LIB=$lib timeout $(cap 600) python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_backward.py -k "$group" 2>&1
   done > "$logs/tests_bwd.log" 2>&1
 fi
 sanitize_bwd_cases=(
@@ -144,7 +150,7 @@ if wants sanitize_bwd && [[ -x $cli ]] && command -v compute-sanitizer > /dev/nu
     for c in "${sanitize_bwd_cases[@]}"; do
       echo "=== $tool: $c"
       # shellcheck disable=SC2086
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
+      timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
       echo "rc=${PIPESTATUS[0]}"
     done
   done > "$logs/sanitize_bwd.log" 2>&1
@@ -152,7 +158,7 @@ fi
 if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick ]] && bwd_bench_args=(--quick)
-  FLASHATTN_LIB=$lib timeout ${FLASHATTN_BENCH_BWD_TIMEOUT:-900} python3 bench/gpu_backward.py --out "$out" \
+  FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
     "${bwd_bench_args[@]}" > "$logs/bench_bwd.log" 2>&1
 fi
 # ---- end of the backward block ------------------------------------------------------------------
@@ -172,19 +178,19 @@ sanitize_decode_cases=(
 if wants decode && [[ -f $lib ]]; then
   for group in "${decode_test_groups[@]}"; do
     echo "=== pytest inference -k \"$group\""
-    FLASHATTN_LIB=$lib timeout 600 python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_inference.py -k "$group" 2>&1
+    FLASHATTN_LIB=$lib timeout $(cap 600) python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_inference.py -k "$group" 2>&1
   done > "$logs/tests_decode.log" 2>&1
   if [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; then
     for tool in memcheck racecheck; do
       for c in "${sanitize_decode_cases[@]}"; do
         echo "=== $tool: $c"
         # shellcheck disable=SC2086
-        timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --check --iters 1 --warmup 0 $c 2>&1 | tail -6
+        timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --check --iters 1 --warmup 0 $c 2>&1 | tail -6
         echo "rc=${PIPESTATUS[0]}"
       done
     done > "$logs/sanitize_decode.log" 2>&1
   fi
-  FLASHATTN_LIB=$lib timeout ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900} python3 bench/gpu_decode.py --out "$out" \
+  FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
     > "$logs/bench_decode.log" 2>&1
 fi
 # ---- end of the inference block -----------------------------------------------------------------
