@@ -41,18 +41,32 @@ fa_status guarded(Body&& body) {
 
 enum class Target { cpu, cuda };
 
+// The buffer whose memory decides where a call runs: q.data, or, when q is empty and has no
+// address (PyTorch gives zero-element tensors a null pointer), the first of k, v, out that has one.
+struct Locator {
+    const char* name;
+    const void* ptr;
+};
+Locator locating_buffer(const fa_fwd_params& p) {
+    if (p.q.data) return {"q.data", p.q.data};
+    if (p.k.data) return {"k.data", p.k.data};
+    if (p.v.data) return {"v.data", p.v.data};
+    return {"out.data", p.out.data};
+}
+
 // Like PyTorch's SDPA dispatch: each rejection says why.
 Target choose_backend(const fa_fwd_params& p) {
-    const bool on_device = cuda::is_device_pointer(p.q.data);
+    const Locator where = locating_buffer(p);
+    const bool on_device = cuda::is_device_pointer(where.ptr);
     switch (p.backend) {
         case FA_BACKEND_CPU:
-            require(!on_device, "backend is FA_BACKEND_CPU but q.data is CUDA device memory");
+            require(!on_device, "backend is FA_BACKEND_CPU but ", where.name, " is CUDA device memory");
             return Target::cpu;
         case FA_BACKEND_CUDA:
             if (!cuda::available())
                 fail(FA_ERROR_BACKEND_UNAVAILABLE,
                      "backend is FA_BACKEND_CUDA but this build has no CUDA backend or no CUDA device is usable");
-            require(on_device, "backend is FA_BACKEND_CUDA but q.data is not CUDA device memory");
+            require(on_device, "backend is FA_BACKEND_CUDA but ", where.name, " is not CUDA device memory");
             break;
         default:
             if (!on_device) return Target::cpu;
@@ -75,8 +89,8 @@ void require_same_memory(Target target, std::initializer_list<NamedPointer> buff
         if (!b.ptr) continue;
         const bool on_device = cuda::is_device_pointer(b.ptr);
         require(on_device == (target == Target::cuda), b.name, " is ", on_device ? "CUDA device" : "host",
-                " memory but q.data is ", target == Target::cuda ? "CUDA device" : "host",
-                " memory: every buffer must be on the same device");
+                " memory but q.data (or, for an empty q, the first of k, v, out with an address) is ",
+                target == Target::cuda ? "CUDA device" : "host", " memory: every buffer must be on the same device");
     }
 }
 
