@@ -1,6 +1,6 @@
-// Small host-side helpers of the inference entry points (kvcache.cu, combine.cu, inference.cu):
-// which device a pointer lives on, a scoped device switch, stream-ordered scratch memory.
-// (backend.cu has its own copies of the same three; they can share this header.)
+// Small host-side helpers of the CUDA entry points (backend.cu, kvcache.cu, combine.cu,
+// inference.cu): which device a pointer lives on, a scoped device switch, stream-ordered scratch
+// memory.
 #pragma once
 
 #include "cuda_check.h"

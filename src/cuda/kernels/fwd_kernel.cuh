@@ -277,22 +277,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     }
 
     __syncthreads();
-    typename Traits::GmemStore gmem_store;
-    auto store_thr = gmem_store.get_thread_slice(tid);
-    Tensor tOs = store_thr.partition_S(sO);
-    Tensor tOg = store_thr.partition_D(gO);
-    Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tOr = make_tensor<Element>(shape(tOs));
-    copy(gmem_store, tOs, tOr);
-    const int rows_valid = seq.q_len - m0;
-    CUTE_UNROLL
-    for (int m = 0; m < size<1>(tOr); ++m) {
-        if (get<0>(tOc(0, m, 0)) >= rows_valid) continue;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tOr); ++k) {
-            if (column_ok(k)) copy(gmem_store, tOr(_, m, k), tOg(_, m, k));
-        }
-    }
+    store_tile<typename Traits::GmemStore>(tid, sO, gO, column_ok, seq.q_len - m0);
 }
 
 } // namespace flashattn::cuda::kernels

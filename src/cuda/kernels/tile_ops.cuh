@@ -100,6 +100,29 @@ __device__ __forceinline__ void load_tile_paged(TiledCopy const& tiled_copy, Dst
     }
 }
 
+// Shared -> global copy of one output tile (both kernels stage O in shared memory so that the
+// global stores are whole 16-byte chunks): rows at or past `rows_valid` and chunks past the real
+// head dim are never written.
+template <typename GmemStore, typename SmemTile, typename GmemTile, typename ColumnOk>
+__device__ __forceinline__ void store_tile(int tid, SmemTile const& smem_tile, GmemTile&& gmem_tile,
+                                           ColumnOk const& column_ok, int rows_valid) {
+    GmemStore gmem_store;
+    auto store_thr = gmem_store.get_thread_slice(tid);
+    Tensor src = store_thr.partition_S(smem_tile);
+    Tensor dst = store_thr.partition_D(gmem_tile);
+    Tensor coords = store_thr.partition_D(make_identity_tensor(product_each(shape(smem_tile))));
+    Tensor staged = make_tensor<typename SmemTile::value_type>(shape(src));
+    copy(gmem_store, src, staged);
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(staged); ++m) {
+        if (get<0>(coords(0, m, 0)) >= rows_valid) continue;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(staged); ++k) {
+            if (column_ok(k)) copy(gmem_store, staged(_, m, k), dst(_, m, k));
+        }
+    }
+}
+
 // acc += A.B with both operands in shared memory: ldmatrix of the next k slice is issued before
 // the MMAs of the current one.
 template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemA, typename SmemB,
