@@ -197,8 +197,7 @@ void backward(const BwdProblem& problem) {
 }
 
 // Append, then attend: every sequence's new rows are in the cache before any sequence reads it.
-// num_splits is not needed here (the CPU forward's tasks are query blocks of every head, and the
-// result is the same either way), so it is ignored.
+// The forward honours num_splits (0: its heuristic) like any other forward call.
 void kvcache_forward(const KvCacheProblem& problem) {
     PoolLease lease;
     CallExecutor executor(lease.pool(), lease.workspace());

@@ -22,6 +22,20 @@ FA_INLINE RowsView k_rows(const Problem& pr, const fa_tensor& t, const Span& s, 
     return {t.data, pr.p.dtype, pr.k_offset(t, s, row, h), t.row_stride};
 }
 
+// The query rows of one forward task. With GQA packing (pack = the heads that share a KV head),
+// packed row p of a head set is query row p / pack of head h0 + p % pack: the group's heads sit side
+// by side in the tile (a query row's heads next to each other, so a mask's edge stays narrow), and
+// one pass over a K/V block serves them all. pack = 1: consecutive rows of head h0, the plain tile.
+struct TileRows {
+    int64_t p0;       // first packed row of the tile
+    int64_t rows;     // real rows of the tile
+    int64_t rows_pad; // rows rounded up to whole vectors: the tile's columns in S^T
+    int64_t pack;     // heads per packed row group
+    int64_t h0;       // first head of the head set
+    FA_INLINE int64_t row(int64_t r) const { return (p0 + r) / pack; }
+    FA_INLINE int64_t head(int64_t r) const { return h0 + (p0 + r) % pack; }
+};
+
 // Can the products read these rows in place? fp32 rows whose length fills whole vectors (B operands
 // read ceil(d / kLanes) full vectors per row) and that follow each other in memory: rows a large
 // power-of-two stride apart all fall into the same few cache sets and evict each other.
@@ -68,6 +82,20 @@ inline void load_rows(const RowsView& v, int64_t rows, int64_t n, int64_t n_pad,
     }
 }
 
+// The tile's queries transposed: dst[c * ld + r] = feature c of packed row r of `tile`; columns
+// [rows, rows_pad) are zeroed so the padding columns of the transposed block are 0.
+inline void load_queries_transposed(const Problem& pr, const fa_tensor& q, const Span& span, const TileRows& tile,
+                                    float* dst, int64_t ld) {
+    const int64_t n = pr.head_dim();
+    float row_buffer[256];
+    for (int64_t r = 0; r < tile.rows; ++r) {
+        convert_row(q_rows(pr, q, span, tile.row(r), tile.head(r)), 0, n, row_buffer);
+        for (int64_t c = 0; c < n; ++c) dst[c * ld + r] = row_buffer[c];
+    }
+    for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = tile.rows; r < tile.rows_pad; ++r) dst[c * ld + r] = 0.0f;
+}
+
 // Transposed: dst[c * ld + r] = row r, column c, for r < rows, c < n; rows [rows, rows_pad) are
 // zeroed so the padding columns of the transposed block are 0.
 inline void load_rows_transposed(const RowsView& v, int64_t rows, int64_t rows_pad, int64_t n, float* dst,
@@ -81,6 +109,39 @@ inline void load_rows_transposed(const RowsView& v, int64_t rows, int64_t rows_p
         for (int64_t r = rows; r < rows_pad; ++r) dst[c * ld + r] = 0.0f;
 }
 
+// Rows of a KV head to prefetch: the block a task will convert next.
+struct RowsAhead {
+    int64_t h_k = 0, row0 = 0, rows = 0;
+};
+
+// Keys (or values) [row0, row0 + rows) of (sequence s, KV head h_k) of the k-shaped tensor t as fp32
+// rows d_pad floats apart, padding zeroed; paged rows one page-contiguous run at a time.
+//
+// It also asks for the cache lines of the rows `ahead` names, one row per row converted: the next
+// block, which then arrives while this one is computed. A head's rows sit num_heads_k * head_dim
+// elements apart in a (batch, seqlen, heads, dim) cache, a stride the hardware prefetchers do not
+// follow across pages: without this, decode waits on memory latency, not bandwidth.
+inline void load_key_rows(const Problem& pr, const fa_tensor& t, const Span& s, int64_t h_k, int64_t row0,
+                          int64_t rows, float* dst, int64_t d_pad, const RowsAhead& ahead = {}) {
+    const int64_t n = pr.head_dim(), element_bytes = dtype_size(pr.p.dtype);
+    for (int64_t done = 0; done < rows;) {
+        const int64_t run = min64(rows - done, pr.k_rows_in_step(s, row0 + done));
+        const RowsView view = k_rows(pr, t, s, row0 + done, h_k);
+        for (int64_t r = 0; r < run; ++r) {
+            const int64_t at = done + r;
+            if (at < ahead.rows) {
+                const char* next = static_cast<const char*>(t.data) +
+                                   pr.k_offset(t, s, ahead.row0 + at, ahead.h_k) * element_bytes;
+                for (int64_t byte = 0; byte < n * element_bytes; byte += 64) __builtin_prefetch(next + byte, 0, 3);
+            }
+            float* row = dst + at * d_pad;
+            convert_row(view, r, n, row);
+            for (int64_t c = n; c < d_pad; ++c) row[c] = 0.0f;
+        }
+        done += run;
+    }
+}
+
 // fp32 rows the products read in place: row r at data + r * ld, head_dim_pad floats readable.
 struct Fp32Rows {
     const float* data;
@@ -90,7 +151,10 @@ struct Fp32Rows {
 
 // One q-shaped or k-shaped input as Fp32Rows per (sequence, head): the caller's memory when it can
 // be read in place, else an fp32 copy with contiguous, zero-padded rows made once per call
-// (pack_rows): head h, global row g at packed + (h * rows_total + g) * d_pad.
+// (pack_rows): head h, global row g at packed + (h * rows_total + g) * d_pad. A source made with
+// pack_up_front = false and not readable in place has no copy (packed == nullptr): its rows are
+// converted block by block into the caller's scratch (block()), for inputs each of whose blocks is
+// read by one task only (decode: a KV block serves its whole GQA group in one task).
 struct RowsSource {
     const fa_tensor* tensor;
     bool q_side;
@@ -113,15 +177,24 @@ struct RowsSource {
         }
         return {packed + (h * rows_total + global_row(pr, s, row0)) * d_pad, d_pad};
     }
+    // Rows [row0, row0 + count) of a k-shaped source: in place, from the copy, or converted now into
+    // `scratch` (count x d_pad floats) while the rows `ahead` names are prefetched.
+    FA_INLINE Fp32Rows block(const Problem& pr, const Span& s, int64_t h, int64_t row0, int64_t count,
+                             float* scratch, const RowsAhead& ahead = {}) const {
+        if (in_place || packed) return rows(pr, s, h, row0);
+        load_key_rows(pr, *tensor, s, h, row0, count, scratch, d_pad, ahead);
+        return {scratch, d_pad};
+    }
 };
 
-inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side, Executor& ex) {
+inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side, Executor& ex,
+                              bool pack_up_front = true) {
     RowsSource src{&t, q_side, false, nullptr, 0, round_up(pr.head_dim(), kLanes)};
     const Span any{0, 0, 0, 0, 0};
     // Paged keys are gathered into the packed copy: a key block may span several pages.
     const bool paged = !q_side && pr.kv.paged();
     src.in_place = !paged && readable_in_place(q_side ? q_rows(pr, t, any, 0, 0) : k_rows(pr, t, any, 0, 0), pr.head_dim());
-    if (!src.in_place) {
+    if (!src.in_place && pack_up_front) {
         const int64_t heads = q_side ? pr.p.num_heads : pr.p.num_heads_k;
         src.rows_total = q_side ? (pr.varlen ? pr.total_q : int64_t(pr.p.batch) * pr.p.seqlen_q)
                                 : (pr.varlen && !paged ? pr.p.total_k : int64_t(pr.p.batch) * pr.p.seqlen_k);
@@ -133,13 +206,10 @@ inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side
 // Converts rows [row0, row0 + rows) of (sequence s, head h) into the packed copy (if there is one).
 // Paged keys are copied one page-contiguous run at a time.
 inline void pack_rows(const Problem& pr, const RowsSource& src, const Span& s, int64_t h, int64_t row0, int64_t rows) {
-    if (src.in_place || rows <= 0) return;
+    if (!src.packed || rows <= 0) return;
     float* dst = src.packed + (h * src.rows_total + src.global_row(pr, s, row0)) * src.d_pad;
-    for (int64_t done = 0; done < rows;) {
-        const int64_t run = src.q_side ? rows : min64(rows - done, pr.k_rows_in_step(s, row0 + done));
-        load_rows(src.view(pr, s, h, row0 + done), run, pr.head_dim(), src.d_pad, dst + done * src.d_pad, src.d_pad);
-        done += run;
-    }
+    if (src.q_side) load_rows(src.view(pr, s, h, row0), rows, pr.head_dim(), src.d_pad, dst, src.d_pad);
+    else load_key_rows(pr, *src.tensor, s, h, row0, rows, dst, src.d_pad);
 }
 
 // Destination rows in the caller's tensor for outputs.

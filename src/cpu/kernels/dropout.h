@@ -23,10 +23,11 @@ struct DropoutRows {
         threshold = dropout_keep_threshold(pr.p.dropout_p);
     }
 
-    FA_INLINE DropoutWords words(int64_t row0, uint32_t group) const {
+    // Lane l: query row rows[l] of head index heads[l] (b * num_heads + h), as in DropoutRow.
+    FA_INLINE DropoutWords words(UVec rows, UVec heads, uint32_t group) const {
         UVec c0 = UVec{} + group;
-        UVec c1 = (UVec)lane_index() + static_cast<uint32_t>(row0);
-        UVec c2 = UVec{} + head_index;
+        UVec c1 = rows;
+        UVec c2 = heads;
         UVec c3 = UVec{} + offset_lo;
         uint32_t k0 = key0, k1 = key1;
         for (int round = 0; round < 10; ++round) {
@@ -41,17 +42,25 @@ struct DropoutRows {
         }
         return {{c0, c1, c2, c3}};
     }
+    // Lane l: query row row0 + l of this head.
+    FA_INLINE DropoutWords words(int64_t row0, uint32_t group) const {
+        return words((UVec)lane_index() + static_cast<uint32_t>(row0), UVec{} + head_index, group);
+    }
 
     FA_INLINE IVec kept(UVec word) const { return (IVec)(word < (UVec{} + threshold)); }
 };
 
-// Forward: zero the dropped elements of P^T (keys down, query rows across), keys [j0, j0 + keys)
-// (j0 a multiple of 4) for query rows [i0, i0 + rows_pad).
-inline void drop_transposed(const DropoutRows& dropout, float* p_t, int64_t ld, int64_t i0, int64_t rows_pad,
-                            int64_t j0, int64_t keys) {
+// Forward: zero the dropped elements of P^T (keys down, tile rows across), keys [j0, j0 + keys)
+// (j0 a multiple of 4); column c is query row rows[c] of head index heads[c] (a packed tile mixes
+// heads), for c < rows_pad.
+inline void drop_transposed(const DropoutRows& dropout, const uint32_t* rows, const uint32_t* heads, float* p_t,
+                            int64_t ld, int64_t rows_pad, int64_t j0, int64_t keys) {
     for (int64_t col = 0; col < rows_pad; col += kLanes) {
+        UVec row_index, head_index;
+        __builtin_memcpy(&row_index, rows + col, sizeof row_index);
+        __builtin_memcpy(&head_index, heads + col, sizeof head_index);
         for (int64_t j = 0; j < keys; j += 4) {
-            const DropoutWords w = dropout.words(i0 + col, static_cast<uint32_t>((j0 + j) >> 2));
+            const DropoutWords w = dropout.words(row_index, head_index, static_cast<uint32_t>((j0 + j) >> 2));
             for (int c = 0; c < 4 && j + c < keys; ++c) {
                 float* p = p_t + (j + c) * ld + col;
                 store(p, select(dropout.kept(w.word[c]), load(p), Vec{}));

@@ -1,6 +1,8 @@
-// The FA2 forward on the CPU. One task = one block of query rows of one (sequence, head); the
-// task walks the key/value blocks its rows may see, keeping per row a running maximum m and sum l
-// and an unnormalised output O in fp32 scratch, and divides once at the end:
+// The FA2 forward on the CPU. A tile = query rows of one (sequence, head set): one head, or with
+// GQA packing every head that shares a KV head (TileRows). A task = one tile (decode: the tiles of
+// a few KV heads) and, with split-KV, one share of the keys. A tile walks the key/value blocks its
+// rows may see, keeping per row a running maximum m and sum l and an unnormalised output O in
+// fp32 scratch, and divides once at the end:
 //
 //   S^T = K_blk Q_blk^T            (tile products; the score policy runs in their epilogue)
 //   m'  = max(m, rowmax S)   alpha = 2^(m - m')   P = 2^(S - m')   l = alpha l + rowsum P
@@ -17,9 +19,17 @@
 // 2^kLazyRescale are harmless in fp32. A block that does raise a maximum that far is redone the
 // classic way above. After the first block this is almost every block; when it is not (scores
 // that keep rising along the keys), the lazy attempts back off exponentially.
+//
+// Split-KV: when the tiles alone are too few tasks (decode: one tile per KV head), a tile's keys
+// are divided among `splits` tasks; each leaves its normalised output and lse, and a
+// second pass merges them by their lse, fa_combine's rule (merge_splits).
 
 struct ForwardLayout {
     int64_t block_q, block_k, head_dim, head_dim_pad;
+    int64_t pack;   // heads per tile row group: 1, or the GQA group when seqlen_q is small
+    int64_t splits; // key shares per tile (split-KV); 1 = off
+    int64_t tiles_per_task; // tiles (head sets) one task walks together: > 1 only for one tile per KV head
+    bool one_tile_per_kv_head; // every (sequence, KV head) is one tile: its K/V blocks are read by one task
 };
 
 // K and V as fp32 rows: the caller's memory, or a copy packed once before the tasks run.
@@ -29,6 +39,8 @@ struct ForwardInputs {
 
 struct ForwardScratch {
     float* q_t;       // head_dim x block_q: Q block transposed (B operand of S^T)
+    float* k_block;   // block_k x head_dim_pad: a K block converted to fp32 (when not read in place)
+    float* v_block;   // ... a V block
     float* s_t;       // block_k x block_q: scores, then probabilities, transposed
     float* o;         // block_q x head_dim_pad: unnormalised output
     float* row_max;   // per query row, log2 units: the running maximum m
@@ -39,6 +51,10 @@ struct ForwardScratch {
     float* rescale;   // alpha per row for the current block (classic path)
     int32_t* key_begin;
     int32_t* key_end;
+    float* position;     // per tile row: its key position i + diagonal (ALiBi's distance)
+    float* slope;        // per tile row: its head's ALiBi slope
+    uint32_t* drop_row;  // per tile row: dropout's row counter i ...
+    uint32_t* drop_head; // ... and head counter b * num_heads + h
 };
 
 // Bump allocation of 64-byte aligned pieces from one per-thread slab.
@@ -54,22 +70,52 @@ struct SlabCarver {
     }
 };
 
-inline ForwardScratch carve_forward_scratch(const ForwardLayout& lay, char* slab, size_t* bytes) {
+// A task's scratch: the per-block pieces (k_block, v_block, s_t, block_max, block_sum, rescale) once,
+// then the per-tile pieces (the rest) once per tile of the task, tile_bytes apart.
+struct TaskScratch {
+    ForwardScratch first; // tile 0's view
+    size_t tile_bytes;
+    // The scratch as tile t sees it: the shared per-block pieces and its own per-tile pieces.
+    ForwardScratch tile(int64_t t) const {
+        ForwardScratch s = first;
+        const size_t offset = size_t(t) * tile_bytes;
+        s.q_t = moved(s.q_t, offset), s.o = moved(s.o, offset), s.row_max = moved(s.row_max, offset);
+        s.row_sum = moved(s.row_sum, offset), s.shift = moved(s.shift, offset);
+        s.key_begin = moved(s.key_begin, offset), s.key_end = moved(s.key_end, offset);
+        s.position = moved(s.position, offset), s.slope = moved(s.slope, offset);
+        s.drop_row = moved(s.drop_row, offset), s.drop_head = moved(s.drop_head, offset);
+        return s;
+    }
+    template <class T>
+    static T* moved(T* p, size_t offset) {
+        return reinterpret_cast<T*>(reinterpret_cast<char*>(p) + offset);
+    }
+};
+
+inline TaskScratch carve_forward_scratch(const ForwardLayout& lay, char* slab, size_t* bytes) {
     SlabCarver c{slab};
     ForwardScratch s;
-    s.q_t = c.take<float>(lay.head_dim * lay.block_q);
+    s.k_block = c.take<float>(lay.block_k * lay.head_dim_pad);
+    s.v_block = c.take<float>(lay.block_k * lay.head_dim_pad);
     s.s_t = c.take<float>(lay.block_k * lay.block_q);
+    s.block_max = c.take<float>(lay.block_q);
+    s.block_sum = c.take<float>(lay.block_q);
+    s.rescale = c.take<float>(lay.block_q);
+    const size_t shared_bytes = c.used;
+    s.q_t = c.take<float>(lay.head_dim * lay.block_q);
     s.o = c.take<float>(lay.block_q * lay.head_dim_pad);
     s.row_max = c.take<float>(lay.block_q);
     s.row_sum = c.take<float>(lay.block_q);
     s.shift = c.take<float>(lay.block_q);
-    s.block_max = c.take<float>(lay.block_q);
-    s.block_sum = c.take<float>(lay.block_q);
-    s.rescale = c.take<float>(lay.block_q);
     s.key_begin = c.take<int32_t>(lay.block_q);
     s.key_end = c.take<int32_t>(lay.block_q);
-    if (bytes) *bytes = c.used;
-    return s;
+    s.position = c.take<float>(lay.block_q);
+    s.slope = c.take<float>(lay.block_q);
+    s.drop_row = c.take<uint32_t>(lay.block_q);
+    s.drop_head = c.take<uint32_t>(lay.block_q);
+    const size_t tile_bytes = c.used - shared_bytes;
+    if (bytes) *bytes = shared_bytes + size_t(lay.tiles_per_task) * tile_bytes;
+    return {s, tile_bytes};
 }
 
 // Epilogue of S^T = K Q^T: score policy, then the block's running row max, and with kExp the
@@ -86,8 +132,9 @@ struct TransposedScores {
     const float* shift;
     const int32_t* key_begin;
     const int32_t* key_end;
+    const float* position; // per column (query row): i + diagonal
+    const float* slope;    // per column: ALiBi slope
     int64_t j0; // key of tile row 0 of the block
-    int64_t i0; // query row of column 0
     ScoreParams sp;
 
     template <int MR, int NV>
@@ -116,17 +163,18 @@ struct TransposedScores {
                 begin = load(key_begin + col);
                 end = load(key_end + col);
             }
-            Vec offset = {};
-            if constexpr (kTransform) // i + diagonal - j for j = j0 + row0 (first tile row)
-                offset = __builtin_convertvector(lane_index(), Vec) +
-                         splat(static_cast<float>(i0 + col + params.diagonal - j0 - row0));
+            Vec offset = {}, slopes = {};
+            if constexpr (kTransform) { // i + diagonal - j for j = j0 + row0 (first tile row); exact integers
+                offset = load(position + col) - splat(static_cast<float>(j0 + row0));
+                slopes = load(slope + col);
+            }
 #pragma GCC unroll 16
             for (int r = 0; r < MR; ++r) {
                 Vec t;
                 if constexpr (kTransform) {
                     Vec unused;
-                    t = transformed_score_log2(tile.acc[r][v] * splat(params.scale), offset - splat(float(r)), params,
-                                               &unused);
+                    t = transformed_score_log2(tile.acc[r][v] * splat(params.scale), offset - splat(float(r)), slopes,
+                                               params, &unused);
                 } else {
                     t = tile.acc[r][v] * scale_log2;
                 }
@@ -169,8 +217,7 @@ struct RescaleAccumulate {
 // exponentiate: also P = 2^(S - shift) and its row sums (the lazy path).
 template <class KeysA>
 inline void transposed_scores(const ForwardLayout& lay, const ForwardScratch& s, const KeysA& keys_a, int64_t keys,
-                              int64_t rows_pad, int64_t j0, int64_t i0, const ScoreParams& sp, bool masked,
-                              bool exponentiate) {
+                              int64_t rows_pad, int64_t j0, const ScoreParams& sp, bool masked, bool exponentiate) {
     for (int64_t c = 0; c < rows_pad; c += kLanes) {
         store(s.block_max + c, splat(-kInf));
         store(s.block_sum + c, Vec{});
@@ -178,7 +225,8 @@ inline void transposed_scores(const ForwardLayout& lay, const ForwardScratch& s,
     with_flags(sp.transforms(), masked, [&](auto transform, auto mask) {
         auto run = [&](auto exp) {
             TransposedScores<decltype(transform)::value != 0, decltype(mask)::value != 0, decltype(exp)::value != 0>
-                epilogue{s.s_t, lay.block_q, s.block_max, s.block_sum, s.shift, s.key_begin, s.key_end, j0, i0, sp};
+                epilogue{s.s_t,       lay.block_q, s.block_max, s.block_sum, s.shift, s.key_begin,
+                         s.key_end, s.position,  s.slope,     j0,          sp};
             matmul(keys, rows_pad, lay.head_dim, keys_a, s.q_t, lay.block_q, epilogue);
         };
         if (exponentiate) run(Int<1>{});
@@ -231,12 +279,12 @@ inline void online_softmax(const ForwardScratch& s, int64_t keys, int64_t rows_p
 // attn_probs (tests only): a second sweep over every key column once lse is known, writing
 // P = 2^(S - lse) (0 where masked, negated where dropout dropped it).
 inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, const ForwardScratch& s,
-                                const Span& span, int64_t h, int64_t i0, int64_t rows, int64_t rows_pad,
-                                const ScoreParams& sp, const ForwardInputs& in) {
-    const int64_t seqlen_k = pr.p.seqlen_k;
-    float* probs = pr.p.attn_probs + ((span.batch * pr.p.num_heads + h) * pr.p.seqlen_q + i0) * seqlen_k;
+                                const Span& span, const TileRows& tile, const ScoreParams& sp,
+                                const ForwardInputs& in) {
+    const int64_t seqlen_k = pr.p.seqlen_k, rows = tile.rows;
+    const int64_t h_k = pr.kv_head(tile.h0);
     const uint32_t threshold = dropout_keep_threshold(pr.p.dropout_p);
-    for (int64_t r = 0; r < rows_pad; ++r) { // log2-unit lse; +inf makes an empty row all zeros
+    for (int64_t r = 0; r < tile.rows_pad; ++r) { // log2-unit lse; +inf makes an empty row all zeros
         const float l = s.row_sum[r];
         s.shift[r] = (r < rows && l > 0.0f) ? s.shift[r] + __builtin_log2f(l) : kInf;
     }
@@ -245,17 +293,18 @@ inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, con
         const int64_t keys = max64(0, min64(cols, span.k_len - j0));
         const bool seen = keys > 0 && coverage(s.key_begin, s.key_end, rows, j0, j0 + keys) != Coverage::none;
         if (seen) {
-            const Fp32Rows k = in.k.rows(pr, span, pr.kv_head(h), j0);
-            transposed_scores(lay, s, RowMajor{k.data, k.ld}, keys, rows_pad, j0, i0, sp, true, false);
+            const Fp32Rows k = in.k.block(pr, span, h_k, j0, keys, s.k_block);
+            transposed_scores(lay, s, RowMajor{k.data, k.ld}, keys, tile.rows_pad, j0, sp, true, false);
             for (int64_t j = 0; j < keys; ++j)
-                for (int64_t c = 0; c < rows_pad; c += kLanes) {
+                for (int64_t c = 0; c < tile.rows_pad; c += kLanes) {
                     float* p = s.s_t + j * lay.block_q + c;
                     store(p, exp2(load(p) - load(s.shift + c)));
                 }
         }
         for (int64_t r = 0; r < rows; ++r) {
-            float* out_row = probs + r * seqlen_k + j0;
-            const DropoutRow gen(pr.p.rng_seed, pr.p.rng_offset, span.batch, pr.p.num_heads, h, i0 + r);
+            const int64_t i = tile.row(r), h = tile.head(r);
+            float* out_row = pr.p.attn_probs + ((span.batch * pr.p.num_heads + h) * pr.p.seqlen_q + i) * seqlen_k + j0;
+            const DropoutRow gen(pr.p.rng_seed, pr.p.rng_offset, span.batch, pr.p.num_heads, h, i);
             for (int64_t j = 0; j < cols; ++j) {
                 float p = (seen && j < keys) ? s.s_t[j * lay.block_q + r] : 0.0f;
                 if (pr.has_dropout() && gen.bits_for_column(j0 + j) >= threshold) p = -p;
@@ -265,80 +314,204 @@ inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, con
     }
 }
 
-inline void forward_block(const Problem& pr, const ForwardLayout& lay, const ForwardInputs& in,
-                          const ForwardScratch& s, const Span& span, int64_t h, int64_t q_block) {
-    const int64_t i0 = q_block * lay.block_q;
-    const int64_t rows = min64(lay.block_q, span.q_len - i0);
-    const int64_t rows_pad = round_up(rows, kLanes);
-    const int64_t d = lay.head_dim, d_pad = lay.head_dim_pad;
-    const int64_t h_k = pr.kv_head(h);
-    const ScoreParams sp = score_params(pr, span, h);
+// Split-KV partial results: split `split` of the tile holding (global query row g, head h) leaves its
+// normalised output (head_dim_pad floats) and its lse in log2 units (-inf: it saw no key) here.
+struct SplitPartials {
+    float* o;
+    float* lse;
+    int64_t q_rows, heads, d_pad;
+    FA_INLINE int64_t index(int64_t split, int64_t g, int64_t h) const { return (split * q_rows + g) * heads + h; }
+};
 
-    compute_row_ranges(pr, span, i0, rows, rows_pad, s.key_begin, s.key_end);
-    const KeySpan visit = visited_keys(s.key_begin, s.key_end, rows);
+// Query row i of a sequence as a row of the whole (packed or padded) q tensor.
+FA_INLINE int64_t global_q_row(const Problem& pr, const Span& span, int64_t i) {
+    return pr.varlen ? span.q_row0 + i : span.batch * pr.p.seqlen_q + i;
+}
 
-    load_rows_transposed(q_rows(pr, pr.p.q, span, i0, h), rows, rows_pad, d, s.q_t, lay.block_q);
-    for (int64_t c = 0; c < rows_pad; c += kLanes) {
+// The per-row facts the score policy and dropout need, for a tile that may mix heads: key ranges,
+// ALiBi positions and slopes, Philox counters. Returns the tile's score parameters.
+inline ScoreParams prepare_tile_rows(const Problem& pr, const ForwardScratch& s, const Span& span,
+                                     const TileRows& tile) {
+    ScoreParams sp = score_params(pr, span, tile.h0);
+    compute_row_ranges(pr, span, tile, s.key_begin, s.key_end);
+    sp.alibi = false;
+    for (int64_t r = 0; r < tile.rows_pad; ++r) {
+        const bool real = r < tile.rows;
+        const int64_t i = real ? tile.row(r) : 0, h = real ? tile.head(r) : tile.h0;
+        s.position[r] = static_cast<float>(i + sp.diagonal);
+        s.slope[r] = real ? pr.alibi_slope(span.batch, h) : 0.0f;
+        sp.alibi |= s.slope[r] != 0.0f;
+        s.drop_row[r] = static_cast<uint32_t>(i);
+        s.drop_head[r] = static_cast<uint32_t>(span.batch * pr.p.num_heads + h);
+    }
+    return sp;
+}
+
+// The keys split `split` of `splits` covers: whole key blocks of the rows' visited interval, as
+// evenly divided as blocks allow (a split may get none).
+inline KeySpan split_keys(KeySpan visit, int64_t block_k, int64_t split, int64_t splits) {
+    if (splits == 1 || visit.first >= visit.last) return visit;
+    const int64_t first_block = visit.first / block_k, blocks = ceil_div(visit.last, block_k) - first_block;
+    const int64_t begin = first_block + blocks * split / splits, end = first_block + blocks * (split + 1) / splits;
+    if (begin >= end) return {0, 0};
+    return {max64(visit.first, begin * block_k), min64(visit.last, end * block_k)};
+}
+
+// The state of one tile between key blocks; its arrays are the tile's part of the scratch.
+struct TileState {
+    TileRows tile;
+    ScoreParams sp;
+    bool every_row_has_max; // the lazy path needs a maximum that occurred in each row
+    int64_t lazy_pause, lazy_backoff; // blocks to skip the lazy attempt for, after a miss
+};
+
+inline TileState start_tile(const Problem& pr, const ForwardLayout& lay, const ForwardScratch& s, const Span& span,
+                            const TileRows& tile) {
+    const TileState st{tile, prepare_tile_rows(pr, s, span, tile), false, 0, 1};
+    load_queries_transposed(pr, pr.p.q, span, tile, s.q_t, lay.block_q);
+    for (int64_t c = 0; c < tile.rows_pad; c += kLanes) {
         store(s.row_max + c, splat(-kInf));
         store(s.row_sum + c, Vec{});
         store(s.shift + c, Vec{});
     }
-    __builtin_memset(s.o, 0, rows * d_pad * sizeof(float));
-    bool every_row_has_max = false; // the lazy path needs a maximum that occurred in each row
-    int64_t lazy_pause = 0, lazy_backoff = 1; // blocks to skip the lazy attempt for, after a miss
+    __builtin_memset(s.o, 0, tile.rows * lay.head_dim_pad * sizeof(float));
+    return st;
+}
+
+// The tile's rows against keys [j0, j0 + keys), which they see as `cover` says (not none).
+inline void tile_key_block(const Problem& pr, const ForwardLayout& lay, const ForwardScratch& s, const Span& span,
+                           TileState& st, int64_t j0, int64_t keys, Coverage cover, const Fp32Rows& k,
+                           const Fp32Rows& v) {
+    const int64_t rows = st.tile.rows, rows_pad = st.tile.rows_pad, d_pad = lay.head_dim_pad;
+    const RowMajor keys_a{k.data, k.ld};
+    const bool masked = cover != Coverage::full;
+    bool lazy = false;
+    if (st.every_row_has_max && st.lazy_pause == 0) {
+        transposed_scores(lay, s, keys_a, keys, rows_pad, j0, st.sp, masked, true);
+        lazy = within_lazy_bound(s, rows);
+        if (lazy) {
+            lazy_softmax(s, rows_pad);
+        } else { // wasted a product: back off (scores that keep rising, e.g. steep ALiBi)
+            st.lazy_backoff *= 2;
+            st.lazy_pause = st.lazy_backoff;
+        }
+    } else if (st.lazy_pause > 0) {
+        --st.lazy_pause;
+    }
+    if (!lazy) { // classic: scores, then max, rescale and exponentials
+        transposed_scores(lay, s, keys_a, keys, rows_pad, j0, st.sp, masked, false);
+        online_softmax(s, keys, rows_pad, lay.block_q);
+    }
+    if (pr.has_dropout()) // after the row sums: lse is of the undropped softmax; 1/(1-p) comes at the end
+        drop_transposed(DropoutRows(pr, span, st.tile.h0), s.drop_row, s.drop_head, s.s_t, lay.block_q, rows_pad, j0,
+                        keys);
+
+    const ColMajor probs_a{s.s_t, lay.block_q};
+    if (lazy) {
+        Accumulate<false> epilogue{s.o, d_pad};
+        matmul(rows, d_pad, keys, probs_a, v.data, v.ld, epilogue);
+    } else {
+        RescaleAccumulate epilogue{s.o, d_pad, s.rescale};
+        matmul(rows, d_pad, keys, probs_a, v.data, v.ld, epilogue);
+    }
+    if (!st.every_row_has_max) {
+        st.every_row_has_max = true;
+        for (int64_t r = 0; r < rows; ++r) st.every_row_has_max &= s.row_max[r] > -kInf;
+    }
+}
+
+// Normalise once; a row that saw no key has l = 0: out = 0, lse = -inf. The result goes to out and
+// softmax_lse, or with split-KV (partials non-null) to split `split`'s partial buffers.
+inline void finish_tile(const Problem& pr, const ForwardLayout& lay, const ForwardInputs& in, const ForwardScratch& s,
+                        const Span& span, const TileState& st, int64_t split, const SplitPartials* partials) {
+    const TileRows& tile = st.tile;
+    const int64_t d = lay.head_dim, d_pad = lay.head_dim_pad;
+    const float keep_scale = pr.has_dropout() ? 1.0f / (1.0f - pr.p.dropout_p) : 1.0f;
+    for (int64_t r = 0; r < tile.rows; ++r) {
+        const int64_t i = tile.row(r), h = tile.head(r);
+        const float l = s.row_sum[r];
+        const float lse_log2 = l > 0.0f ? s.shift[r] + __builtin_log2f(l) : -kInf;
+        if (partials) {
+            const int64_t at = partials->index(split, global_q_row(pr, span, i), h);
+            store_row(OutRows{partials->o, FA_FLOAT32, at * d_pad, 0}, 0, s.o + r * d_pad, d_pad,
+                      l > 0.0f ? keep_scale / l : 0.0f);
+            partials->lse[at] = lse_log2;
+        } else {
+            store_row(q_out_rows(pr, pr.p.out, span, i, h), 0, s.o + r * d_pad, d, l > 0.0f ? keep_scale / l : 0.0f);
+            if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse_log2 * kLn2;
+        }
+    }
+    if (pr.p.attn_probs) write_probabilities(pr, lay, s, span, tile, st.sp, in);
+}
+
+// One task: `tiles` tiles -- head sets first.h0, first.h0 + pack, ... over the same query rows --
+// against share `split` of their keys. The tiles walk the key blocks together, each block for every
+// tile before the next block: a (batch, seqlen, heads, dim) cache is then read row by row, all of a
+// row's heads within a short time, instead of one head's strided column at a time. Tiles of one
+// task see the same keys (same rows, same sequence), so the key walk is computed once.
+inline void forward_task(const Problem& pr, const ForwardLayout& lay, const ForwardInputs& in, const TaskScratch& ts,
+                         TileState* states, const Span& span, const TileRows& first, int64_t tiles, int64_t split,
+                         const SplitPartials* partials) {
+    for (int64_t t = 0; t < tiles; ++t) {
+        TileRows tile = first;
+        tile.h0 = first.h0 + t * first.pack;
+        states[t] = start_tile(pr, lay, ts.tile(t), span, tile);
+    }
+    const ForwardScratch s0 = ts.tile(0);
+    const int64_t rows = first.rows;
+    const KeySpan visit = split_keys(visited_keys(s0.key_begin, s0.key_end, rows), lay.block_k, split, lay.splits);
 
     for (int64_t j0 = visit.first / lay.block_k * lay.block_k; j0 < visit.last; j0 += lay.block_k) {
         const int64_t keys = min64(lay.block_k, span.k_len - j0);
-        const Coverage cover = coverage(s.key_begin, s.key_end, rows, j0, j0 + keys);
+        const Coverage cover = coverage(s0.key_begin, s0.key_end, rows, j0, j0 + keys);
         if (cover == Coverage::none) continue;
-
-        const Fp32Rows k = in.k.rows(pr, span, h_k, j0);
-        const RowMajor keys_a{k.data, k.ld};
-        const bool masked = cover != Coverage::full;
-        bool lazy = false;
-        if (every_row_has_max && lazy_pause == 0) {
-            transposed_scores(lay, s, keys_a, keys, rows_pad, j0, i0, sp, masked, true);
-            lazy = within_lazy_bound(s, rows);
-            if (lazy) {
-                lazy_softmax(s, rows_pad);
-            } else { // wasted a product: back off (scores that keep rising, e.g. steep ALiBi)
-                lazy_backoff *= 2;
-                lazy_pause = lazy_backoff;
+        for (int64_t t = 0; t < tiles; ++t) {
+            const ForwardScratch s = ts.tile(t);
+            const int64_t h_k = pr.kv_head(states[t].tile.h0);
+            // Prefetched while this block converts: the next tile's rows of this block, else the
+            // first tile's rows of the next block (a guess when masks skip it; rarely wrong).
+            RowsAhead ahead{t + 1 < tiles ? pr.kv_head(states[t + 1].tile.h0) : 0, j0, keys};
+            if (t + 1 == tiles) {
+                const int64_t next_j0 = j0 + lay.block_k;
+                ahead = {pr.kv_head(first.h0), next_j0, max64(0, min64(lay.block_k, visit.last - next_j0))};
             }
-        } else if (lazy_pause > 0) {
-            --lazy_pause;
-        }
-        if (!lazy) { // classic: scores, then max, rescale and exponentials
-            transposed_scores(lay, s, keys_a, keys, rows_pad, j0, i0, sp, masked, false);
-            online_softmax(s, keys, rows_pad, lay.block_q);
-        }
-        if (pr.has_dropout()) // after the row sums: lse is of the undropped softmax; 1/(1-p) comes at the end
-            drop_transposed(DropoutRows(pr, span, h), s.s_t, lay.block_q, i0, rows_pad, j0, keys);
-
-        const Fp32Rows v = in.v.rows(pr, span, h_k, j0);
-        const ColMajor probs_a{s.s_t, lay.block_q};
-        if (lazy) {
-            Accumulate<false> epilogue{s.o, d_pad};
-            matmul(rows, d_pad, keys, probs_a, v.data, v.ld, epilogue);
-        } else {
-            RescaleAccumulate epilogue{s.o, d_pad, s.rescale};
-            matmul(rows, d_pad, keys, probs_a, v.data, v.ld, epilogue);
-        }
-        if (!every_row_has_max) {
-            every_row_has_max = true;
-            for (int64_t r = 0; r < rows; ++r) every_row_has_max &= s.row_max[r] > -kInf;
+            const Fp32Rows k = in.k.block(pr, span, h_k, j0, keys, s.k_block, ahead);
+            const Fp32Rows v = in.v.block(pr, span, h_k, j0, keys, s.v_block, ahead);
+            tile_key_block(pr, lay, s, span, states[t], j0, keys, cover, k, v);
         }
     }
+    for (int64_t t = 0; t < tiles; ++t) finish_tile(pr, lay, in, ts.tile(t), span, states[t], split, partials);
+}
 
-    // Normalise once; a row that saw no key has l = 0: out = 0, lse = -inf.
-    const float keep_scale = pr.has_dropout() ? 1.0f / (1.0f - pr.p.dropout_p) : 1.0f;
-    const OutRows out = q_out_rows(pr, pr.p.out, span, i0, h);
-    for (int64_t r = 0; r < rows; ++r) {
-        const float l = s.row_sum[r];
-        store_row(out, r, s.o + r * d_pad, d, l > 0.0f ? keep_scale / l : 0.0f);
-        if (pr.p.softmax_lse)
-            pr.p.softmax_lse[pr.lse_index(span, i0 + r, h)] =
-                l > 0.0f ? (s.shift[r] + __builtin_log2f(l)) * kLn2 : -kInf;
+// Split-KV's second pass, for one tile: with M the largest lse_s of a row,
+//     lse = M + log2 sum_s 2^(lse_s - M),    out = sum_s 2^(lse_s - lse) O_s
+// over the splits that saw a key, in split order (fa_combine's merge, in log2 units). A row no split
+// saw: out 0, lse -inf. acc: head_dim_pad floats of scratch.
+inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const SplitPartials& parts, const Span& span,
+                         const TileRows& tile, float* acc) {
+    const int64_t d_pad = lay.head_dim_pad;
+    for (int64_t r = 0; r < tile.rows; ++r) {
+        const int64_t i = tile.row(r), h = tile.head(r), g = global_q_row(pr, span, i);
+        float m = -kInf;
+        for (int64_t part = 0; part < lay.splits; ++part) {
+            const float l = parts.lse[parts.index(part, g, h)];
+            if (l > m) m = l;
+        }
+        float sum = 0.0f;
+        for (int64_t part = 0; part < lay.splits && m > -kInf; ++part) {
+            const float l = parts.lse[parts.index(part, g, h)];
+            if (l > -kInf) sum += __builtin_exp2f(l - m);
+        }
+        const float lse = m > -kInf ? m + __builtin_log2f(sum) : -kInf;
+        for (int64_t c = 0; c < d_pad; c += kLanes) store(acc + c, Vec{});
+        for (int64_t part = 0; part < lay.splits && m > -kInf; ++part) {
+            const int64_t at = parts.index(part, g, h);
+            if (!(parts.lse[at] > -kInf)) continue; // saw no key: its output was never written
+            const Vec weight = splat(__builtin_exp2f(parts.lse[at] - lse));
+            const float* o = parts.o + at * d_pad;
+            for (int64_t c = 0; c < d_pad; c += kLanes) store(acc + c, load(acc + c) + weight * load(o + c));
+        }
+        store_row(q_out_rows(pr, pr.p.out, span, i, h), 0, acc, lay.head_dim, 1.0f);
+        if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse * kLn2;
     }
-    if (pr.p.attn_probs) write_probabilities(pr, lay, s, span, h, i0, rows, rows_pad, sp, in);
 }

@@ -10,37 +10,43 @@ struct ScoreParams {
     float scale;       // softmax scale
     float scale_log2;  // scale * log2 e
     float softcap;     // 0 = off
-    float alibi_slope; // 0 = off
+    float alibi_slope; // the head's slope (one head per block); a packed forward tile has one per row
+    bool alibi;        // ALiBi applies to some row of the block
     int64_t diagonal;  // k_len - q_len: query row i sits at key position i + diagonal
 
-    bool transforms() const { return softcap > 0.0f || alibi_slope != 0.0f; }
+    bool transforms() const { return softcap > 0.0f || alibi; }
 };
 
 inline ScoreParams score_params(const Problem& pr, const Span& s, int64_t h) {
-    return {pr.scale, pr.scale_log2, pr.p.softcap, pr.alibi_slope(s.batch, h), s.k_len - s.q_len};
+    const float slope = pr.alibi_slope(s.batch, h);
+    return {pr.scale, pr.scale_log2, pr.p.softcap, slope, slope != 0.0f, s.k_len - s.q_len};
 }
 
 // transform_score(s) * log2 e for a scaled score s = scale * q.k, where offset = i + diagonal - j
-// (ALiBi's signed distance). *tanh_slope receives d(capped)/d(uncapped) = 1 - tanh^2 when softcap
-// is on (the backward needs it).
-FA_INLINE Vec transformed_score_log2(Vec s, Vec offset, const ScoreParams& sp, Vec* tanh_slope) {
+// (ALiBi's signed distance) and slope the ALiBi slope of each lane's query row. *tanh_slope
+// receives d(capped)/d(uncapped) = 1 - tanh^2 when softcap is on (the backward needs it).
+FA_INLINE Vec transformed_score_log2(Vec s, Vec offset, Vec slope, const ScoreParams& sp, Vec* tanh_slope) {
     if (sp.softcap > 0.0f) {
         const Vec t = tanh(s / splat(sp.softcap));
         s = splat(sp.softcap) * t;
         *tanh_slope = splat(1.0f) - t * t;
     }
-    if (sp.alibi_slope != 0.0f) s -= splat(sp.alibi_slope) * abs(offset);
+    if (sp.alibi) s -= slope * abs(offset);
     return s * splat(kLog2e);
 }
+// ... with the block's one slope.
+FA_INLINE Vec transformed_score_log2(Vec s, Vec offset, const ScoreParams& sp, Vec* tanh_slope) {
+    return transformed_score_log2(s, offset, splat(sp.alibi_slope), sp, tanh_slope);
+}
 
-// Which keys each query row of a block may see: [begin, end) from MaskSpec::keys_for_row, clamped
-// to the keys that exist; an empty range is stored as begin == end.
-inline void compute_row_ranges(const Problem& pr, const Span& s, int64_t i0, int64_t rows, int64_t rows_pad,
-                               int32_t* begin, int32_t* end) {
-    for (int64_t r = 0; r < rows_pad; ++r) {
+// Which keys each query row of a forward tile may see: [begin, end) from MaskSpec::keys_for_row,
+// clamped to the keys that exist; an empty range (and a padding column) is stored as begin == end.
+inline void compute_row_ranges(const Problem& pr, const Span& s, const TileRows& tile, int32_t* begin,
+                               int32_t* end) {
+    for (int64_t r = 0; r < tile.rows_pad; ++r) {
         int64_t b = 0, e = 0;
-        if (r < rows) {
-            const KeyRange range = pr.mask.keys_for_row(i0 + r, s.q_len, s.k_len);
+        if (r < tile.rows) {
+            const KeyRange range = pr.mask.keys_for_row(tile.row(r), s.q_len, s.k_len);
             b = max64(range.begin, 0);
             e = min64(range.end, s.k_len);
             if (e < b) e = b;
@@ -48,6 +54,12 @@ inline void compute_row_ranges(const Problem& pr, const Span& s, int64_t i0, int
         begin[r] = static_cast<int32_t>(b);
         end[r] = static_cast<int32_t>(e);
     }
+}
+
+// ... for rows [i0, i0 + rows) of one head.
+inline void compute_row_ranges(const Problem& pr, const Span& s, int64_t i0, int64_t rows, int64_t rows_pad,
+                               int32_t* begin, int32_t* end) {
+    compute_row_ranges(pr, s, TileRows{i0, rows, rows_pad, 1, 0}, begin, end);
 }
 
 // The union of the rows' ranges, as the key interval worth visiting: [first, last).
