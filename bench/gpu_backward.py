@@ -19,7 +19,6 @@ import argparse
 import csv
 import ctypes
 import datetime
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
+from bench_common import commit  # noqa: E402
 
 HDIMS = (64, 128, 256)
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -38,14 +39,6 @@ TOKENS, HIDDEN = 16384, 2048
 
 def bench_ms(fn):
     return do_bench(fn, warmup=10, rep=50, return_mode="median")
-
-
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def ours_fn(q, k, v, out, lse, dout, grads, causal, deterministic):

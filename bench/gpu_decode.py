@@ -21,7 +21,6 @@ import argparse
 import csv
 import datetime
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +30,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
+from bench_common import commit  # noqa: E402
 
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 CACHE_LENS = (1024, 8192, 32768, 131072)
@@ -41,14 +42,6 @@ ROTATE_BYTES = 256 << 20  # rotate over copies until this much cache is touched:
 
 def bench_ms(fn):
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
-
-
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def copy_tbps():

@@ -19,7 +19,6 @@ import csv
 import datetime
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
+from bench_common import commit  # noqa: E402
 
 HDIMS = (64, 128, 256)
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -45,14 +46,6 @@ TILES = {64: ["sm90:128", "sm90:64"],
 
 def bench_ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def ceilings():

@@ -12,6 +12,8 @@
 # h200-forward-tiles.csv (full), h200-ceilings.json: few files, because the device tool returns at
 # most eight.
 #   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
+#   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
+#                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
