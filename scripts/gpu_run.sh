@@ -64,17 +64,32 @@ build() {
   return $rc
 }
 
-# Groups run as separate processes, so that a kernel fault (which kills the CUDA context) costs one
-# group, not the whole run.
-test_groups=("dense or long or deterministic" "head_dims" "window or softcap or alibi or gqa or scale or varlen or seqused or seqlen_k_zero or dropout or probs" "packed or view or misaligned or large_grid or errors or backward or malformed")
-run_tests() {
-  local timeout_flag=()
-  python3 -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=60)
-  for group in "${test_groups[@]}"; do
-    echo "=== pytest -k \"$group\""
-    FLASHATTN_LIB=$1 timeout $(cap 240) python3 -m pytest -q -p no:cacheprovider -rf "${timeout_flag[@]}" tests/gpu/test_forward.py -k "$group" 2>&1
+# pytest_groups LABEL FILE TIMEOUT GROUP...: each -k group of tests/gpu/FILE in its own process, so
+# that a kernel fault (which kills the CUDA context) costs one group, not the whole run.
+pytest_groups() {
+  local label=$1 file=$2 limit=$3 group
+  shift 3
+  for group in "$@"; do
+    echo "=== pytest $label-k \"$group\""
+    FLASHATTN_LIB=$lib timeout $(cap "$limit") python3 -m pytest -q -p no:cacheprovider -rf "tests/gpu/$file" -k "$group" 2>&1
   done
 }
+# sanitize EXTRA_FLAGS CASE...: memcheck and racecheck over CLI problems.
+sanitize() {
+  local extra=$1 tool c
+  shift
+  for tool in memcheck racecheck; do
+    for c in "$@"; do
+      echo "=== $tool: $c"
+      # shellcheck disable=SC2086
+      timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda $extra --iters 1 --warmup 0 $c 2>&1 | tail -6
+      echo "rc=${PIPESTATUS[0]}"
+    done
+  done
+}
+can_sanitize() { [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; }
+test_groups=("dense or long or deterministic" "head_dims" "window or softcap or alibi or gqa or scale or varlen or seqused or seqlen_k_zero or dropout or probs" "packed or view or misaligned or large_grid or errors or backward or malformed")
+run_tests() { pytest_groups "" test_forward.py 240 "${test_groups[@]}"; }
 
 # The C++ GPU tests need GoogleTest; the device image has none, so it is carried in .gtest/.
 with_tests=OFF; gtest_flag=
@@ -108,16 +123,7 @@ sanitize_cases=(
   "--seqlen 130 --head-dim 256 --softcap 30 --alibi --dropout 0.1"
   "--seqlen 77 --head-dim 32 --causal --backward"
 )
-if wants sanitize && [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; then
-  for tool in memcheck racecheck; do
-    for c in "${sanitize_cases[@]}"; do
-      echo "=== $tool: $c"
-      # shellcheck disable=SC2086
-      timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
-      echo "rc=${PIPESTATUS[0]}"
-    done
-  done > "$logs/sanitize.log" 2>&1
-fi
+if wants sanitize && can_sanitize; then sanitize "" "${sanitize_cases[@]}" > "$logs/sanitize.log" 2>&1; fi
 
 if wants bench && [[ -f $lib ]]; then
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_TIMEOUT:-900}) python3 bench/gpu_forward.py --out "$out" "${bench_args[@]}" > "$logs/bench.log" 2>&1
@@ -136,10 +142,7 @@ fi
 bwd_test_groups=("dense" "head_dims or long" "window or softcap or alibi or dropout or everything or gqa"
                  "varlen or deterministic or race or large or workspace or strided or buffers or empty")
 if wants pytest_bwd && [[ -f $lib ]]; then
-  for group in "${bwd_test_groups[@]}"; do
-    echo "=== pytest backward -k \"$group\""
-    FLASHATTN_LIB=$lib timeout $(cap 600) python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_backward.py -k "$group" 2>&1
-  done > "$logs/tests_bwd.log" 2>&1
+  pytest_groups "backward " test_backward.py 600 "${bwd_test_groups[@]}" > "$logs/tests_bwd.log" 2>&1
 fi
 sanitize_bwd_cases=(
   "--seqlen-q 113 --seqlen-k 203 --head-dim 64 --heads 2 --batch 2 --backward"
@@ -147,16 +150,7 @@ sanitize_bwd_cases=(
   "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 96 --window 32,8 --backward"
   "--seqlen 130 --head-dim 256 --softcap 30 --alibi --dropout 0.1 --backward"
 )
-if wants sanitize_bwd && [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; then
-  for tool in memcheck racecheck; do
-    for c in "${sanitize_bwd_cases[@]}"; do
-      echo "=== $tool: $c"
-      # shellcheck disable=SC2086
-      timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --iters 1 --warmup 0 $c 2>&1 | tail -6
-      echo "rc=${PIPESTATUS[0]}"
-    done
-  done > "$logs/sanitize_bwd.log" 2>&1
-fi
+if wants sanitize_bwd && can_sanitize; then sanitize "" "${sanitize_bwd_cases[@]}" > "$logs/sanitize_bwd.log" 2>&1; fi
 if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick ]] && bwd_bench_args=(--quick)
@@ -178,20 +172,8 @@ sanitize_decode_cases=(
   "--kvcache --paged --page-size 64 --batch 2 --seqlen-q 3 --seqlen-k 500 --heads 4 --kv-heads 2 --head-dim 128 --softcap 20 --causal"
 )
 if wants decode && [[ -f $lib ]]; then
-  for group in "${decode_test_groups[@]}"; do
-    echo "=== pytest inference -k \"$group\""
-    FLASHATTN_LIB=$lib timeout $(cap 600) python3 -m pytest -q -p no:cacheprovider -rf tests/gpu/test_inference.py -k "$group" 2>&1
-  done > "$logs/tests_decode.log" 2>&1
-  if [[ -x $cli ]] && command -v compute-sanitizer > /dev/null; then
-    for tool in memcheck racecheck; do
-      for c in "${sanitize_decode_cases[@]}"; do
-        echo "=== $tool: $c"
-        # shellcheck disable=SC2086
-        timeout $(cap 300) compute-sanitizer --tool $tool --error-exitcode 9 "$cli" --backend cuda --check --iters 1 --warmup 0 $c 2>&1 | tail -6
-        echo "rc=${PIPESTATUS[0]}"
-      done
-    done > "$logs/sanitize_decode.log" 2>&1
-  fi
+  pytest_groups "inference " test_inference.py 600 "${decode_test_groups[@]}" > "$logs/tests_decode.log" 2>&1
+  if can_sanitize; then sanitize --check "${sanitize_decode_cases[@]}" > "$logs/sanitize_decode.log" 2>&1; fi
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
     > "$logs/bench_decode.log" 2>&1
 fi

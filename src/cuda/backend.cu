@@ -10,6 +10,7 @@
 #include "fwd_args.h"
 #include "fwd_launch.h"
 #include "inference.h"
+#include "tile_dim_dispatch.h"
 #include "kernels/bwd_tile_config.h"
 
 #include "core/backend.h"
@@ -25,7 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <string>
+#include <cstring>
 #include <utility>
 
 namespace flashattn::cuda {
@@ -56,9 +57,11 @@ int tile_head_dim(int head_dim) {
 bool use_sm90_kernel(int major, int minor, int tile_dim) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
-    const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL"); // per call: benchmarks switch it
-    if (choice && std::string(choice) == "sm80") return false;
-    if (choice && std::string(choice) == "sm90") return true;
+    // Read per call (benchmarks switch it in one process): a getenv, no allocation.
+    if (const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL")) {
+        if (std::strcmp(choice, "sm80") == 0) return false;
+        if (std::strcmp(choice, "sm90") == 0) return true;
+    }
     return tile_dim >= 96;
 #else
     (void)major;
@@ -70,35 +73,15 @@ bool use_sm90_kernel(int major, int minor, int tile_dim) {
 
 template <fa_dtype kDtype>
 void run_forward_kernel(int tile_dim, bool sm90, const FwdArgs& args, cudaStream_t stream) {
-    switch (tile_dim) {
+    with_tile_dim(tile_dim, "forward", [&](auto d) {
+        constexpr int kDim = decltype(d)::value;
 #if FLASHATTN_CUDA_HAS_SM90
-#define FLASHATTN_HEADDIM_CASE(D) \
-    case D: return sm90 ? run_fwd_sm90<D, kDtype>(args, stream) : run_fwd<D, kDtype>(args, stream);
+        if (sm90) return run_fwd_sm90<kDim, kDtype>(args, stream);
 #else
-#define FLASHATTN_HEADDIM_CASE(D) \
-    case D: return (void)sm90, run_fwd<D, kDtype>(args, stream);
+        (void)sm90;
 #endif
-#ifdef FLASHATTN_CUDA_HDIM_32
-        FLASHATTN_HEADDIM_CASE(32)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_64
-        FLASHATTN_HEADDIM_CASE(64)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_96
-        FLASHATTN_HEADDIM_CASE(96)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_128
-        FLASHATTN_HEADDIM_CASE(128)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_192
-        FLASHATTN_HEADDIM_CASE(192)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_256
-        FLASHATTN_HEADDIM_CASE(256)
-#endif
-#undef FLASHATTN_HEADDIM_CASE
-    }
-    fail(FA_ERROR_INTERNAL, "no forward kernel for tile head dim ", tile_dim);
+        run_fwd<kDim, kDtype>(args, stream);
+    });
 }
 
 int64_t round_up8(int64_t x) { return (x + 7) / 8 * 8; }
@@ -269,30 +252,7 @@ namespace {
 
 template <fa_dtype kDtype>
 void run_backward_kernel(int tile_dim, const BwdArgs& args, cudaStream_t stream) {
-    switch (tile_dim) {
-#define FLASHATTN_HEADDIM_CASE(D) \
-    case D: return run_bwd<D, kDtype>(args, stream);
-#ifdef FLASHATTN_CUDA_HDIM_32
-        FLASHATTN_HEADDIM_CASE(32)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_64
-        FLASHATTN_HEADDIM_CASE(64)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_96
-        FLASHATTN_HEADDIM_CASE(96)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_128
-        FLASHATTN_HEADDIM_CASE(128)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_192
-        FLASHATTN_HEADDIM_CASE(192)
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_256
-        FLASHATTN_HEADDIM_CASE(256)
-#endif
-#undef FLASHATTN_HEADDIM_CASE
-    }
-    fail(FA_ERROR_INTERNAL, "no backward kernel for tile head dim ", tile_dim);
+    with_tile_dim(tile_dim, "backward", [&](auto d) { run_bwd<decltype(d)::value, kDtype>(args, stream); });
 }
 
 // The device of a backward call: where q lives, or (no query rows) where the key side lives.

@@ -8,10 +8,11 @@
 
 namespace flashattn::cuda {
 
-inline void check_cuda(cudaError_t status, const char* what) {
+template <typename... What>
+void check_cuda(cudaError_t status, const What&... what) {
     if (status == cudaSuccess) return;
     (void)cudaGetLastError(); // clear a non-sticky error so the next call starts clean
-    fail(status == cudaErrorMemoryAllocation ? FA_ERROR_OUT_OF_MEMORY : FA_ERROR_DEVICE, what, ": ",
+    fail(status == cudaErrorMemoryAllocation ? FA_ERROR_OUT_OF_MEMORY : FA_ERROR_DEVICE, what..., ": ",
          cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
 }
 

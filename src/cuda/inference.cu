@@ -11,6 +11,7 @@
 #include "combine.h"
 #include "device_scope.h"
 #include "inference_launch.h"
+#include "tile_dim_dispatch.h"
 
 #include "core/error.h"
 
@@ -21,41 +22,15 @@
 namespace flashattn::cuda {
 namespace {
 
-// fn(std::integral_constant<int, D>) for the compiled tile head dim D == tile_dim.
-template <typename Fn>
-auto with_tile_dim(int tile_dim, Fn&& fn) {
-    switch (tile_dim) {
-#ifdef FLASHATTN_CUDA_HDIM_32
-        case 32: return fn(std::integral_constant<int, 32>{});
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_64
-        case 64: return fn(std::integral_constant<int, 64>{});
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_96
-        case 96: return fn(std::integral_constant<int, 96>{});
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_128
-        case 128: return fn(std::integral_constant<int, 128>{});
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_192
-        case 192: return fn(std::integral_constant<int, 192>{});
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_256
-        case 256: return fn(std::integral_constant<int, 256>{});
-#endif
-    }
-    fail(FA_ERROR_INTERNAL, "no inference kernel for tile head dim ", tile_dim);
-}
-
 InferenceTiling tiling_of(int tile_dim, fa_dtype dtype) {
-    return with_tile_dim(tile_dim, [&](auto d) {
+    return with_tile_dim(tile_dim, "inference", [&](auto d) {
         return dtype == FA_FLOAT16 ? inference_tiling<decltype(d)::value, FA_FLOAT16>()
                                    : inference_tiling<decltype(d)::value, FA_BFLOAT16>();
     });
 }
 
 void launch(int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
-    with_tile_dim(tile_dim, [&](auto d) {
+    with_tile_dim(tile_dim, "inference", [&](auto d) {
         if (dtype == FA_FLOAT16) {
             run_fwd_inference<decltype(d)::value, FA_FLOAT16>(args, stream);
         } else {

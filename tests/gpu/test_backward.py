@@ -9,40 +9,16 @@ backward runs on the library's own forward out and lse, as a training step would
 
 FA_TEST_DEVICE=cpu runs the same cases (minus the CUDA-specific and heavy ones) on the CPU backend.
 """
-import os
-
 import pytest
 import torch
 
 import fa_ctypes as fa
 from reference import attention_ref
 
-DEV = os.environ.get("FA_TEST_DEVICE", "cuda")
-ON_CUDA = DEV == "cuda"
-cuda_only = pytest.mark.skipif(not ON_CUDA, reason="CUDA-specific behaviour")
-heavy = pytest.mark.skipif(not ON_CUDA, reason="too slow for the CPU check mode")
+from harness import DEV, cu, cuda_only, heavy, rand, sync
 
 REF_KEYS = ("softmax_scale", "causal", "window", "softcap", "alibi_slopes", "dropout_p", "seed", "offset",
             "cu_seqlens_q", "cu_seqlens_k", "seqused_k")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library():
-    if ON_CUDA and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    lib = fa.lib()
-    if ON_CUDA and not lib.fa_cuda_available():
-        pytest.skip("libflashattn has no usable CUDA backend")
-    return lib
-
-
-def sync():
-    if ON_CUDA:
-        torch.cuda.synchronize()
-
-
-def rand(*shape, dtype=torch.bfloat16, scale=1.0):
-    return (torch.randn(*shape, device=DEV, dtype=torch.float32) * scale).to(dtype)
 
 
 def reference_grads(q, k, v, dout, precision, **kw):
@@ -175,10 +151,6 @@ def test_gqa(heads, causal, hdim):
     hq, hk = heads
     q, k, v = rand(2, 129, hq, hdim), rand(2, 257, hk, hdim), rand(2, 257, hk, hdim)
     run_and_check(q, k, v, name=f"gqa {heads}", causal=causal)
-
-
-def cu(lengths):
-    return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), device=DEV, dtype=torch.int32)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -9,37 +9,13 @@ Inputs are fresh random tensors (never zeros).
 FA_TEST_DEVICE=cpu runs the same cases (minus the CUDA-specific and the heavy ones) on CPU tensors,
 i.e. against the CPU backend: a quick check of the test code itself on a machine without a GPU.
 """
-import os
-
 import pytest
 import torch
 
 import fa_ctypes as fa
 from reference import attention_ref
 
-DEV = os.environ.get("FA_TEST_DEVICE", "cuda")
-ON_CUDA = DEV == "cuda"
-cuda_only = pytest.mark.skipif(not ON_CUDA, reason="CUDA-specific behaviour")
-heavy = pytest.mark.skipif(not ON_CUDA, reason="too slow for the CPU check mode")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library():
-    if ON_CUDA and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    lib = fa.lib()
-    if ON_CUDA and not lib.fa_cuda_available():
-        pytest.skip("libflashattn has no usable CUDA backend")
-    return lib
-
-
-def sync():
-    if ON_CUDA:
-        torch.cuda.synchronize()
-
-
-def rand(*shape, dtype=torch.bfloat16, scale=1.0):
-    return (torch.randn(*shape, device=DEV, dtype=torch.float32) * scale).to(dtype)
+from harness import DEV, cu, cuda_only, heavy, rand, sync
 
 
 def assert_close(name, ours, ref, naive, atol=1e-5):
@@ -189,10 +165,6 @@ def test_softmax_scale():
     with pytest.raises(fa.FlashAttnError) as e:  # refused by validation: the max trick needs scale >= 0
         fa.forward(q, k, v, softmax_scale=-0.2)
     assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "softmax_scale" in e.value.message
-
-
-def cu(lengths):
-    return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), device=DEV, dtype=torch.int32)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -10,26 +10,14 @@ tests/backend/kvcache_test.cpp): the rotary formula is part of the definition. C
 table rows a sequence must not read hold NaN / invalid block indices, so a stray read shows up as
 NaN in the output (and as an error under compute-sanitizer, scripts/gpu_run.sh step decode).
 """
-import math
 
 import pytest
 import torch
 
 import fa_ctypes as fa
 from reference import attention_ref
-from test_forward import DEV, ON_CUDA, assert_close, assert_lse_close, heavy, rand, sync
-
-cuda_only = pytest.mark.skipif(not ON_CUDA, reason="CUDA-specific behaviour")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library():
-    if ON_CUDA and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    lib = fa.lib()
-    if ON_CUDA and not lib.fa_cuda_available():
-        pytest.skip("libflashattn has no usable CUDA backend")
-    return lib
+from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
+from test_forward import assert_close, assert_lse_close
 
 
 def rotary_table(seqlen, rotary_dim, dtype):
@@ -235,10 +223,6 @@ def make_pool(lengths, page, heads_k, d, dtype, seed):
         k_pool[blocks, rows % page], v_pool[blocks, rows % page] = k, v
         seqs.append((k, v))
     return k_pool, v_pool, table.to(DEV), seqs
-
-
-def cu(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), device=DEV, dtype=torch.int32)
 
 
 @pytest.mark.parametrize("page", [16, 64, 256])

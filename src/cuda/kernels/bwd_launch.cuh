@@ -3,10 +3,9 @@
 #pragma once
 
 #include "bwd_launch.h"
-#include "cuda_check.h"
+#include "grid_launch.h"
 #include "kernels/bwd_kernel.cuh"
 
-#include <climits>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -19,19 +18,12 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
         fail(FA_ERROR_INTERNAL, "a GQA/MQA backward needs the per-query-head dK/dV scratch");
     args.num_n_blocks = (args.fwd.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
     if (args.num_chunks <= 0 || args.num_chunks > args.num_n_blocks) args.num_chunks = args.num_n_blocks;
-    // One-dimensional grid: no 65535 limit on batch * heads, only 2^31 - 1 CTAs in all.
     const int64_t ctas = int64_t(args.num_chunks) * args.fwd.batch * args.fwd.num_heads;
-    if (ctas == 0) return;
-    if (ctas > INT_MAX)
-        fail(FA_ERROR_UNSUPPORTED, "the CUDA backward needs ", ctas, " thread blocks (key blocks of ",
-             Traits::kBlockN, " rows x batch ", args.fwd.batch, " x heads ", args.fwd.num_heads,
-             "), more than the 2^31-1 a grid holds");
-
+    if (!grid_has_work(ctas, "backward", "key blocks of ", Traits::kBlockN, " rows x batch ", args.fwd.batch,
+                       " x heads ", args.fwd.num_heads))
+        return;
     auto launch = [&](auto kernel) {
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
-                   "setting the backward kernel's shared-memory size");
-        kernel<<<dim3(unsigned(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(args);
-        check_cuda(cudaGetLastError(), "launching the backward kernel");
+        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "backward");
     };
     if (args.fwd.dropout || args.fwd.transform_scores) {
         launch(kernels::bwd_kernel<Traits, true>);

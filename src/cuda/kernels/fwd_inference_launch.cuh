@@ -2,11 +2,10 @@
 // (InferenceTileConfig), a grid of (query block, split, sequence, head or KV head when packed).
 #pragma once
 
-#include "cuda_check.h"
+#include "grid_launch.h"
 #include "inference_launch.h"
 #include "kernels/fwd_kernel.cuh"
 
-#include <climits>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -47,13 +46,11 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     const int grid_heads = args.pack_gqa ? args.num_heads / args.heads_per_kv_head : args.num_heads;
     args.num_m_blocks = (tile_rows + Traits::kBlockM - 1) / Traits::kBlockM;
     const int64_t ctas = int64_t(args.num_m_blocks) * args.num_splits * args.batch * grid_heads;
-    if (ctas == 0) return;
-    if (ctas > INT_MAX)
-        fail(FA_ERROR_UNSUPPORTED, "the CUDA forward needs ", ctas, " thread blocks (query blocks x splits ",
-             args.num_splits, " x batch ", args.batch, " x heads ", grid_heads, "), more than the 2^31-1 a grid holds");
-    auto kernel = detail::prepared_inference_kernel<Traits>();
-    kernel<<<dim3(unsigned(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(args);
-    check_cuda(cudaGetLastError(), "launching the inference forward kernel");
+    if (!grid_has_work(ctas, "forward", "query blocks x splits ", args.num_splits, " x batch ", args.batch,
+                       " x heads ", grid_heads))
+        return;
+    launch_on_grid(kernels::fwd_kernel<Traits, true, true>, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream,
+                   "inference forward");
 }
 
 } // namespace flashattn::cuda

@@ -2,11 +2,10 @@
 // the choice between the plain and the extras kernel. Compiled for sm_90a only.
 #pragma once
 
-#include "cuda_check.h"
 #include "fwd_launch.h"
+#include "grid_launch.h"
 #include "kernels/fwd_kernel_sm90.cuh"
 
-#include <climits>
 #include <cstdlib>
 #include <type_traits>
 
@@ -16,16 +15,11 @@ template <typename Traits>
 void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     args.num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const int64_t ctas = int64_t(args.num_m_blocks) * args.batch * args.num_heads;
-    if (ctas == 0) return;
-    if (ctas > INT_MAX)
-        fail(FA_ERROR_UNSUPPORTED, "the CUDA forward needs ", ctas, " thread blocks (query blocks of ",
-             Traits::kBlockM, " rows x batch ", args.batch, " x heads ", args.num_heads,
-             "), more than the 2^31-1 a grid holds");
+    if (!grid_has_work(ctas, "forward", "query blocks of ", Traits::kBlockM, " rows x batch ", args.batch,
+                       " x heads ", args.num_heads))
+        return;
     auto launch = [&](auto kernel) {
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
-                   "setting the forward kernel's shared-memory size");
-        kernel<<<dim3(unsigned(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(args);
-        check_cuda(cudaGetLastError(), "launching the forward kernel");
+        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "forward");
     };
     if (args.dropout || args.transform_scores) {
         launch(kernels::fwd_kernel_sm90<Traits, true>);

@@ -37,7 +37,6 @@ struct Sm90FwdTraits {
     static constexpr int kBlockM = 64 * kWarpGroups;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kThreads = 128 * kWarpGroups;
-    static constexpr int kWarps = 4 * kWarpGroups;
     static constexpr int kStages = 2; // K and V blocks in flight (each a ring of this many)
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
