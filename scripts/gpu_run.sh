@@ -15,6 +15,7 @@
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
+#                                               (also: pytest_python, profile = Nsight Compute, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
 #   FLASHATTN_PREBUILT_LIB=path/libflashattn.so  test and benchmark that library (built elsewhere with
@@ -134,6 +135,19 @@ fi
 if wants pytest_python && [[ -f $lib ]]; then
   PYTHONPATH=$root/python FLASHATTN_LIBRARY=$lib timeout $(cap 420) python3 -m pytest -q -p no:cacheprovider -rf -x \
     tests/python > "$logs/tests_python.log" 2>&1
+fi
+
+# Nsight Compute over one call of each forward kernel (ours, torch FA2, cuDNN) on a few shapes
+# (FLASHATTN_PROFILE_SHAPES, bench/profile_forward.py's names). Log: profile.log.
+profile_shapes=(${FLASHATTN_PROFILE_SHAPES:-d64c1k d64n4k d128c1k d256c1k})
+profile_impls=(${FLASHATTN_PROFILE_IMPLS:-ours_sm80 ours_sm90 fa2 cudnn})
+if wants profile && [[ -f $lib ]] && command -v ncu > /dev/null; then
+  nvtx=()
+  for s in "${profile_shapes[@]}"; do for i in "${profile_impls[@]}"; do nvtx+=(--nvtx-include "$s.$i/"); done; done
+  FLASHATTN_LIB=$lib timeout $(cap 400) ncu --clock-control none --nvtx "${nvtx[@]}" --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+    --section InstructionStats --section ComputeWorkloadAnalysis ${FLASHATTN_PROFILE_EXTRA:-} \
+    python3 bench/profile_forward.py "${profile_shapes[@]}" > "$logs/profile.log" 2>&1
 fi
 
 # ---- Backward (issue 4) ----------------------------------------------------------------------

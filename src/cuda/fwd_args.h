@@ -24,6 +24,7 @@ struct FwdArgs {
     int32_t head_dim;            // real d (a multiple of 8: 16-byte chunks); the kernel's tile may be wider
     int32_t seqlen_q, seqlen_k;  // varlen: the maxima
     int32_t num_m_blocks;        // query blocks per (sequence, head); set by the launcher
+    int32_t section_heads;       // tile order, set by the launcher (kernels/tile_order.cuh); 0 = plain
 
     // Varlen (device memory, never validated on the host: the kernel clamps what it reads).
     const int32_t* cu_seqlens_q;

@@ -27,6 +27,7 @@
 #include "kernels/online_softmax.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
+#include "kernels/tile_order.cuh"
 
 namespace flashattn::cuda::kernels {
 
@@ -41,12 +42,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     constexpr int kHeadDim = Traits::kHeadDim;
     const int tid = threadIdx.x;
 
-    // Work item: (query block, split, sequence, head), the query block fastest. Within a (sequence,
-    // head) the last query block goes first: under a causal mask it is the heaviest, so the light
-    // blocks end up filling the tail of the grid. Packed GQA: the "head" is a KV head and h the
-    // first query head of its group (tile row r is query head h + r).
-    const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
-    int bh = int(blockIdx.x / unsigned(args.num_m_blocks));
+    // Work item: (query block, [split,] sequence, head) in tile_order.cuh's order, heaviest query
+    // blocks first (the inference variant: the query block fastest, then the split). Packed GQA:
+    // the "head" is a KV head and h the first query head of its group (tile row r is query head h + r).
+    const TileCoord tile = tile_of_block(blockIdx.x, args.num_m_blocks, args.batch * args.num_heads,
+                                         kInference ? 0 : args.section_heads);
+    const int m_block = tile.m_block;
+    int bh = tile.bh;
     int split = 0;
     bool packed = false;
     if constexpr (kInference) {

@@ -18,6 +18,7 @@
 #include "kernels/online_softmax.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
+#include "kernels/tile_order.cuh"
 #include "kernels/wgmma_ops.cuh"
 
 #include <cutlass/arch/barrier.h>
@@ -43,10 +44,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     constexpr int kHeadDim = Traits::kHeadDim;
     const int tid = threadIdx.x;
 
-    // Work item: within a (sequence, head) the last query block (the heaviest under a causal
-    // mask) goes first.
-    const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
-    const int bh = int(blockIdx.x / unsigned(args.num_m_blocks));
+    // Work item: heaviest query blocks first (tile_order.cuh).
+    const TileCoord tile = tile_of_block(blockIdx.x, args.num_m_blocks, args.batch * args.num_heads,
+                                         args.section_heads);
+    const int m_block = tile.m_block;
+    const int bh = tile.bh;
     const int b = bh / args.num_heads;
     const int h = bh - b * args.num_heads;
     const int h_kv = h / args.heads_per_kv_head;

@@ -4,6 +4,7 @@
 
 #include "fwd_launch.h"
 #include "grid_launch.h"
+#include "kernels/tile_order.cuh"
 #include "kernels/fwd_kernel_sm90.cuh"
 
 #include <cstdlib>
@@ -15,6 +16,7 @@ template <typename Traits>
 void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     args.num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const int64_t ctas = int64_t(args.num_m_blocks) * args.batch * args.num_heads;
+    args.section_heads = forward_section_heads(args, Traits::kBlockM, int(sizeof(typename Traits::Element)));
     if (!grid_has_work(ctas, "forward", "query blocks of ", Traits::kBlockM, " rows x batch ", args.batch,
                        " x heads ", args.num_heads))
         return;

@@ -101,16 +101,24 @@ __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& 
 template <typename Scores, typename Coords>
 __device__ __forceinline__ void apply_key_mask(Scores& scores, Coords const& coords, const MaskSpec& mask,
                                                const SequenceBounds& s, int m0, int n0) {
+    // Causal and right-bounded masks have no left edge: one compare per score instead of two.
+    const bool left_edge = mask.window_left >= 0;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
         const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
         // Bring the range into this block's column frame; int is enough there.
         const int begin = int(max(min(keys.begin - n0, int64_t(1) << 30), int64_t(-1)));
         const int end = int(max(min(keys.end - n0, int64_t(1) << 30), int64_t(-1)));
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) {
-            const int j = get<1>(coords(r, c));
-            if (j < begin || j >= end) scores(r, c) = -INFINITY;
+        if (left_edge) {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const int j = get<1>(coords(r, c));
+                if (j < begin || j >= end) scores(r, c) = -INFINITY;
+            }
+        } else {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c)
+                if (get<1>(coords(r, c)) >= end) scores(r, c) = -INFINITY;
         }
     }
 }
