@@ -127,7 +127,7 @@ sanitize_cases=(
 if wants sanitize && can_sanitize; then sanitize "" "${sanitize_cases[@]}" > "$logs/sanitize.log" 2>&1; fi
 
 if wants bench && [[ -f $lib ]]; then
-  FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_TIMEOUT:-900}) python3 bench/gpu_forward.py --out "$out" "${bench_args[@]}" > "$logs/bench.log" 2>&1
+  FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_TIMEOUT:-900}) python3 bench/gpu_forward.py --out "$out" "${bench_args[@]}" ${FLASHATTN_BENCH_ARGS:-} > "$logs/bench.log" 2>&1
 fi
 
 # The Python package's suite (tests/python) on the GPU, against this build's library (no pip

@@ -50,11 +50,12 @@ int tile_head_dim(int head_dim) {
 }
 
 // Which forward kernel runs on compute capability 9.0: the Hopper (wgmma) kernel for tile head
-// dims >= 96, the mma.sync kernel below that, where it measured faster on the H200 at every
-// benchmark shape (the wgmma kernel's two warpgroups run their softmax in lockstep, and at d <= 64
-// the softmax is half the work; bench/results/h200-2026-11-30-s2-sm90/). FLASHATTN_CUDA_FWD_KERNEL
-// = sm80 or sm90 overrides the choice (benchmarks time both).
-bool use_sm90_kernel(int major, int minor, int tile_dim) {
+// dims >= 96 with enough keys per query row, the mma.sync kernel otherwise: at d <= 64 it measured
+// faster on the H200 at every benchmark shape (the wgmma kernel's two warpgroups run their softmax
+// in lockstep, and at d <= 64 the softmax is half the work; bench/results/h200-2026-11-30-s2-sm90/),
+// and on short problems (docs/perf-log.md, session 3). FLASHATTN_CUDA_FWD_KERNEL = sm80 or sm90
+// overrides the choice (benchmarks time both).
+bool use_sm90_kernel(int major, int minor, int tile_dim, const FwdArgs& args) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
     // Read per call (benchmarks switch it in one process): a getenv, no allocation.
@@ -62,11 +63,20 @@ bool use_sm90_kernel(int major, int minor, int tile_dim) {
         if (std::strcmp(choice, "sm80") == 0) return false;
         if (std::strcmp(choice, "sm90") == 0) return true;
     }
-    return tile_dim >= 96;
+    if (tile_dim < 96) return false;
+    // Short problems: the wgmma kernel holds one CTA per SM, whose load prologue and O epilogue
+    // nothing overlaps, so it needs enough K/V blocks per query block to win. Keys per query row,
+    // measured at the middle row (causal: about half the keys); the thresholds sit between the
+    // shapes measured on the H200 (d128: the mma.sync kernel wins up to 1k keys, the wgmma kernel
+    // from 2k; d256: mma.sync at 513 keys, wgmma at 1k).
+    const KeyRange middle = args.mask.keys_for_row(args.seqlen_q / 2, args.seqlen_q, args.seqlen_k);
+    const int64_t keys = middle.end > middle.begin ? middle.end - middle.begin : 0;
+    return keys > (tile_dim <= 128 ? 1024 : 768);
 #else
     (void)major;
     (void)minor;
     (void)tile_dim;
+    (void)args;
     return false;
 #endif
 }
@@ -231,7 +241,7 @@ void forward(const Problem& problem) {
     if (!run_fwd_tile_variant(args, p.dtype, tile_dim, stream))
 #endif
     {
-        const bool sm90 = use_sm90_kernel(major, minor, tile_dim);
+        const bool sm90 = use_sm90_kernel(major, minor, tile_dim, args);
         if (p.dtype == FA_FLOAT16) {
             run_forward_kernel<FA_FLOAT16>(tile_dim, sm90, args, stream);
         } else {

@@ -25,42 +25,6 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Row reductions over this thread's columns of one row, in four independent partial results: a
-// single running value makes a dependency chain as long as the row (FMNMX / FADD latency per
-// column), which two resident warps per scheduler cannot hide.
-template <typename Scores>
-__device__ __forceinline__ float thread_row_max(Scores const& scores, int r, float init) {
-    constexpr int kCols = decltype(size<1>(scores))::value;
-    constexpr int kWays = kCols % 4 == 0 ? 4 : kCols % 2 == 0 ? 2 : 1;
-    float part[kWays];
-    CUTE_UNROLL
-    for (int w = 0; w < kWays; ++w) part[w] = scores(r, w);
-    CUTE_UNROLL
-    for (int c = kWays; c < kCols; ++c) part[c % kWays] = fmaxf(part[c % kWays], scores(r, c));
-    CUTE_UNROLL
-    for (int w = 1; w < kWays; ++w) part[0] = fmaxf(part[0], part[w]);
-    return fmaxf(init, part[0]);
-}
-
-// scores(r, c) = exp2(scores(r, c) * exp_scale - max_scaled); returns their sum (four partial sums).
-template <typename Scores>
-__device__ __forceinline__ float exp2_row(Scores& scores, int r, float exp_scale, float max_scaled) {
-    constexpr int kCols = decltype(size<1>(scores))::value;
-    constexpr int kWays = kCols % 4 == 0 ? 4 : kCols % 2 == 0 ? 2 : 1;
-    float part[kWays];
-    CUTE_UNROLL
-    for (int w = 0; w < kWays; ++w) part[w] = 0.0f;
-    CUTE_UNROLL
-    for (int c = 0; c < kCols; ++c) {
-        const float p = fast_exp2(fmaf(scores(r, c), exp_scale, -max_scaled));
-        scores(r, c) = p;
-        part[c % kWays] += p;
-    }
-    CUTE_UNROLL
-    for (int w = 1; w < kWays; ++w) part[0] += part[w];
-    return part[0];
-}
-
 template <int kRows>
 struct OnlineSoftmax {
     float row_max[kRows]; // of the scores as they enter absorb(), before exp_scale
@@ -83,7 +47,10 @@ struct OnlineSoftmax {
         static_assert(decltype(size<0>(scores))::value == kRows);
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
-            const float block_max = quad_max(thread_row_max(scores, r, row_max[r]));
+            float block_max = row_max[r];
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
+            block_max = quad_max(block_max);
             // A row with no allowed key so far keeps max -inf; subtracting 0 then keeps exp2 at 0
             // instead of producing NaN from (-inf) - (-inf).
             const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
@@ -92,7 +59,13 @@ struct OnlineSoftmax {
             row_sum[r] *= correction;
             CUTE_UNROLL
             for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction;
-            const float block_sum = exp2_row(scores, r, exp_scale, max_scaled);
+            float block_sum = 0.0f;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const float p = fast_exp2(fmaf(scores(r, c), exp_scale, -max_scaled));
+                scores(r, c) = p;
+                block_sum += p;
+            }
             row_sum[r] += block_sum;
         }
     }
@@ -106,11 +79,20 @@ struct OnlineSoftmax {
         static_assert(decltype(size<0>(scores))::value == kRows);
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
-            const float block_max = quad_max(thread_row_max(scores, r, row_max[r]));
+            float block_max = row_max[r];
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
+            block_max = quad_max(block_max);
             const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
             correction[r] = fast_exp2(row_max[r] * exp_scale - max_scaled);
             row_max[r] = block_max;
-            const float block_sum = exp2_row(scores, r, exp_scale, max_scaled);
+            float block_sum = 0.0f;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const float p = fast_exp2(fmaf(scores(r, c), exp_scale, -max_scaled));
+                scores(r, c) = p;
+                block_sum += p;
+            }
             row_sum[r] = row_sum[r] * correction[r] + block_sum;
         }
     }

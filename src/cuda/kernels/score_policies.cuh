@@ -98,27 +98,24 @@ __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& 
 }
 
 // Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
+// Columns are compared relative to this thread's first column, so that each compare is against a
+// compile-time offset: absolute column indices would be precomputed into one register per column
+// (and spilled, in kernels at the register limit).
 template <typename Scores, typename Coords>
 __device__ __forceinline__ void apply_key_mask(Scores& scores, Coords const& coords, const MaskSpec& mask,
                                                const SequenceBounds& s, int m0, int n0) {
-    // Causal and right-bounded masks have no left edge: one compare per score instead of two.
-    const bool left_edge = mask.window_left >= 0;
+    const int col0 = get<1>(coords(0, 0));
     CUTE_UNROLL
     for (int r = 0; r < size<0>(scores); ++r) {
         const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
-        // Bring the range into this block's column frame; int is enough there.
-        const int begin = int(max(min(keys.begin - n0, int64_t(1) << 30), int64_t(-1)));
-        const int end = int(max(min(keys.end - n0, int64_t(1) << 30), int64_t(-1)));
-        if (left_edge) {
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(scores); ++c) {
-                const int j = get<1>(coords(r, c));
-                if (j < begin || j >= end) scores(r, c) = -INFINITY;
-            }
-        } else {
-            CUTE_UNROLL
-            for (int c = 0; c < size<1>(scores); ++c)
-                if (get<1>(coords(r, c)) >= end) scores(r, c) = -INFINITY;
+        // Bring the range into this thread's column frame; int is enough there.
+        const int64_t first = int64_t(n0) + col0;
+        const int begin = int(max(min(keys.begin - first, int64_t(1) << 30), -(int64_t(1) << 30)));
+        const int end = int(max(min(keys.end - first, int64_t(1) << 30), -(int64_t(1) << 30)));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+            const int j = get<1>(coords(r, c)) - col0; // a constant once folded
+            if (j < begin || j >= end) scores(r, c) = -INFINITY;
         }
     }
 }

@@ -48,9 +48,12 @@ __device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& f
 template <typename TiledCopy, typename Src, typename Dst, typename Coords, typename ColumnOk>
 __device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst, Coords const& coords,
                                           ColumnOk const& column_ok, int rows_valid) {
+    // Rows relative to this thread's first row: compile-time offsets (see apply_key_mask).
+    const int row0 = get<0>(coords(0, 0, 0));
+    const int rows_left = rows_valid - row0;
     CUTE_UNROLL
     for (int m = 0; m < size<1>(dst); ++m) {
-        const bool row_ok = get<0>(coords(0, m, 0)) < rows_valid;
+        const bool row_ok = get<0>(coords(0, m, 0)) - row0 < rows_left;
         CUTE_UNROLL
         for (int k = 0; k < size<2>(dst); ++k) {
             if (row_ok && column_ok(k)) {

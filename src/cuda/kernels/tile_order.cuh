@@ -41,9 +41,11 @@ inline int32_t forward_section_heads(const FwdArgs& args, int block_m, int eleme
     if (order && std::strcmp(order, "pairs") == 0) return 0;
     const int pairs = args.batch * args.num_heads;
     if (!args.mask.is_local() || args.seqlen_q <= block_m || pairs <= 1) return 0; // equal work per block
-    // K and V of one pair (shared by heads_per_kv_head query heads); sections use about 32 MB of
-    // the 50-60 MB L2.
-    constexpr double kSectionBytes = 32.0 * 1024 * 1024;
+    // K and V of one pair (shared by heads_per_kv_head query heads); a section's K/V takes about
+    // 16 MB of the 50-60 MB L2 (measured against 8 and 32 MB on the H200, docs/perf-log.md;
+    // $FLASHATTN_CUDA_TILE_SECTION_MB overrides it for such runs).
+    const char* section_mb = std::getenv("FLASHATTN_CUDA_TILE_SECTION_MB");
+    const double kSectionBytes = (section_mb ? std::atof(section_mb) : 16.0) * 1024 * 1024;
     const double kv_bytes = 2.0 * args.seqlen_k * args.head_dim * element_bytes / args.heads_per_kv_head;
     const double heads = kSectionBytes / (kv_bytes > 1.0 ? kv_bytes : 1.0);
     return int32_t(heads < 1.0 ? 1 : heads > pairs ? pairs : heads);
