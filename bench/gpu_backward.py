@@ -1,6 +1,6 @@
 """Backward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
+    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick] [--tiles]
 
 The forward benchmark's grid (bench/gpu_forward.py): bf16, batch * seqlen = 16k tokens, hidden 2048
 (nheads = 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. Backward FLOPs = 2.5 x
@@ -13,12 +13,18 @@ timed with triton's do_bench (CUDA events, median, L2 flushed between runs).
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
 ours_deterministic_tflops and max_abs_diff_vs_fa2, the largest |dq|, |dk|, |dv| difference to torch
-FA2's gradients) and DIR/h200-backward.png.
+FA2's gradients) and DIR/h200-backward.png. With --tiles (a FLASHATTN_CUDA_TUNING build), every
+tiling of TILES is timed beside the default on the same tensors ($FLASHATTN_CUDA_BWD_TILE, read by
+the library on every call) into DIR/h200-backward-tiles.csv: hdim, causal, seqlen, tile, tflops,
+ratio to the default, and the largest gradient difference to the default tiling (a sanity check;
+the dQ atomics make it nonzero even between two runs of one tiling). A tiling the build lacks runs
+the default instead, and the library says so once on stderr.
 """
 import argparse
 import csv
 import ctypes
 import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +41,13 @@ from bench_common import commit  # noqa: E402
 HDIMS = (64, 128, 256)
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TOKENS, HIDDEN = 16384, 2048
+# Tilings of a FLASHATTN_CUDA_TUNING build (src/cuda/CMakeLists.txt, FLASHATTN_CUDA_BWD_TILE_VARIANTS),
+# "MxNxW-S.K.Q-sD": block_m x block_n x warps, M extents (in warps) of the S/dP, dK/dV, dQ warp
+# grids, dQ column slabs. The defaults (src/cuda/kernels/bwd_tile_config.h) are 128x128x8-4.4.4-s1
+# (d64), 64x128x8-2.4.2-s2 (d128), 64x64x8-4.2.2-s2 (d256).
+TILES = {64: ["64x128x8-2.4.4-s1", "128x64x8-4.2.4-s1"],
+         128: ["64x128x8-2.4.2-s1", "64x128x8-2.2.2-s1", "128x64x8-4.2.2-s1", "64x64x8-4.2.2-s1"],
+         256: ["64x64x8-4.2.2-s1", "64x64x8-4.2.2-s4", "64x64x8-2.2.2-s2"]}
 
 
 def bench_ms(fn):
@@ -64,8 +77,9 @@ def sdpa_backward_fn(q, k, v, dout, causal, backend):
     return run
 
 
-def measure(shapes):
-    rows = []
+def measure(shapes, tiles=False):
+    rows, tile_rows = [], []
+    os.environ.pop("FLASHATTN_CUDA_BWD_TILE", None)
     for hdim in HDIMS:
         nheads = HIDDEN // hdim
         for causal in (False, True):
@@ -99,9 +113,26 @@ def measure(shapes):
                       f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
                       f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})",
                       flush=True)
+                if tiles:
+                    for tile in TILES[hdim]:
+                        os.environ["FLASHATTN_CUDA_BWD_TILE"] = tile
+                        try:
+                            fn = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
+                            t = flops / bench_ms(fn) / 1e9
+                            diff = max((g.float() - o.float()).abs().max().item() for g, o in zip(grads, ours_grads))
+                        except fa.FlashAttnError as e:
+                            t, diff = float("nan"), float("nan")
+                            print(f"  tile {tile}: {e}", flush=True)
+                        finally:
+                            os.environ.pop("FLASHATTN_CUDA_BWD_TILE", None)
+                        tile_rows.append({"hdim": hdim, "causal": causal, "seqlen": seqlen, "tile": tile,
+                                          "tflops": t, "ratio_to_default": t / row["ours_tflops"],
+                                          "max_abs_diff_vs_default": diff})
+                        print(f"    tile {tile:20s} {t:6.1f}  ({t / row['ours_tflops']:4.2f}x default, "
+                              f"diff {diff:.3g})", flush=True)
                 del q, k, v, dout, out, lse, grads, ours_grads
                 torch.cuda.empty_cache()
-    return rows
+    return rows, tile_rows
 
 
 def plot(rows, path):
@@ -133,12 +164,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
+    ap.add_argument("--tiles", action="store_true", help="also time each tiling of TILES (tuning build)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
 
-    rows = measure((1024, 4096, 16384) if args.quick else SEQLENS)
+    rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2"]
@@ -149,6 +181,15 @@ def main():
             w.writerow({"date": date, "commit": rev, "gpu": props.name,
                         **{k: (round(v, 2) if isinstance(v, float) and k.endswith("tflops") else v)
                            for k, v in r.items()}})
+    if tile_rows:
+        with open(out / "h200-backward-tiles.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["date", "commit", "gpu", "hdim", "causal", "seqlen", "tile", "tflops",
+                                              "ratio_to_default", "max_abs_diff_vs_default"])
+            w.writeheader()
+            for r in tile_rows:
+                w.writerow({"date": date, "commit": rev, "gpu": props.name,
+                            **{k: (round(v, 3) if isinstance(v, float) and k != "max_abs_diff_vs_default" else v)
+                               for k, v in r.items()}})
     try:
         plot(rows, out / "h200-backward.png")
     except Exception as e:  # the numbers matter more than the chart

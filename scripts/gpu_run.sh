@@ -9,7 +9,7 @@
 #
 # Writes to OUTDIR: summary.txt (also printed), logs.tar.gz (env, build with ptxas register/spill
 # lines, pytest, ctest, sanitizer and benchmark logs), h200-forward.csv/.png,
-# h200-forward-tiles.csv (full), h200-ceilings.json: few files, because the device tool returns at
+# h200-forward-tiles.csv and h200-backward-tiles.csv (full), h200-ceilings.json: few files, because the device tool returns at
 # most eight.
 #   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
@@ -168,6 +168,7 @@ if wants sanitize_bwd && can_sanitize; then sanitize "" "${sanitize_bwd_cases[@]
 if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick ]] && bwd_bench_args=(--quick)
+  [[ $mode == full ]] && bwd_bench_args=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
     "${bwd_bench_args[@]}" > "$logs/bench_bwd.log" 2>&1
 fi

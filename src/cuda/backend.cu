@@ -262,6 +262,9 @@ namespace {
 
 template <fa_dtype kDtype>
 void run_backward_kernel(int tile_dim, const BwdArgs& args, cudaStream_t stream) {
+#ifdef FLASHATTN_CUDA_TUNING
+    if (run_bwd_tile_variant(args, kDtype, tile_dim, stream)) return;
+#endif
     with_tile_dim(tile_dim, "backward", [&](auto d) { run_bwd<decltype(d)::value, kDtype>(args, stream); });
 }
 
@@ -436,8 +439,7 @@ void backward(const BwdProblem& problem) {
     if (plan.stage_v) stage_input(args.fwd.v, k_rows, p.num_heads_k, plan.v_at);
     if (plan.pad_head_dim) args.fwd.head_dim = plan.padded_dim; // padding columns are zero: products unchanged
 
-    if (plan.dq_bytes) check_cuda(cudaMemsetAsync(args.dq_accum, 0, plan.dq_bytes, stream), "clearing the dQ scratch");
-    bwd_dsum(args, p.dtype, stream);
+    bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
     if (p.dtype == FA_FLOAT16) {
         run_backward_kernel<FA_FLOAT16>(plan.tile_dim, args, stream);
     } else {

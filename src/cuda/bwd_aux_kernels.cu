@@ -64,6 +64,15 @@ __global__ void __launch_bounds__(kThreads) dsum_kernel(const BwdArgs args, int 
                                       : int64_t(it.b) * t.batch_stride + int64_t(it.i) * t.row_stride;
         return static_cast<const Element*>(t.data) + offset + int64_t(it.h) * t.head_stride;
     };
+    // The row's dQ scratch, zeroed in every chunk's buffer (16-byte stores; accum_cols is the tile
+    // head dim, a multiple of 32, and the scratch is 256-byte aligned).
+    const int64_t q_global_row = varlen ? it.seq.q_row0 + it.i : int64_t(it.b) * fa.seqlen_q + it.i;
+    float* const dq_row = args.dq_accum + (int64_t(it.h) * args.q_rows_total + q_global_row) * args.accum_cols;
+    const int dq_buffers = args.dq_chunk_stride != 0 ? args.num_chunks : 1;
+    for (int t = 0; t < dq_buffers; ++t) {
+        for (int c = int(threadIdx.x % 32) * 4; c < args.accum_cols; c += 32 * 4)
+            *reinterpret_cast<float4*>(dq_row + t * args.dq_chunk_stride + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     const Element* out = row(fa.out);
     const Element* dout = row(args.dout);
     const int lane = threadIdx.x % 32;

@@ -15,4 +15,12 @@ namespace flashattn::cuda {
 template <int kHeadDim, fa_dtype kDtype>
 void run_bwd(BwdArgs args, cudaStream_t stream);
 
+#ifdef FLASHATTN_CUDA_TUNING
+// Tuning builds only: if $FLASHATTN_CUDA_BWD_TILE names a compiled tiling of this head dim
+// ("MxNxW-S.K.Q-sD": block_m x block_n x warps, the M extents of the S/dP, dK/dV and dQ warp grids,
+// dQ slabs; bench/gpu_backward.py --tiles), launch that tiling's plain bf16 kernel and return true.
+// False (the default tiling runs) for other dtypes, calls that need the extras kernel, or no match.
+bool run_bwd_tile_variant(const BwdArgs& args, fa_dtype dtype, int tile_head_dim, cudaStream_t stream);
+#endif
+
 } // namespace flashattn::cuda

@@ -5,12 +5,13 @@
 //        -isystem third_party/cutlass/include tests/gpu/bwd_layout_check.cu -o /tmp/bwd_layout_check \
 //     && /tmp/bwd_layout_check
 //
-// For every backward tiling:
+// For every backward tiling (the defaults and the tuning variants):
 //   - each of the three warp grids (S/dP, dK/dV, dQ) covers its accumulator tile exactly once, and
 //     registers 2t, 2t+1 hold (row, col), (row, col + 1) with col even (the dQ red.add pairs, the
 //     dK/dV float2 stores and the dropout column pairs rely on it);
 //   - rows_cols() of the S accumulator is a matrix (one row per r, one column per c);
-//   - the transposed shared-memory views address the same element as the plain ones;
+//   - the transposed shared-memory views address the same element as the plain ones, and each dQ
+//     slab of K^T is the first slab's layout at a fixed offset;
 //   - the global <-> shared copies cover each tile exactly once.
 // And q_block_range() against brute force over random shapes and windows: every query block that
 // meets a key block is visited, and every block run without the mask is fully allowed.
@@ -81,18 +82,29 @@ void check_gmem_copy(const char* name) {
     for (auto& [rc, n] : cover) CHECK(n == 1, "%s: copy element (%d, %d) %d times", name, rc.first, rc.second, n);
 }
 
-template <int kHeadDim>
-void check_tiling() {
-    using Traits = DefaultBwdTraits<kHeadDim, cutlass::bfloat16_t>;
+template <typename Traits>
+void check_traits() {
     constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim;
-    char name[64];
-    std::snprintf(name, sizeof(name), "d%d (%dx%d, %d warps)", D, M, N, Traits::kWarps);
+    char name[96];
+    std::snprintf(name, sizeof(name), "d%d (%dx%d, %d warps, grids %d/%d/%d, %d dQ slabs)", D, M, N, Traits::kWarps,
+                  Traits::kAtomMSdP, Traits::kAtomNKV, Traits::kAtomMQ, Traits::kDqSlabs);
     std::printf("checking %s, %d bytes of shared memory\n", name, Traits::kSmemBytes);
     check_grid<typename Traits::TiledMmaSdP, M, N>(name, Traits::kThreads);
     check_grid<typename Traits::TiledMmaKV, N, D>(name, Traits::kThreads);
-    check_grid<typename Traits::TiledMmaQ, M, D>(name, Traits::kThreads);
+    check_grid<typename Traits::TiledMmaQ, M, Traits::kDqCols>(name, Traits::kThreads);
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
     check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
+    // dQ slab s of K^T is the first slab's layout kKtSlabElems * s elements further on.
+    {
+        typename Traits::SmemLayoutKt kt;
+        typename Traits::SmemLayoutKtSlab slab;
+        for (int s = 0; s < Traits::kDqSlabs; ++s)
+            for (int d = 0; d < Traits::kDqCols; ++d)
+                for (int n = 0; n < N; ++n)
+                    CHECK(int(slab(d, n)) + s * Traits::kKtSlabElems == int(kt(s * Traits::kDqCols + d, n)),
+                          "%s: K^T slab %d (%d, %d) -> %d, whole view -> %d", name, s, d, n,
+                          int(slab(d, n)) + s * Traits::kKtSlabElems, int(kt(s * Traits::kDqCols + d, n)));
+    }
     check_transposed<typename Traits::SmemLayoutPdS, typename Traits::SmemLayoutPdSt, M, N>(name);
     check_gmem_copy<Traits, typename Traits::SmemLayoutQ, M>(name);
     check_gmem_copy<Traits, typename Traits::SmemLayoutKV, N>(name);
@@ -147,6 +159,17 @@ void check_q_block_range(std::mt19937& rng) {
     }
 }
 
+template <int kHeadDim>
+void check_tiling() {
+    check_traits<DefaultBwdTraits<kHeadDim, cutlass::bfloat16_t>>();
+}
+
+// The tuning variants of src/cuda/CMakeLists.txt (FLASHATTN_CUDA_BWD_TILE_VARIANTS).
+template <int D, int M, int N, int W, int S, int KV, int Q, int Slabs>
+void check_variant() {
+    check_traits<BwdTraits<D, M, N, W, S, KV, Q, Slabs, cutlass::bfloat16_t>>();
+}
+
 int main() {
     check_tiling<32>();
     check_tiling<64>();
@@ -154,6 +177,15 @@ int main() {
     check_tiling<128>();
     check_tiling<192>();
     check_tiling<256>();
+    check_variant<64, 64, 128, 8, 2, 4, 4, 1>();
+    check_variant<64, 128, 64, 8, 4, 2, 4, 1>();
+    check_variant<128, 64, 128, 8, 2, 4, 2, 1>();
+    check_variant<128, 64, 128, 8, 2, 2, 2, 1>();
+    check_variant<128, 128, 64, 8, 4, 2, 2, 1>();
+    check_variant<128, 64, 64, 8, 4, 2, 2, 1>();
+    check_variant<256, 64, 64, 8, 4, 2, 2, 1>();
+    check_variant<256, 64, 64, 8, 4, 2, 2, 4>();
+    check_variant<256, 64, 64, 8, 2, 2, 2, 2>();
     std::mt19937 rng(7);
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);

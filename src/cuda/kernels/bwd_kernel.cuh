@@ -9,7 +9,8 @@
 //     dS = P * (dP [* keep/(1-p)] - dsum) [* (1 - tanh^2)]
 //     P, dS -> shared (16-bit)         the A operands below read them transposed
 //     dV += P^T dO,  dK += dS^T Q
-//     dQ  = dS K   -> fp32 scratch with red.add (each chunk has its own buffer when deterministic)
+//     dQ  = dS K   -> fp32 scratch with red.add (each chunk has its own buffer when deterministic),
+//                     in kDqSlabs column slabs so that its accumulator beside dK's and dV's stays small
 //   dK *= scale, dV *= 1/(1-p); written as 16-bit (or fp32 per query head for GQA / odd layouts).
 //
 // Q and dO are double-buffered: the next query block is fetched (cp.async) while this one computes.
@@ -178,23 +179,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     Tensor acc_dk = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
     Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
 
-    // dQ: (query rows x head dim); K read transposed.
+    // dQ: (query rows x one slab of head-dim columns); K read transposed, slab by slab.
+    constexpr int kDqCols = Traits::kDqCols;
+    Tensor sKtSlab = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKtSlab{});
     typename Traits::TiledMmaQ mma_q;
     auto q_thr = mma_q.get_thread_slice(tid);
     Tensor tdQrdS = q_thr.partition_fragment_A(sdS);
-    Tensor tdQrKt = q_thr.partition_fragment_B(sKt);
+    Tensor tdQrKt = q_thr.partition_fragment_B(sKtSlab);
     auto copy_q_a = make_tiled_copy_A(typename Traits::SmemCopy{}, mma_q);
     auto copy_q_a_thr = copy_q_a.get_thread_slice(tid);
     Tensor tdQsdS = copy_q_a_thr.partition_S(sdS);
     auto copy_q_b = make_tiled_copy_B(typename Traits::SmemCopyT{}, mma_q);
     auto copy_q_b_thr = copy_q_b.get_thread_slice(tid);
-    Tensor tdQsKt = copy_q_b_thr.partition_S(sKt);
+    Tensor tdQsKt = copy_q_b_thr.partition_S(sKtSlab); // slab s: at_offset(tdQsKt, s * kKtSlabElems)
 
     // (row, col) of every accumulator register. Accumulators hold neighbouring column pairs: element
     // 2t and 2t+1 are (row, col) and (row, col + 1), col even (the m16n8 C layout; checked below).
     Tensor tScS = sdp_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
     Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
-    Tensor tdQc = q_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tdQc = q_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kDqCols>>{}));
     Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
     static_assert(decltype(size<0, 0>(tdQc))::value == 2 && decltype(size<0, 0>(tdKVc))::value == 2,
                   "accumulator registers come in neighbouring column pairs");
@@ -309,15 +312,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             gemm_smem(mma_kv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, at_offset(tdKsQt, buffer), copy_kv_a, copy_kv_b,
                       copy_kv_a_thr, copy_kv_b_thr);
 
-            Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-            clear(acc_dq);
-            gemm_smem(mma_q, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, copy_q_a, copy_q_b, copy_q_a_thr, copy_q_b_thr);
             float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
             const int rows_valid = seq.q_len - m0;
             CUTE_UNROLL
-            for (int t = 0; t < size(acc_dq); t += 2) {
-                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                if (row < rows_valid) red_add_pair(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+            for (int slab = 0; slab < Traits::kDqSlabs; ++slab) {
+                Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<kDqCols>>{});
+                clear(acc_dq);
+                gemm_smem(mma_q, acc_dq, tdQrdS, tdQrKt, tdQsdS, at_offset(tdQsKt, slab * Traits::kKtSlabElems),
+                          copy_q_a, copy_q_b, copy_q_a_thr, copy_q_b_thr);
+                float* const dq_slab = dq_block + slab * kDqCols;
+                CUTE_UNROLL
+                for (int t = 0; t < size(acc_dq); t += 2) {
+                    const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+                    if (row < rows_valid) red_add_pair(dq_slab + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+                }
             }
         };
 

@@ -10,8 +10,12 @@
 
 namespace flashattn::cuda {
 
-template <typename Traits>
-void launch_bwd(BwdArgs args, cudaStream_t stream) {
+// Whether a call needs the extras kernel (dropout, softcap, ALiBi) rather than the plain one.
+inline bool bwd_needs_extras(const BwdArgs& args) { return args.fwd.dropout || args.fwd.transform_scores; }
+
+// Grid, shared memory and launch of one of the two kernels of a tiling.
+template <typename Traits, bool kExtras>
+void launch_bwd_kernel(BwdArgs args, cudaStream_t stream) {
     if (args.accum_cols != Traits::kHeadDim)
         fail(FA_ERROR_INTERNAL, "backward scratch has ", args.accum_cols, " columns, the kernel ", Traits::kHeadDim);
     if (args.fwd.heads_per_kv_head != 1 && !args.dk_accum)
@@ -22,13 +26,16 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
     if (!grid_has_work(ctas, "backward", "key blocks of ", Traits::kBlockN, " rows x batch ", args.fwd.batch,
                        " x heads ", args.fwd.num_heads))
         return;
-    auto launch = [&](auto kernel) {
-        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "backward");
-    };
-    if (args.fwd.dropout || args.fwd.transform_scores) {
-        launch(kernels::bwd_kernel<Traits, true>);
+    launch_on_grid(kernels::bwd_kernel<Traits, kExtras>, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream,
+                   "backward");
+}
+
+template <typename Traits>
+void launch_bwd(BwdArgs args, cudaStream_t stream) {
+    if (bwd_needs_extras(args)) {
+        launch_bwd_kernel<Traits, true>(args, stream);
     } else {
-        launch(kernels::bwd_kernel<Traits, false>);
+        launch_bwd_kernel<Traits, false>(args, stream);
     }
 }
 

@@ -4,6 +4,9 @@
 //   S = Q K^T, dP = dO V^T     (query rows x keys)        TiledMmaSdP, warps kAtomMSdP x rest
 //   dV += P^T dO, dK += dS^T Q (keys x head dim)          TiledMmaKV,  warps kAtomNKV  x rest
 //   dQ = dS K                  (query rows x head dim)    TiledMmaQ,   warps kAtomMQ   x rest
+// dQ is computed in kDqSlabs column slabs one after the other, each sent to the fp32 scratch before
+// the next: its accumulator is alive only while dK and dV's are too (the register peak), so a slab
+// of kHeadDim / kDqSlabs columns keeps that peak lower at the cost of re-reading dS per slab.
 // The transposed operands (P^T, dS^T, dO^T, Q^T, K^T) are views of the same swizzled shared memory
 // read with transposing ldmatrix: nothing is ever transposed in memory.
 #pragma once
@@ -20,7 +23,7 @@ namespace flashattn::cuda::kernels {
 using namespace cute;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kAtomMSdP_, int kAtomNKV_, int kAtomMQ_,
-          typename Element_>
+          int kDqSlabs_, typename Element_>
 struct BwdTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -31,6 +34,8 @@ struct BwdTraits {
     static constexpr int kAtomMSdP = kAtomMSdP_;
     static constexpr int kAtomNKV = kAtomNKV_;
     static constexpr int kAtomMQ = kAtomMQ_;
+    static constexpr int kDqSlabs = kDqSlabs_;
+    static constexpr int kDqCols = kHeadDim / kDqSlabs; // dQ columns per slab
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
     static_assert(kHeadDim % 32 == 0, "head dims are multiples of the 32-column smem swizzle atom");
@@ -39,7 +44,8 @@ struct BwdTraits {
     // Each grid's tile (16 rows x 16 columns per warp) divides the product it computes.
     static_assert(kBlockM % (16 * kAtomMSdP) == 0 && kBlockN % (16 * (kWarps / kAtomMSdP)) == 0, "S/dP tiling");
     static_assert(kBlockN % (16 * kAtomNKV) == 0 && kHeadDim % (16 * (kWarps / kAtomNKV)) == 0, "dK/dV tiling");
-    static_assert(kBlockM % (16 * kAtomMQ) == 0 && kHeadDim % (16 * (kWarps / kAtomMQ)) == 0, "dQ tiling");
+    static_assert(kHeadDim % kDqSlabs == 0 && kBlockM % (16 * kAtomMQ) == 0 && kDqCols % (16 * (kWarps / kAtomMQ)) == 0,
+                  "dQ tiling");
 
     using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, SM80_16x8x16_F32F16F16F32_TN,
                                      SM80_16x8x16_F32BF16BF16F32_TN>;
@@ -64,6 +70,13 @@ struct BwdTraits {
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
     using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+    // The first dQ slab of K^T (head-dim columns [0, kDqCols)); slab s is the same layout at
+    // kt_slab_offset(s) elements further on: slabs are whole swizzle atoms wide (checked here), so
+    // their offsets are multiples of the swizzle period.
+    static_assert(kDqCols % kSwizzleCols == 0, "a dQ slab spans whole swizzle atoms");
+    using SmemLayoutKtSlab = decltype(composition(SmemLayoutKV{},
+                                                  make_layout(Shape<Int<kDqCols>, Int<kBlockN>>{}, GenRowMajor{})));
+    static constexpr int kKtSlabElems = kBlockN * kDqCols; // tile_to_shape stacks the atoms column block by column block
     // P and dS: (query rows, keys), 16-bit; and their (keys, query rows) views, the A operands of dV, dK.
     using SmemAtomPdS = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
     using SmemLayoutPdS = decltype(tile_to_shape(SmemAtomPdS{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
@@ -99,6 +112,6 @@ template <int kHeadDim, typename Element>
 using DefaultBwdTraits =
     BwdTraits<kHeadDim, BwdTileConfig<kHeadDim>::kBlockM, BwdTileConfig<kHeadDim>::kBlockN,
               BwdTileConfig<kHeadDim>::kWarps, BwdTileConfig<kHeadDim>::kAtomMSdP, BwdTileConfig<kHeadDim>::kAtomNKV,
-              BwdTileConfig<kHeadDim>::kAtomMQ, Element>;
+              BwdTileConfig<kHeadDim>::kAtomMQ, BwdTileConfig<kHeadDim>::kDqSlabs, Element>;
 
 } // namespace flashattn::cuda::kernels
