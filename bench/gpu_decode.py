@@ -9,18 +9,24 @@ divided by the time of one call. Ours runs fa_kvcache_forward (cache_seqlens = L
 num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a paged pool of page 16
 (shuffled blocks); torch SDPA (enable_gqa=True) reads the contiguous cache through (b, h, s, d) views.
 
+Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape times ours
+twice, as built (the ring of K/V stages and the two-wave split rule) and as before them
+(FLASHATTN_CUDA_DECODE=baseline: single K/V buffers, FlashAttention-2's split rule); --variants
+adds "single_buffer" and "fa2_splits" (one change each) to the printed table.
+
 Timing: triton's do_bench (CUDA events around each call, median, L2 flushed in between), and each
 timed function rotates over several copies of the cache (as many as make 256 MB and fit) so that
 neither the L2 nor a warm TLB is measured. The copy bandwidth (y.copy_(x), 2 GB) is the ceiling.
 
 Writes DIR/h200-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
-torch_fa2_tbps, cudnn_tbps; the torch columns are their contiguous-cache figures on both rows of a
-shape) and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
+torch_fa2_tbps, cudnn_tbps, ours_baseline_tbps; the torch columns are their contiguous-cache figures
+on both rows of a shape) and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
 """
 import argparse
 import csv
 import datetime
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -77,6 +83,23 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None):
     return run
 
 
+def time_variants(fns, kv_bytes, variants):
+    """{variant: TB/s} of the rotating fns under each FLASHATTN_CUDA_DECODE value. The variable is set
+    around the whole timed loop (do_bench times many calls), not per call."""
+    rates = {}
+    for variant in variants:
+        old = os.environ.pop("FLASHATTN_CUDA_DECODE", None)
+        if variant:
+            os.environ["FLASHATTN_CUDA_DECODE"] = variant
+        try:
+            rates[variant] = kv_bytes / bench_ms(rotating(fns)) / 1e9
+        finally:
+            os.environ.pop("FLASHATTN_CUDA_DECODE", None)
+            if old is not None:
+                os.environ["FLASHATTN_CUDA_DECODE"] = old
+    return rates
+
+
 def sdpa_fn(q, k_cache, v_cache, backend):
     qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)  # views of the same memory
 
@@ -86,7 +109,7 @@ def sdpa_fn(q, k_cache, v_cache, backend):
     return run
 
 
-def measure_shape(cache_len, batch, free_bytes):
+def measure_shape(cache_len, batch, free_bytes, variants):
     kv_bytes = batch * cache_len * HEADS_K * HDIM * 2 * 2
     copies = max(1, min(math.ceil(ROTATE_BYTES / kv_bytes), int(0.7 * free_bytes // kv_bytes)))
     row = {"cache_len": cache_len, "batch": batch, "kv_bytes": kv_bytes, "copies": copies}
@@ -98,7 +121,8 @@ def measure_shape(cache_len, batch, free_bytes):
                torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16))
               for _ in range(copies)]
     ours = [ours_fn(q, k, v, lengths) for k, v in caches]
-    row["ours_tbps"] = kv_bytes / bench_ms(rotating(ours)) / 1e9
+    row["variants"] = time_variants(ours, kv_bytes, variants)
+    row["ours_tbps"] = row["variants"][None]
     for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             fns = [sdpa_fn(q, k, v, backend) for k, v in caches]
@@ -123,7 +147,8 @@ def measure_shape(cache_len, batch, free_bytes):
         table = torch.randperm(num_blocks, device="cuda").to(torch.int32).view(batch, blocks_per_seq)
         pools.append((k_pool, v_pool, table))
     paged = [ours_fn(q, k, v, lengths, block_table=t) for k, v, t in pools]
-    row["ours_paged_tbps"] = kv_bytes / bench_ms(rotating(paged)) / 1e9
+    row["paged_variants"] = time_variants(paged, kv_bytes, variants)
+    row["ours_paged_tbps"] = row["paged_variants"][None]
     del paged, pools
     torch.cuda.empty_cache()
     return row
@@ -159,7 +184,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
+    ap.add_argument("--variants", action="store_true",
+                    help="also time FLASHATTN_CUDA_DECODE=single_buffer and =fa2_splits (one change each)")
     args = ap.parse_args()
+    variants = [None, "baseline"] + (["single_buffer", "fa2_splits"] if args.variants else [])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -174,15 +202,16 @@ def main():
             if kv_bytes > 0.7 * free:
                 print(f"L={cache_len} batch={batch}: {kv_bytes / 1e9:.0f} GB of cache does not fit, skipped", flush=True)
                 continue
-            row = measure_shape(cache_len, batch, free)
+            row = measure_shape(cache_len, batch, free, variants)
             rows.append(row)
             print(f"L={cache_len:6d} b={batch:3d} ({row['copies']} copies): ours {row['ours_tbps']:5.2f} "
                   f"paged {row['ours_paged_tbps']:5.2f} fa2 {row['torch_fa2_tbps']:5.2f} "
-                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g})", flush=True)
+                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g}); baseline "
+                  f"{row['variants']['baseline']:5.2f} paged {row['paged_variants']['baseline']:5.2f}", flush=True)
 
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
-              "cudnn_tbps"]
+              "cudnn_tbps", "ours_baseline_tbps"]
     with open(out / "h200-decode.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -191,7 +220,8 @@ def main():
                 w.writerow({"date": date, "commit": rev, "gpu": props.name, "cache_len": r["cache_len"],
                             "batch": r["batch"], "paged": paged, "page_size": PAGE if paged else 0,
                             "ours_tbps": round(r["ours_paged_tbps" if paged else "ours_tbps"], 3),
-                            "torch_fa2_tbps": round(r["torch_fa2_tbps"], 3), "cudnn_tbps": round(r["cudnn_tbps"], 3)})
+                            "torch_fa2_tbps": round(r["torch_fa2_tbps"], 3), "cudnn_tbps": round(r["cudnn_tbps"], 3),
+                            "ours_baseline_tbps": round(r["paged_variants" if paged else "variants"]["baseline"], 3)})
     try:
         plot(rows, copy, out / "h200-decode.png")
     except Exception as e:  # the numbers matter more than the chart
@@ -205,6 +235,17 @@ def main():
         print(f"{r['cache_len']:6d} {r['batch']:5d} | {o:5.2f} {r['ours_paged_tbps']:5.2f} {r['torch_fa2_tbps']:5.2f} "
               f"{r['cudnn_tbps']:5.2f} | {o / r['torch_fa2_tbps']:5.2f} {o / r['cudnn_tbps']:6.2f} "
               f"{100 * o / copy:5.0f} {r['ours_paged_tbps'] / o:12.2f}")
+
+
+    print(f"\nours as built vs FLASHATTN_CUDA_DECODE variants, TB/s (contiguous | paged 16)")
+    names = [v for v in variants if v]
+    print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | "
+          f"{'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | built/baseline contig paged")
+    for r in rows:
+        cv, pv = r["variants"], r["paged_variants"]
+        print(f"{r['cache_len']:6d} {r['batch']:5d} | {cv[None]:5.2f} " + " ".join(f"{cv[n]:13.2f}" for n in names)
+              + f" | {pv[None]:5.2f} " + " ".join(f"{pv[n]:13.2f}" for n in names)
+              + f" | {cv[None] / cv['baseline']:5.2f} {pv[None] / pv['baseline']:5.2f}")
 
 
 if __name__ == "__main__":

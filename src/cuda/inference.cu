@@ -5,6 +5,11 @@
 // fill the GPU (decoding: one query row per sequence), each item's K/V blocks are shared by
 // num_splits CTAs. Each writes its normalised O and its lse in fp32; combine.cu merges them by their
 // logsumexp into out and softmax_lse. num_splits = 0 asks for the heuristic below.
+//
+// FLASHATTN_CUDA_DECODE (read per call, so that one process can time the variants) picks the
+// kernel's K/V load schedule and the split rule: unset or "pipelined": the ring of K/V stages and
+// the two-wave rule; "baseline": single K/V buffers and FlashAttention-2's rule (as before the
+// ring); "single_buffer" or "fa2_splits": one of the two changes only.
 #include "inference.h"
 
 #include "build_config.h"
@@ -17,26 +22,59 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
 namespace {
 
+// The variant of one call (FLASHATTN_CUDA_DECODE, above): a getenv, no allocation.
+struct DecodeVariant {
+    InferenceLoads loads = InferenceLoads::pipelined;
+    bool fa2_splits = false;
+};
+
+DecodeVariant decode_variant() {
+    DecodeVariant v;
+    if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE")) {
+        const bool baseline = std::strcmp(choice, "baseline") == 0;
+        if (baseline || std::strcmp(choice, "single_buffer") == 0) v.loads = InferenceLoads::single_buffer;
+        if (baseline || std::strcmp(choice, "fa2_splits") == 0) v.fa2_splits = true;
+    }
+    return v;
+}
+
+template <InferenceLoads kLoads>
 InferenceTiling tiling_of(int tile_dim, fa_dtype dtype) {
     return with_tile_dim(tile_dim, "inference", [&](auto d) {
-        return dtype == FA_FLOAT16 ? inference_tiling<decltype(d)::value, FA_FLOAT16>()
-                                   : inference_tiling<decltype(d)::value, FA_BFLOAT16>();
+        return dtype == FA_FLOAT16 ? inference_tiling<decltype(d)::value, FA_FLOAT16, kLoads>()
+                                   : inference_tiling<decltype(d)::value, FA_BFLOAT16, kLoads>();
     });
 }
 
+InferenceTiling tiling_of(InferenceLoads loads, int tile_dim, fa_dtype dtype) {
+    return loads == InferenceLoads::pipelined ? tiling_of<InferenceLoads::pipelined>(tile_dim, dtype)
+                                              : tiling_of<InferenceLoads::single_buffer>(tile_dim, dtype);
+}
+
+template <InferenceLoads kLoads>
 void launch(int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
     with_tile_dim(tile_dim, "inference", [&](auto d) {
         if (dtype == FA_FLOAT16) {
-            run_fwd_inference<decltype(d)::value, FA_FLOAT16>(args, stream);
+            run_fwd_inference<decltype(d)::value, FA_FLOAT16, kLoads>(args, stream);
         } else {
-            run_fwd_inference<decltype(d)::value, FA_BFLOAT16>(args, stream);
+            run_fwd_inference<decltype(d)::value, FA_BFLOAT16, kLoads>(args, stream);
         }
     });
+}
+
+void launch(InferenceLoads loads, int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
+    if (loads == InferenceLoads::pipelined) {
+        launch<InferenceLoads::pipelined>(tile_dim, dtype, args, stream);
+    } else {
+        launch<InferenceLoads::single_buffer>(tile_dim, dtype, args, stream);
+    }
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -45,19 +83,46 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // the fewest splits whose last wave is at least 85% as full as the best choice's. Split counts
 // that give every split as many blocks as one split fewer would are skipped (same work, more
 // combine traffic).
-int heuristic_splits(int64_t items, int64_t n_blocks, int64_t slots) {
+bool even_shares(int64_t n_blocks, int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); }
+
+// How full the waves of items * s CTAs are on `slots` CTA slots (1: every wave full).
+double wave_efficiency(int64_t items, int s, int64_t slots) {
+    const double waves = double(items * s) / double(slots);
+    return waves / double(ceil_div(items * s, slots));
+}
+
+int fa2_splits(int64_t items, int64_t n_blocks, int64_t slots) {
     if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
     const int max_splits = int(std::min<int64_t>({128, n_blocks, slots}));
-    auto eligible = [&](int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
-    auto efficiency = [&](int s) {
-        const double waves = double(items * s) / double(slots);
-        return waves / double(ceil_div(items * s, slots));
-    };
+    auto eligible = [&](int s) { return even_shares(n_blocks, s); };
+    auto efficiency = [&](int s) { return wave_efficiency(items, s, slots); };
     double best = 0.0;
     for (int s = 1; s <= max_splits; ++s)
         if (eligible(s)) best = std::max(best, efficiency(s));
     for (int s = 1; s <= max_splits; ++s)
         if (eligible(s) && efficiency(s) >= 0.85 * best) return s;
+    return 1;
+}
+
+// Decode at small batch (batch x KV heads items, each a long run of K/V blocks): FlashAttention-2's
+// rule stops at one wave of CTAs (batch 1, 8 KV heads, 2 CTAs per SM: 29-33 splits), where the
+// measured read rate was half the large-batch rate. Here: up to about kTargetWaves waves, so that
+// when one CTA of an SM starts or ends (pipeline fill, partial write) others are mid-stream; each
+// split at least kMinBlocksPerSplit blocks (less would leave the ring of K/V stages nothing to
+// overlap); equal shares (the fewest splits with the same blocks per split); and, past one wave, a
+// last wave at least 85% full. The combine reads splits x (d + 1) floats per query head: 1 MB at
+// batch 1, 64 splits, 32 heads.
+constexpr int64_t kTargetWaves = 2;
+constexpr int64_t kMinBlocksPerSplit = 2;
+
+int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
+    if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
+    const int64_t wanted = ceil_div(kTargetWaves * slots, items);
+    const int max_splits = int(std::clamp<int64_t>(std::min(wanted, n_blocks / kMinBlocksPerSplit), 1, 128));
+    for (int s = max_splits; s > 1; --s) {
+        const bool one_wave = items * s <= slots; // every CTA runs at once: more splits, more in flight
+        if (even_shares(n_blocks, s) && (one_wave || wave_efficiency(items, s, slots) >= 0.85)) return s;
+    }
     return 1;
 }
 
@@ -78,7 +143,8 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     // rare combinations run unpacked.
     args.pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
                     !problem.has_dropout();
-    const InferenceTiling tiling = tiling_of(tile_dim, p.dtype);
+    const DecodeVariant variant = decode_variant();
+    const InferenceTiling tiling = tiling_of(variant.loads, tile_dim, p.dtype);
 
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
     int splits = 1;
@@ -92,7 +158,8 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
         } else {
             int sms = 132;
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
-            splits = heuristic_splits(items, n_blocks, int64_t(sms) * tiling.ctas_per_sm);
+            const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
+            splits = variant.fa2_splits ? fa2_splits(items, n_blocks, slots) : wave_splits(items, n_blocks, slots);
         }
         const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
         while (splits > 1 && splits * rows * (args.head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;
@@ -126,7 +193,7 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     args.out_accum = static_cast<float*>(out_accum.get());
     args.lse_accum = static_cast<float*>(lse_accum.get());
 
-    launch(tile_dim, p.dtype, args, stream);
+    launch(variant.loads, tile_dim, p.dtype, args, stream);
 
     if (splits > 1) {
         const int64_t d = args.head_dim, heads = p.num_heads, sq = p.seqlen_q;

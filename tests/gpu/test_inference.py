@@ -187,6 +187,22 @@ def test_kvcache_long_caches(page, num_splits):
     check_kvcache(kp, causal=True, num_splits=num_splits, compare_cpu=page == 16 and num_splits == 0)
 
 
+@pytest.mark.parametrize("variant", ["pipelined", "baseline", "single_buffer", "fa2_splits"])
+@pytest.mark.parametrize("page", [0, 16, 64])
+@pytest.mark.parametrize("d", [64, 128])
+def test_kvcache_decode_variants(variant, page, d, monkeypatch):
+    """FLASHATTN_CUDA_DECODE (src/cuda/inference.cu): each K/V load schedule and split rule gives
+    the reference's result. Lengths cover a cache shorter than the ring of K/V stages (1 and 70
+    rows), ragged block tails and left padding (pages straddle the 64/128-key blocks)."""
+    monkeypatch.setenv("FLASHATTN_CUDA_DECODE", variant)
+    torch.manual_seed(page + d)
+    kp = KvProblem(batch=5, seqlen_q=1, seqlen_new=1, capacity=4096, heads=32, heads_k=8, d=d,
+                   dtype=torch.bfloat16, page=page, rotary=0.0, leftpad=page != 64, batch_idx=page == 0,
+                   cache_seqlens=[1, 70, 1000, 2999, 4095], seed=page + d)
+    check_kvcache(kp, causal=True, num_splits=0, compare_cpu=False)
+    check_kvcache(kp, causal=True, num_splits=5, compare_cpu=False)
+
+
 def test_kvcache_decode_steps():
     """Each call appends after the previous one's rows and sees them."""
     torch.manual_seed(5)

@@ -1,5 +1,6 @@
-// Launch template of the forward kernel's inference variant for one (head dim, dtype): its own tile
-// (InferenceTileConfig), a grid of (query block, split, sequence, head or KV head when packed).
+// Launch template of the forward kernel's inference variant for one (head dim, dtype, K/V load
+// schedule): its own tile (InferenceTileConfig), a grid of (query block, split, sequence, head or
+// KV head when packed).
 #pragma once
 
 #include "grid_launch.h"
@@ -11,9 +12,10 @@
 namespace flashattn::cuda {
 
 namespace detail {
-template <int kHeadDim, fa_dtype kDtype>
-using InferenceTraits = kernels::InferenceFwdTraits<
-    kHeadDim, std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>>;
+template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
+using InferenceTraits =
+    kernels::InferenceFwdTraits<kHeadDim, std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>,
+                                kLoads == InferenceLoads::pipelined>;
 
 template <typename Traits>
 auto prepared_inference_kernel() {
@@ -24,9 +26,9 @@ auto prepared_inference_kernel() {
 }
 } // namespace detail
 
-template <int kHeadDim, fa_dtype kDtype>
+template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
 InferenceTiling inference_tiling() {
-    using Traits = detail::InferenceTraits<kHeadDim, kDtype>;
+    using Traits = detail::InferenceTraits<kHeadDim, kDtype, kLoads>;
     // Asked once: every call of a decode loop plans with it.
     static const int ctas_per_sm = [] {
         int ctas = 1;
@@ -38,10 +40,10 @@ InferenceTiling inference_tiling() {
     return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm};
 }
 
-template <int kHeadDim, fa_dtype kDtype>
+template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
 void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
-    using Traits = detail::InferenceTraits<kHeadDim, kDtype>;
+    using Traits = detail::InferenceTraits<kHeadDim, kDtype, kLoads>;
     const int tile_rows = args.pack_gqa ? args.heads_per_kv_head : args.seqlen_q;
     const int grid_heads = args.pack_gqa ? args.num_heads / args.heads_per_kv_head : args.num_heads;
     args.num_m_blocks = (tile_rows + Traits::kBlockM - 1) / Traits::kBlockM;

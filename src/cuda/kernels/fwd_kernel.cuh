@@ -8,8 +8,11 @@
 //     O += P V                          P stays in registers as the A operand
 //   O /= sum, lse = max + log(sum)      once, at the end; O leaves through shared memory
 //
-// Loads overlap compute: V[n] is fetched (cp.async) while S = Q K[n]^T runs, K[n-1] while the
-// softmax and P V[n] run.
+// Loads overlap compute (cp.async), in one of two schedules (Traits::kKvStages, fwd_traits.cuh):
+//   one K and one V buffer: V[n] is fetched while S = Q K[n]^T runs, K[n-1] while the softmax and
+//     P V[n] run (compute-bound tiles: this is enough, and it costs the least shared memory);
+//   a ring of kKvStages (K, V) pairs: K and V of block n - (kKvStages - 1) are fetched while block n
+//     is computed (the inference variant, bound by reading the KV cache: several blocks in flight).
 //
 // Compile-time policies: kExtras. The plain kernel (the common case) folds the scale into exp2 and
 // carries no transform or dropout code; the extras kernel switches softcap, ALiBi and dropout at
@@ -91,10 +94,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
     Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
 
+    // Shared memory: Q, then kKvStages K blocks, then kKvStages V blocks. sK and sV are stage 0;
+    // stage s lies s * kSmemKVElems further (a multiple of the swizzle period, so every view and
+    // partition below stays valid when shifted: in_stage).
+    constexpr int kStages = Traits::kKvStages;
+    constexpr bool kRing = kStages > 1;
     extern __shared__ __align__(128) char smem[];
     Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
-    Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(sK.data() + kStages * size(sK), typename Traits::SmemLayoutKV{});
     Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
 
     // Global -> shared partitions, with (row, column) coordinates for the predicates.
@@ -146,27 +154,66 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
     }
 
-    // K or V block n into shared memory: rows of the tensor, or (paged, inference variant only)
-    // rows found through the block table.
-    auto load_kv = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n) __attribute__((always_inline)) {
+    // A shared-memory tile (or a partition of one) of K or V moved to the ring stage of block n.
+    // Single buffers: the tile itself (by reference: the plain kernel's code does not change).
+    auto in_stage = [&](auto&& t, int n) __attribute__((always_inline)) -> decltype(auto) {
+        if constexpr (kRing) {
+            return make_tensor(t.data() + (n % kStages) * Traits::kSmemKVElems, t.layout());
+        } else {
+            (void)n;
+            return t;
+        }
+    };
+
+    // K or V block n into shared memory (its ring stage): rows of the tensor, or (paged, inference
+    // variant only) rows found through the block table, at `pages` (resolved by the caller).
+    const PageTable page_table{kInference && args.block_table ? args.block_table + int64_t(b) * args.block_table_stride
+                                                              : nullptr,
+                               uint32_t(args.page_size)};
+    auto load_kv_pages = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n, auto const& pages)
+                             __attribute__((always_inline)) {
         const int rows_valid = seq.k_len - n * kBlockN;
         if constexpr (kInference) {
             if (args.block_table) {
-                const PagedRows pages{args.block_table + int64_t(b) * args.block_table_stride,
-                                      uint32_t(args.page_size), t.batch_stride, t.row_stride};
-                load_tile_paged(gmem_load, tXs, tKVc, column_ok, rows_valid,
-                                static_cast<Element*>(t.data) + int64_t(h_kv) * t.head_stride, pages,
-                                seq.k_row0 + int64_t(n) * kBlockN);
+                load_tile_paged(gmem_load, in_stage(tXs, n), tKVc, column_ok, rows_valid,
+                                static_cast<Element*>(t.data) + int64_t(h_kv) * t.head_stride, t.batch_stride,
+                                t.row_stride, pages);
                 return;
             }
         }
-        load_tile(gmem_load, tXg(_, _, _, n), tXs, tKVc, column_ok, rows_valid);
+        load_tile(gmem_load, tXg(_, _, _, n), in_stage(tXs, n), tKVc, column_ok, rows_valid);
+    };
+    // The page slots of block n's rows: one table read per row pass of this thread, none unpaged.
+    auto pages_of = [&](int n) __attribute__((always_inline)) {
+        PageSlots<decltype(size<1>(tKVc))::value> pages{};
+        if constexpr (kInference) {
+            if (args.block_table) pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
+        }
+        return pages;
+    };
+    // Single buffers: K and V load at different times, each resolves its own pages. The ring loads
+    // K and V of a block together and resolves the pages once for both.
+    auto load_kv = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n) __attribute__((always_inline)) {
+        load_kv_pages(t, tXg, tXs, n, pages_of(n));
+    };
+    auto load_kv_block = [&](int n) __attribute__((always_inline)) {
+        const auto pages = pages_of(n);
+        load_kv_pages(args.k, tKg, tKs, n, pages);
+        load_kv_pages(args.v, tVg, tVs, n, pages);
     };
 
     if (range.n_end > range.n_begin) {
         load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
-        load_kv(args.k, tKg, tKs, range.n_end - 1);
-        cp_async_fence();
+        if constexpr (kRing) { // blocks n_end - 1 .. n_end - (kStages - 1), one cp.async group each
+            CUTE_UNROLL
+            for (int i = 0; i < kStages - 1; ++i) {
+                if (range.n_end - 1 - i >= range.n_begin) load_kv_block(range.n_end - 1 - i);
+                cp_async_fence();
+            }
+        } else {
+            load_kv(args.k, tKg, tKs, range.n_end - 1);
+            cp_async_fence();
+        }
     }
 
     // One K/V block. kMasked is a compile-time tag, so the unmasked blocks run code without any
@@ -178,12 +225,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
         clear(acc_s);
 
-        cp_async_wait<0>(); // K[n] (and Q) have landed ...
-        __syncthreads();    // ... for every thread, and everyone is done reading V[n+1]
-        load_kv(args.v, tVg, tVs, n);
-        cp_async_fence();
+        if constexpr (kRing) {
+            cp_async_wait<kStages - 2>(); // block n (and Q) have landed ...
+            __syncthreads(); // ... for every thread, and everyone is done with block n+1, whose stage
+                             // block n - (kStages - 1) takes (one group per block, empty or not)
+            if (n - (kStages - 1) >= range.n_begin) load_kv_block(n - (kStages - 1));
+            cp_async_fence();
+        } else {
+            cp_async_wait<0>(); // K[n] (and Q) have landed ...
+            __syncthreads();    // ... for every thread, and everyone is done reading V[n+1]
+            load_kv(args.v, tVg, tVs, n);
+            cp_async_fence();
+        }
 
-        gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, tSsK, copy_q, copy_k, copy_q_thr, copy_k_thr);
+        gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, n), copy_q, copy_k, copy_q_thr, copy_k_thr);
 
         Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
         if constexpr (kExtras) {
@@ -191,11 +246,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         }
         if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
 
-        cp_async_wait<0>(); // V[n] has landed ...
-        __syncthreads();    // ... for every thread, and everyone is done reading K[n]
-        if (n > range.n_begin) {
-            load_kv(args.k, tKg, tKs, n - 1);
-            cp_async_fence();
+        if constexpr (!kRing) {
+            cp_async_wait<0>(); // V[n] has landed ...
+            __syncthreads();    // ... for every thread, and everyone is done reading K[n]
+            if (n > range.n_begin) {
+                load_kv(args.k, tKg, tKs, n - 1);
+                cp_async_fence();
+            }
         }
 
         softmax.absorb(scores, acc_o_rows, exp_scale);
@@ -205,7 +262,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
         Tensor p = convert_fragment<Element>(acc_s);
         Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
-        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, tOsVt, copy_v, copy_v_thr);
+        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, n), copy_v, copy_v_thr);
     };
 
     // K/V blocks from the last to the first. The ones that need the key mask (the diagonal, the

@@ -25,7 +25,13 @@ template <> struct FwdTileConfig<128> { static constexpr int kBlockM = 128, kBlo
 template <> struct FwdTileConfig<192> { static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8; };
 template <> struct FwdTileConfig<256> { static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8; };
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, typename Element_>
+// kKvStages: how K/V blocks reach shared memory (fwd_kernel.cuh, "Loads").
+//   1: one K and one V buffer; K[n-1] loads during P V[n], V[n] during Q K[n]^T. The plain kernel,
+//      whose tiles are compute-bound, needs nothing deeper.
+//   >= 2: a ring of kKvStages (K, V) block pairs; block n - (kKvStages - 1) is fetched while block n
+//      is computed, so a CTA keeps up to kKvStages - 1 blocks in flight. The inference variant,
+//      bound by reading the KV cache, needs that depth to keep enough bytes in flight for HBM.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, typename Element_, int kKvStages_ = 1>
 struct FwdTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -33,6 +39,8 @@ struct FwdTraits {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kWarps = kWarps_;
     static constexpr int kThreads = kWarps * 32;
+    static constexpr int kKvStages = kKvStages_;
+    static_assert(kKvStages >= 1);
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
     static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns a whole number of 16-row MMA tiles");
@@ -60,7 +68,8 @@ struct FwdTraits {
 
     static constexpr int kSmemQElems = kBlockM * kHeadDim;
     static constexpr int kSmemKVElems = kBlockN * kHeadDim;
-    static constexpr int kSmemBytes = (kSmemQElems + 2 * kSmemKVElems) * int(sizeof(Element));
+    static constexpr int kSmemBytes = (kSmemQElems + 2 * kKvStages * kSmemKVElems) * int(sizeof(Element));
+    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
     // Shared -> registers: ldmatrix (transposing for V).
     using SmemCopyQK = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
@@ -83,18 +92,23 @@ struct FwdTraits {
 
 // The inference variant (paged K/V, KV cache, split-KV, packed GQA heads) serves decoding, where a
 // tile holds a handful of query rows and the kernel is bound by reading K and V: 64 query rows, so
-// the wasted MMA rows cost less, and long K/V blocks (FlashAttention-2's split-KV tiles); small
-// enough shared memory (80 KB at d128) for two CTAs per SM.
+// the wasted MMA rows cost less, and long K/V blocks (FlashAttention-2's split-KV tiles).
+// kKvStages: the deepest ring of (K, V) blocks with which two CTAs still share an SM (228 KB of
+// shared memory, 1 KB of it reserved per CTA): at d128, 16 KB of Q + 3 x 32 KB = 112 KB, two blocks
+// (64 KB) in flight per CTA. At d192/d256 a stage is 48/64 KB: two stages, one CTA per SM.
 template <int kHeadDim>
 struct InferenceTileConfig {
     static constexpr int kBlockM = 64, kWarps = 4;
     static constexpr int kBlockN = kHeadDim <= 64 ? 128 : 64;
+    static constexpr int kKvStages = kHeadDim <= 128 ? 3 : 2;
 };
 
-template <int kHeadDim, typename Element>
+// kPipelined = false: the earlier single-buffer loads (kKvStages = 1), kept so that one build can
+// compare the two (FLASHATTN_CUDA_DECODE=baseline, inference.cu).
+template <int kHeadDim, typename Element, bool kPipelined = true>
 using InferenceFwdTraits = FwdTraits<kHeadDim, InferenceTileConfig<kHeadDim>::kBlockM,
                                      InferenceTileConfig<kHeadDim>::kBlockN, InferenceTileConfig<kHeadDim>::kWarps,
-                                     Element>;
+                                     Element, kPipelined ? InferenceTileConfig<kHeadDim>::kKvStages : 1>;
 
 template <int kHeadDim, typename Element>
 using DefaultFwdTraits = FwdTraits<kHeadDim, FwdTileConfig<kHeadDim>::kBlockM, FwdTileConfig<kHeadDim>::kBlockN,

@@ -65,31 +65,55 @@ __device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const
     }
 }
 
-// Where the rows of one sequence's K or V live in a paged pool: row r (counted from the sequence's
+// Where a row of one sequence's K or V lives in a paged pool: row r (counted from the sequence's
 // first table entry) is row r % page_size of block table_row[r / page_size].
-struct PagedRows {
-    const int32_t* table_row;
-    uint32_t page_size;
-    int64_t block_stride, row_stride; // elements
+struct PageSlot {
+    int32_t block;
+    uint32_t row; // within the block
+};
 
-    __device__ __forceinline__ int64_t offset(uint32_t row) const {
-        return int64_t(table_row[row / page_size]) * block_stride + int64_t(row % page_size) * row_stride;
+// The page slots of the rows one thread copies in a tile load: one per row pass (the tiled copy
+// spreads a pass's 16 or 32 rows over the CTA, one row per thread). A tile of 64 or 128 keys can
+// span pages (page sizes are multiples of 16, and left padding shifts the rows), so every pass
+// looks its row up; K and V of one block share the lookups (the same rows, the same table).
+template <int kPasses>
+struct PageSlots {
+    PageSlot pass[kPasses];
+    __device__ __forceinline__ PageSlot& operator[](int m) { return pass[m]; }
+    __device__ __forceinline__ PageSlot const& operator[](int m) const { return pass[m]; }
+};
+
+struct PageTable {
+    const int32_t* table_row; // this sequence's row of the block table
+    uint32_t page_size;
+
+    // Rows `first_row + r` for the thread's tile rows r < rows_valid (the others are not read).
+    template <typename Coords>
+    __device__ __forceinline__ auto slots(Coords const& coords, int rows_valid, int64_t first_row) const {
+        PageSlots<decltype(size<1>(coords))::value> out;
+        CUTE_UNROLL
+        for (int m = 0; m < size<1>(coords); ++m) {
+            const int r = get<0>(coords(0, m, 0));
+            const uint32_t row = uint32_t(first_row + r);
+            out[m] = r < rows_valid ? PageSlot{table_row[row / page_size], row % page_size} : PageSlot{0, 0};
+        }
+        return out;
     }
 };
 
-// load_tile for a paged pool: a tile of 64 or 128 keys can span pages (page sizes are multiples of
-// 16, and left padding shifts the rows), so each thread looks up the page of every row it copies:
-// one table read per row pass. Rows `first_row + r` for tile rows r < rows_valid; the rest and the
-// columns past the head dim are zero-filled, as in load_tile.
-template <typename TiledCopy, typename Dst, typename Coords, typename ColumnOk, typename Element>
+// load_tile for a paged pool, the rows' page slots resolved beforehand (PageTable::slots). Tile
+// rows r < rows_valid are copied; the rest and the columns past the head dim are zero-filled, as
+// in load_tile.
+template <typename TiledCopy, typename Dst, typename Coords, typename ColumnOk, typename Element, int kPasses>
 __device__ __forceinline__ void load_tile_paged(TiledCopy const& tiled_copy, Dst&& dst, Coords const& coords,
                                                 ColumnOk const& column_ok, int rows_valid, Element* head_base,
-                                                PagedRows const& rows, int64_t first_row) {
+                                                int64_t block_stride, int64_t row_stride,
+                                                PageSlots<kPasses> const& slots) {
+    static_assert(kPasses == decltype(size<1>(dst))::value);
     CUTE_UNROLL
     for (int m = 0; m < size<1>(dst); ++m) {
-        const int r = get<0>(coords(0, m, 0));
-        const bool row_ok = r < rows_valid;
-        const int64_t offset = row_ok ? rows.offset(uint32_t(first_row + r)) : 0;
+        const bool row_ok = get<0>(coords(0, m, 0)) < rows_valid;
+        const int64_t offset = int64_t(slots[m].block) * block_stride + int64_t(slots[m].row) * row_stride;
         CUTE_UNROLL
         for (int k = 0; k < size<2>(dst); ++k) {
             if (row_ok && column_ok(k)) {
