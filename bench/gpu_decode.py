@@ -12,7 +12,7 @@ num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a
 Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape times ours
 twice, as built (the ring of K/V stages and the two-wave split rule) and as before them
 (FLASHATTN_CUDA_DECODE=baseline: single K/V buffers, FlashAttention-2's split rule); --variants
-adds "single_buffer" and "fa2_splits" (one change each) to the printed table.
+adds "wave_splits" (the two-wave split rule) to the printed table.
 
 Timing: triton's do_bench (CUDA events around each call, median, L2 flushed in between), and each
 timed function rotates over several copies of the cache (as many as make 256 MB and fit) so that
@@ -185,9 +185,9 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
-                    help="also time FLASHATTN_CUDA_DECODE=single_buffer and =fa2_splits (one change each)")
+                    help="also time FLASHATTN_CUDA_DECODE=wave_splits (the two-wave split rule)")
     args = ap.parse_args()
-    variants = [None, "baseline"] + (["single_buffer", "fa2_splits"] if args.variants else [])
+    variants = [None, "baseline"] + (["wave_splits"] if args.variants else [])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)

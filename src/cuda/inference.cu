@@ -7,9 +7,10 @@
 // logsumexp into out and softmax_lse. num_splits = 0 asks for the heuristic below.
 //
 // FLASHATTN_CUDA_DECODE (read per call, so that one process can time the variants) picks the
-// kernel's K/V load schedule and the split rule: unset or "pipelined": the ring of K/V stages and
-// the two-wave rule; "baseline": single K/V buffers and FlashAttention-2's rule (as before the
-// ring); "single_buffer" or "fa2_splits": one of the two changes only.
+// kernel's K/V load schedule and the split rule: unset: the ring of K/V stages and
+// FlashAttention-2's split rule; "baseline": single K/V buffers (as before the ring);
+// "wave_splits": the ring with a rule that aims at two waves of CTAs (measured slower at batch 1,
+// 0.58-0.84x: docs/perf-log.md, session 3).
 #include "inference.h"
 
 #include "build_config.h"
@@ -32,15 +33,14 @@ namespace {
 // The variant of one call (FLASHATTN_CUDA_DECODE, above): a getenv, no allocation.
 struct DecodeVariant {
     InferenceLoads loads = InferenceLoads::pipelined;
-    bool fa2_splits = false;
+    bool fa2_splits = true;
 };
 
 DecodeVariant decode_variant() {
     DecodeVariant v;
     if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE")) {
-        const bool baseline = std::strcmp(choice, "baseline") == 0;
-        if (baseline || std::strcmp(choice, "single_buffer") == 0) v.loads = InferenceLoads::single_buffer;
-        if (baseline || std::strcmp(choice, "fa2_splits") == 0) v.fa2_splits = true;
+        if (std::strcmp(choice, "baseline") == 0) v.loads = InferenceLoads::single_buffer;
+        if (std::strcmp(choice, "wave_splits") == 0) v.fa2_splits = false;
     }
     return v;
 }
