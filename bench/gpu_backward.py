@@ -44,9 +44,9 @@ TOKENS, HIDDEN = 16384, 2048
 # Tilings of a FLASHATTN_CUDA_TUNING build (src/cuda/CMakeLists.txt, FLASHATTN_CUDA_BWD_TILE_VARIANTS),
 # "MxNxW-S.K.Q-sD": block_m x block_n x warps, M extents (in warps) of the S/dP, dK/dV, dQ warp
 # grids, dQ column slabs. The defaults (src/cuda/kernels/bwd_tile_config.h) are 128x128x8-4.4.4-s1
-# (d64), 64x128x8-2.4.2-s2 (d128), 64x64x8-4.2.2-s2 (d256).
+# (d64), 64x128x8-2.4.2-s1 (d128), 64x64x8-4.2.2-s2 (d256).
 TILES = {64: ["64x128x8-2.4.4-s1", "128x64x8-4.2.4-s1"],
-         128: ["64x128x8-2.4.2-s1", "64x128x8-2.2.2-s1", "128x64x8-4.2.2-s1", "64x64x8-4.2.2-s1"],
+         128: ["64x128x8-2.4.2-s2", "64x128x8-2.2.2-s1", "128x64x8-4.2.2-s1", "64x64x8-4.2.2-s1"],
          256: ["64x64x8-4.2.2-s1", "64x64x8-4.2.2-s4", "64x64x8-2.2.2-s2"]}
 
 

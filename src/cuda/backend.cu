@@ -327,14 +327,16 @@ BwdPlan plan_backward(const BwdProblem& problem) {
     const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);
     size_t chunks = 1;
     if (problem.p.deterministic) {
-        // Enough (sequence, head, chunk) CTAs to fill the device once, within the memory bound.
+        // (sequence, head, chunk) CTAs that fill the device in one wave, within the memory bound:
+        // rounding up gave 1.2-1.5 waves (d64 16k: 5 chunks x 32 heads = 160 CTAs on 132 SMs, 150
+        // TFLOP/s against 237 with 3 chunks; docs/perf-log.md, session 3), so round down.
         const int block_n = kernels::bwd_block_n(plan.tile_dim);
         const int64_t n_blocks = (int64_t(p.seqlen_k) + block_n - 1) / block_n;
         int sms = 132;
         if (plan.device >= 0)
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, plan.device), "querying the device");
         const int64_t items = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
-        chunks = size_t(std::clamp<int64_t>((sms + items - 1) / items, 1, std::max<int64_t>(n_blocks, 1)));
+        chunks = size_t(std::clamp<int64_t>(sms / items, 1, std::max<int64_t>(n_blocks, 1)));
         while (chunks > 1 && chunks * dq_buffer > kMaxDeterministicDqBytes) --chunks;
         plan.num_chunks = int(chunks);
         plan.dq_chunk_stride = int64_t(dq_buffer / sizeof(float));

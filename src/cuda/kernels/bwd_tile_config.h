@@ -13,14 +13,16 @@ struct BwdTileConfig;
 // kDqSlabs: dQ = dS K is computed in that many column slabs, one after the other (see bwd_traits.cuh):
 // at d256 a whole 64 x 256 dQ tile is 64 more fp32 registers per thread next to dK and dV's 128.
 // ptxas spills of the plain bf16 kernel (sm_90): d128 60 B (1 slab), 20 B (2); d256 72 B (1), 8 B (2),
-// 24 B (4). d192's 3 (64-column slabs, as d256's 4) is not measured.
+// 24 B (4). Measured on the H200 (docs/perf-log.md, session 3): d256 2 slabs 192 vs 187 TFLOP/s with
+// 1 at 16k, kept; d128 2 slabs 262 vs 273, so d128 stays at 1. d192 stays at 1 (slabs there were
+// never built on a GPU machine).
 // FlashAttention-2 (sm80/sm90, 144 KB+ of shared memory) uses the same tiles and atoms:
 //   d64 128x128 4/4/4, d128 64x128 2/4/2, d256 64x64 4/2/2, all 8 warps; it keeps the whole dQ tile.
 template <> struct BwdTileConfig<32> { static constexpr int kBlockM = 128, kBlockN = 128, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 4, kAtomMQ = 4, kDqSlabs = 1; };
 template <> struct BwdTileConfig<64> { static constexpr int kBlockM = 128, kBlockN = 128, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 4, kAtomMQ = 4, kDqSlabs = 1; };
 template <> struct BwdTileConfig<96> { static constexpr int kBlockM = 64, kBlockN = 128, kWarps = 8, kAtomMSdP = 2, kAtomNKV = 4, kAtomMQ = 4, kDqSlabs = 1; };
-template <> struct BwdTileConfig<128> { static constexpr int kBlockM = 64, kBlockN = 128, kWarps = 8, kAtomMSdP = 2, kAtomNKV = 4, kAtomMQ = 2, kDqSlabs = 2; };
-template <> struct BwdTileConfig<192> { static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 2, kAtomMQ = 2, kDqSlabs = 3; };
+template <> struct BwdTileConfig<128> { static constexpr int kBlockM = 64, kBlockN = 128, kWarps = 8, kAtomMSdP = 2, kAtomNKV = 4, kAtomMQ = 2, kDqSlabs = 1; };
+template <> struct BwdTileConfig<192> { static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 2, kAtomMQ = 2, kDqSlabs = 1; };
 template <> struct BwdTileConfig<256> { static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 2, kAtomMQ = 2, kDqSlabs = 2; };
 
 // kBlockN of a tile head dim at run time (0 for a head dim without a tiling).
