@@ -99,10 +99,11 @@ def measure(shapes, tiles=False, variants=()):
                     os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = kernel
                     row[f"ours_{kernel}_tflops"] = flops / bench_ms(ours_fn(q, k, v, out, causal)) / 1e9
                 os.environ.pop("FLASHATTN_CUDA_FWD_KERNEL")
-                for label, name, value in variants:  # A/B runs of a library knob
-                    os.environ[name] = value
+                for label, assignments in variants:  # A/B runs of library knobs
+                    os.environ.update(assignments)
                     row[f"ours_{label}_tflops"] = flops / bench_ms(ours_fn(q, k, v, out, causal)) / 1e9
-                    os.environ.pop(name)
+                    for name in assignments:
+                        os.environ.pop(name)
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         f = sdpa_fn(q, k, v, causal, backend)
@@ -190,8 +191,8 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
     ap.add_argument("--tiles", action="store_true", help="also time each tiling of a tuning build")
-    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE",
-                    help="also time ours with ENV=VALUE set (column ours_LABEL_tflops); repeatable")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE[,ENV=VALUE]",
+                    help="also time ours with these variables set (column ours_LABEL_tflops); repeatable")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
@@ -208,14 +209,13 @@ def main():
 
     variants = []
     for v in args.variant:
-        label, _, assignment = v.partition(":")
-        name, _, value = assignment.partition("=")
-        variants.append((label, name, value))
+        label, _, assignments = v.partition(":")
+        variants.append((label, dict(a.split("=", 1) for a in assignments.split(","))))
     rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles, variants=variants)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "ours_sm90_tflops",
-              "max_abs_diff_vs_fa2"] + [f"ours_{label}_tflops" for label, _, _ in variants]
+              "max_abs_diff_vs_fa2"] + [f"ours_{label}_tflops" for label, _ in variants]
     with open(out / "h200-forward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -242,7 +242,7 @@ def main():
               f"{r['ours_sm90_tflops']:6.1f} | "
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
-              + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f}" for label, _, _ in variants))
+              + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f}" for label, _ in variants))
     if tile_rows:
         print("\ntilings (TFLOP/s): hdim causal seqlen | " + " ".join(f"{t}" for t in ["..."]))
         keys = sorted({(t["hdim"], t["causal"], t["seqlen"]) for t in tile_rows})

@@ -111,6 +111,12 @@ if wants pytest_sm80 && [[ -f $lib ]]; then
   FLASHATTN_CUDA_FWD_KERNEL=sm80 run_tests "$lib" >> "$logs/tests.log" 2>&1
 fi
 
+# Experimental: the warp-specialised Hopper schedule (kernels/fwd_kernel_sm90_ws.cuh) at every head dim.
+if wants pytest_ws && [[ -f $lib ]]; then
+  echo "=== the warp-specialised sm90 schedule (FLASHATTN_CUDA_FWD_KERNEL=sm90 FLASHATTN_CUDA_SM90_SCHEDULE=ws)" >> "$logs/tests.log"
+  FLASHATTN_CUDA_FWD_KERNEL=sm90 FLASHATTN_CUDA_SM90_SCHEDULE=ws run_tests "$lib" >> "$logs/tests.log" 2>&1
+fi
+
 # C++ suites: every CUDA case of the gtest binaries (label gpu), against the fp64 reference.
 if wants ctest && [[ $with_tests == ON && -d build-gpu/tests ]]; then
   timeout $(cap 600) ctest --test-dir build-gpu -L gpu -j4 --output-on-failure > "$logs/ctest.log" 2>&1

@@ -6,8 +6,10 @@
 #include "grid_launch.h"
 #include "kernels/tile_order.cuh"
 #include "kernels/fwd_kernel_sm90.cuh"
+#include "kernels/fwd_kernel_sm90_ws.cuh"
 
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -23,6 +25,20 @@ void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "forward");
     };
+    // Experimental: $FLASHATTN_CUDA_SM90_SCHEDULE=ws runs the warp-specialised schedule.
+    const char* schedule = std::getenv("FLASHATTN_CUDA_SM90_SCHEDULE");
+    if (schedule && std::strcmp(schedule, "ws") == 0) {
+        auto launch_ws = [&](auto kernel) {
+            launch_on_grid(kernel, ctas, Traits::kThreads + Traits::kProducerThreads, Traits::kSmemBytesWs, args,
+                           stream, "forward");
+        };
+        if (args.dropout || args.transform_scores) {
+            launch_ws(kernels::fwd_kernel_sm90_ws<Traits, true>);
+        } else {
+            launch_ws(kernels::fwd_kernel_sm90_ws<Traits, false>);
+        }
+        return;
+    }
     if (args.dropout || args.transform_scores) {
         launch(kernels::fwd_kernel_sm90<Traits, true>);
     } else {

@@ -81,6 +81,18 @@ struct Sm90FwdTraits {
                                               GmemThreads{}, Layout<Shape<_1, Int<kChunkElems>>>{}));
     using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, GmemThreads{},
                                                Layout<Shape<_1, Int<kChunkElems>>>{}));
+
+    // The warp-specialised schedule (fwd_kernel_sm90_ws.cuh): a producer warpgroup of 128 threads
+    // does the loads (its own partition of the tiles), and 4 * kStages + 1 mbarriers follow K/V.
+    static constexpr int kProducerThreads = 128;
+    static constexpr int kProducerRowsPerPass = kProducerThreads / kThreadsPerRow;
+    static_assert(kBlockM % kProducerRowsPerPass == 0 && kBlockN % kProducerRowsPerPass == 0);
+    using GmemLoadProducer = decltype(make_tiled_copy(
+        Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+        Layout<Shape<Int<kProducerRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>{},
+        Layout<Shape<_1, Int<kChunkElems>>>{}));
+    static constexpr int kSmemBytesWs = kSmemBytes + (4 * kStages + 1) * 8;
+    static_assert(kSmemBytesWs <= 227 * 1024);
 };
 
 template <int kHeadDim, typename Element>
