@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(Traits::kThreads + 128, 1)
     // (idx / kStages)-th use of that stage (the parity its barriers complete with).
     if (warpgroup == 0) {
         // ---------------- producer ----------------
-        cutlass::arch::warpgroup_reg_dealloc<40>();
+        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
         if (num_blocks == 0) return;
         const int ptid = int(threadIdx.x);
         typename Traits::GmemLoadProducer gmem_load;
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(Traits::kThreads + 128, 1)
     }
 
     // ---------------- consumers ----------------
-    cutlass::arch::warpgroup_reg_alloc<232>();
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
     const int tid = int(threadIdx.x) - 128; // 0..255 over the two consumer warpgroups
     const int consumer = warpgroup - 1;
     // Named barriers (cutlass::arch::NamedBarrier adds its reserved offset): the ping-pong pair,

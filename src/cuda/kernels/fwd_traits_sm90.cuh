@@ -92,6 +92,12 @@ struct Sm90FwdTraits {
         Layout<Shape<Int<kProducerRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>{},
         Layout<Shape<_1, Int<kChunkElems>>>{}));
     static constexpr int kSmemBytesWs = kSmemBytes + (4 * kStages + 1) * 8;
+    // Registers per thread after setmaxnreg (the 64K register file split 128 x producer + 256 x
+    // consumer): at d <= 128 the producer keeps 40 (24 spills its addresses), above it the
+    // consumers need 240 (232 spilled 124 B at d256); ptxas -v, bf16.
+    static constexpr int kProducerRegs = kHeadDim <= 128 ? 40 : 24;
+    static constexpr int kConsumerRegs = kHeadDim <= 128 ? 232 : 240;
+    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536);
     static_assert(kSmemBytesWs <= 227 * 1024);
 };
 
