@@ -14,7 +14,7 @@
 #   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
-#   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
+#   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, profile = Nsight Compute, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
@@ -28,7 +28,7 @@ out=${1:?usage: scripts/gpu_run.sh OUTDIR [quick|full]}
 mode=${2:-full}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
-steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
+steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
 logs=$out/logs
 mkdir -p "$logs"
 wants() { [[ $steps == *" $1 "* ]]; }
@@ -105,10 +105,18 @@ elif wants build; then
 fi
 
 if wants pytest && [[ -f $lib ]]; then run_tests "$lib" > "$logs/tests.log" 2>&1; fi
-# On Hopper the library runs the wgmma kernel; the portable mma.sync kernel gets the same tests.
+# On Hopper the library runs the wgmma kernel on long problems; the portable mma.sync kernel gets
+# the same tests.
 if wants pytest_sm80 && [[ -f $lib ]]; then
   echo "=== the SM80 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm80)" >> "$logs/tests.log"
   FLASHATTN_CUDA_FWD_KERNEL=sm80 run_tests "$lib" >> "$logs/tests.log" 2>&1
+fi
+
+# The wgmma kernel runs only on long problems by default (use_sm90_kernel), so it gets the same
+# tests forced.
+if wants pytest_sm90 && [[ -f $lib ]]; then
+  echo "=== the SM90 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm90)" >> "$logs/tests.log"
+  FLASHATTN_CUDA_FWD_KERNEL=sm90 run_tests "$lib" >> "$logs/tests.log" 2>&1
 fi
 
 # Experimental: the warp-specialised Hopper schedule (kernels/fwd_kernel_sm90_ws.cuh) at every head dim.

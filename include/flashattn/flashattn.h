@@ -108,7 +108,8 @@ typedef struct fa_fwd_params {
 
     /* Dropout on the attention probabilities. Element (b, h, i, j) is kept iff the Philox4x32-10
      * stream keyed by (rng_seed, rng_offset) says so (include/flashattn/philox.h): every backend
-     * drops exactly the same elements. Kept elements are scaled by 1/(1-dropout_p). */
+     * drops exactly the same elements. Kept elements are scaled by 1/(1-dropout_p). The pair can
+     * instead come from memory the work reads when it runs (rng_state, below: CUDA graphs). */
     float dropout_p;
     uint64_t rng_seed;
     uint64_t rng_offset;
@@ -136,6 +137,15 @@ typedef struct fa_fwd_params {
     int32_t max_blocks_per_seq;       /* entries per row of block_table that may be read */
     int32_t page_size;                /* rows per block: a positive multiple of 16 */
     int32_t num_blocks;               /* blocks in k and v */
+
+    /* ---- appended after the block table fields: callers built before pass that struct_size ----
+     * Optional dropout generator state, two uint64 {seed, offset}; NULL = rng_seed and rng_offset.
+     * When set, the backends read the pair from it when the work runs, instead of rng_seed and
+     * rng_offset: the CUDA kernels read device memory at their start (so a captured CUDA graph,
+     * replayed after something rewrote these 16 bytes, drops a new set of elements), the CPU
+     * backend reads host memory at the call. Same memory as q. The mask is the one the by-value
+     * fields would give for the same pair, on every backend. */
+    const uint64_t* rng_state;
 } fa_fwd_params;
 
 typedef struct fa_bwd_params {
@@ -232,17 +242,21 @@ typedef struct fa_combine_params {
 } fa_combine_params;
 
 /* Set struct_size and every option to its default (no mask, no dropout, auto backend...).
- * fa_fwd_params_init(p) / fa_bwd_params_init(p) are macros passing sizeof the struct as this header
- * defines it. The plain exported functions of those names are what a binary built against 0.1.0
- * calls: they initialise exactly the 0.1.0 layout (never writing past its end), and the library
- * accepts that struct_size. Bindings without macros (ctypes) call the _sized functions. */
+ * fa_fwd_params_init(p) / fa_bwd_params_init(p) / fa_kvcache_params_init(p) are macros passing
+ * sizeof the struct as this header defines it. The plain exported functions of those names are what
+ * an older binary calls: fa_fwd/bwd_params_init initialise exactly the 0.1.0 layout,
+ * fa_kvcache_params_init the layout before rng_state (never writing past its end), and the library
+ * accepts those struct_sizes (and the fwd/bwd layouts before rng_state, through the _sized
+ * functions). Bindings without macros (ctypes) call the _sized functions. */
 FA_API void fa_fwd_params_init_sized(fa_fwd_params* params, size_t size);
 FA_API void fa_bwd_params_init_sized(fa_bwd_params* params, size_t size);
+FA_API void fa_kvcache_params_init_sized(fa_kvcache_params* params, size_t size);
 FA_API void fa_fwd_params_init(fa_fwd_params* params);
 FA_API void fa_bwd_params_init(fa_bwd_params* params);
+FA_API void fa_kvcache_params_init(fa_kvcache_params* params);
 #define fa_fwd_params_init(params) fa_fwd_params_init_sized((params), sizeof(fa_fwd_params))
 #define fa_bwd_params_init(params) fa_bwd_params_init_sized((params), sizeof(fa_bwd_params))
-FA_API void fa_kvcache_params_init(fa_kvcache_params* params);
+#define fa_kvcache_params_init(params) fa_kvcache_params_init_sized((params), sizeof(fa_kvcache_params))
 FA_API void fa_combine_params_init(fa_combine_params* params);
 
 /* Dense batches: cu_seqlens_q/k must be NULL. */

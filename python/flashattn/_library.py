@@ -69,6 +69,8 @@ class FwdParams(ctypes.Structure):
         ("max_blocks_per_seq", ctypes.c_int32),
         ("page_size", ctypes.c_int32),
         ("num_blocks", ctypes.c_int32),
+        # appended after the block table: dropout's {seed, offset} read from memory when the work runs
+        ("rng_state", ctypes.c_void_p),
     ]
 
 
@@ -184,10 +186,10 @@ class Library:
         self.get_num_threads = bind("fa_get_num_threads", ctypes.c_int)
         self.kvcache_forward = bind("fa_kvcache_forward", ctypes.c_int, kv_ptr)
         self.combine = bind("fa_combine", ctypes.c_int, combine_ptr)
-        # The _sized initialisers: the plain fa_*_params_init symbols initialise the 0.1.0 layout.
+        # The _sized initialisers: the plain fa_*_params_init symbols initialise earlier layouts.
         fwd_init = bind("fa_fwd_params_init_sized", None, fwd_ptr, ctypes.c_size_t)
         bwd_init = bind("fa_bwd_params_init_sized", None, bwd_ptr, ctypes.c_size_t)
-        kv_init = bind("fa_kvcache_params_init", None, kv_ptr)
+        kv_init = bind("fa_kvcache_params_init_sized", None, kv_ptr, ctypes.c_size_t)
         combine_init = bind("fa_combine_params_init", None, combine_ptr)
 
         # Defaults exactly as the library sets them; the layout check guards everything below.
@@ -195,7 +197,7 @@ class Library:
         self.kv_defaults, self.combine_defaults = KvCacheParams(), CombineParams()
         fwd_init(ctypes.byref(self.fwd_defaults), ctypes.sizeof(FwdParams))
         bwd_init(ctypes.byref(self.bwd_defaults), ctypes.sizeof(BwdParams))
-        kv_init(ctypes.byref(self.kv_defaults))
+        kv_init(ctypes.byref(self.kv_defaults), ctypes.sizeof(KvCacheParams))
         combine_init(ctypes.byref(self.combine_defaults))
         for struct, name in ((self.fwd_defaults, "fa_fwd_params"), (self.bwd_defaults, "fa_bwd_params"),
                              (self.kv_defaults, "fa_kvcache_params"), (self.combine_defaults, "fa_combine_params")):

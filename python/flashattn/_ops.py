@@ -22,7 +22,6 @@ from . import _library as C
 lib = C.load()
 
 _DTYPE_CODES = {torch.float16: C.FLOAT16, torch.bfloat16: C.BFLOAT16, torch.float32: C.FLOAT32}
-_UINT64_MASK = (1 << 64) - 1
 
 # Reading cu_seqlens on a GPU costs a host synchronisation, so CUDA values are only checked on request
 # (the CPU backend always checks them, before it reads a single row).
@@ -42,35 +41,16 @@ def _ptr(t: Optional[Tensor]):
 
 
 # ----------------------------------------------------------------------------------------------
-# Dropout randomness. The library's Philox stream is keyed by (seed, offset); we draw them from
-# torch's default generator of the tensors' device, so torch.manual_seed makes runs reproducible,
-# and hand them to the backward in `rng_state` (an int64 CPU tensor, so reading it never waits on
-# the GPU).
+# Dropout randomness. The library's Philox stream is keyed by (seed, offset). We draw the pair with a
+# torch random op from the default generator of the tensors' device, into an int64 tensor on that
+# device, and hand the library its address (fa_fwd_params.rng_state): the kernels read it when they
+# run. So torch.manual_seed reproduces a run; inside CUDA-graph capture the draw is recorded like any
+# torch random op, and torch gives every replay fresh Philox offsets, so each replay draws a new pair
+# and drops new elements. The tensor is saved for the backward, which reads the same pair from it.
 
 def _draw_rng_state(device: torch.device) -> Tensor:
-    if device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "flashattn: dropout_p > 0 inside CUDA graph capture is not supported yet: the C ABI takes "
-                "the dropout seed/offset by value, so a replayed graph would reuse one dropout mask. "
-                "Capture with dropout_p=0, or run dropout outside the graph."
-            )
-        # Like flash_attn: take (seed, offset) from the device's Philox generator and advance its
-        # offset, so our stream never repeats and torch.cuda.manual_seed reproduces it.
-        gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
-        seed, offset = gen.initial_seed(), gen.get_offset()
-        gen.set_offset(offset + 4)  # torch keeps Philox offsets a multiple of 4
-    else:
-        seed, offset = torch.randint(0, 2**62, (2,)).tolist()
-    signed = [x - (1 << 64) if x >= (1 << 63) else x for x in (seed, offset)]
-    return torch.tensor(signed, dtype=torch.int64)
-
-
-def _seed_and_offset(rng_state: Optional[Tensor]):
-    if rng_state is None or rng_state.numel() != 2:  # no dropout
-        return 0, 0
-    seed, offset = rng_state.tolist()
-    return seed & _UINT64_MASK, offset & _UINT64_MASK
+    # 62-bit draws: any uint64 key would do, and these stay non-negative in int64.
+    return torch.randint(0, 2**62, (2,), dtype=torch.int64, device=device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,10 +78,8 @@ def _probs_output(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], return_p
 
 
 def _rng_output(q: Tensor, dropout_p: float):
-    # Without dropout nothing is drawn and everything stays on q's device (no CPU tensor in a graph).
-    if dropout_p > 0:
-        return torch.empty(2, dtype=torch.int64, device="cpu")
-    return torch.empty(0, dtype=torch.int64, device=q.device)
+    # (seed, offset) on q's device with dropout (see _draw_rng_state), else empty.
+    return torch.empty(2 if dropout_p > 0 else 0, dtype=torch.int64, device=q.device)
 
 
 def _backward_outputs(q: Tensor, k: Tensor, v: Tensor, varlen: bool):
@@ -153,7 +131,6 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
     if cuda and CHECK_CUDA_SEQLENS:
         _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_k, max_seqlen_q, max_seqlen_k,
                                total_q, total_k)
-    seed, offset = _seed_and_offset(rng_state)
     return C.FwdParams(
         struct_size=lib.fwd_struct_size,
         dtype=_DTYPE_CODES[q.dtype],
@@ -167,7 +144,7 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
         alibi_slopes=_ptr(alibi_slopes),
         # (batch, heads) slopes with batch stride 0 (an expanded (heads,) vector) mean "shared", as in the ABI
         alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
-        dropout_p=dropout_p, rng_seed=seed, rng_offset=offset,
+        dropout_p=dropout_p, rng_state=_ptr(rng_state) if rng_state is not None and rng_state.numel() else None,
         attn_probs=probs.data_ptr() if probs is not None and probs.numel() else None,
         num_splits=1,
         backend=C.BACKEND_CUDA if cuda else C.BACKEND_CPU,
@@ -225,8 +202,8 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
         seqused_k: Optional[Tensor], alibi_slopes: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
         dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
         softcap: float, return_probs: bool, deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state: (seed, offset) int64 on the
-    CPU with dropout, else empty). `deterministic` only matters to the backward; it is an input here so
+    """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state: (seed, offset) int64 on q's
+    device with dropout, else empty). `deterministic` only matters to the backward; it is an input here so
     that autograd can hand it on."""
     out, lse, probs, rng_state = forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
                                               max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,

@@ -99,7 +99,7 @@ void require_same_memory(Target target, const fa_fwd_params& p) {
                                  {"softmax_lse", p.softmax_lse}, {"cu_seqlens_q", p.cu_seqlens_q},
                                  {"cu_seqlens_k", p.cu_seqlens_k}, {"seqused_k", p.seqused_k},
                                  {"alibi_slopes", p.alibi_slopes}, {"attn_probs", p.attn_probs},
-                                 {"block_table", p.block_table}});
+                                 {"block_table", p.block_table}, {"rng_state", p.rng_state}});
 }
 
 void run_kvcache_forward(const fa_kvcache_params* params) {
@@ -174,7 +174,7 @@ extern "C" {
 void fa_fwd_params_init_sized(fa_fwd_params* params, size_t size) {
     if (!params || size < sizeof(uint32_t)) return;
     // Only the caller's bytes are written: a struct from an older header ends earlier. Every field
-    // of 0.1.0 lies in its prefix; the defaults of later fields are all zero.
+    // of 0.1.0 lies in its prefix; the defaults of later fields (block table, rng_state) are all zero.
     std::memset(params, 0, std::min(size, sizeof(fa_fwd_params)));
     params->struct_size = uint32_t(size);
     if (size < kFwdParamsSize_0_1) return; // unknown: validation will say so
@@ -189,9 +189,10 @@ void fa_bwd_params_init_sized(fa_bwd_params* params, size_t size) {
     if (!params || size < sizeof(uint32_t)) return;
     std::memset(params, 0, std::min(size, sizeof(fa_bwd_params)));
     params->struct_size = uint32_t(size);
-    // 0.1.0's fwd member is the 0.1.0 fa_fwd_params; its fields after fwd (all defaulting to 0) sit
-    // earlier than today's, inside the zeroed bytes.
-    const size_t fwd_size = size == kBwdParamsSize_0_1 ? kFwdParamsSize_0_1 : sizeof(fa_fwd_params);
+    // An earlier header's fwd member is its earlier fa_fwd_params; its fields after fwd (all
+    // defaulting to 0) sit earlier than today's, inside the zeroed bytes.
+    const size_t known_fwd_size = fwd_params_size_in_bwd(size);
+    const size_t fwd_size = known_fwd_size ? known_fwd_size : sizeof(fa_fwd_params);
     if (size >= offsetof(fa_bwd_params, fwd) + fwd_size) fa_fwd_params_init_sized(&params->fwd, fwd_size);
 }
 
@@ -199,15 +200,22 @@ void fa_bwd_params_init_sized(fa_bwd_params* params, size_t size) {
 void(fa_fwd_params_init)(fa_fwd_params* params) { fa_fwd_params_init_sized(params, kFwdParamsSize_0_1); }
 void(fa_bwd_params_init)(fa_bwd_params* params) { fa_bwd_params_init_sized(params, kBwdParamsSize_0_1); }
 
-void fa_kvcache_params_init(fa_kvcache_params* params) {
-    if (!params) return;
-    std::memset(params, 0, sizeof(*params));
-    params->struct_size = sizeof(fa_kvcache_params);
-    fa_fwd_params_init(&params->fwd);
+void fa_kvcache_params_init_sized(fa_kvcache_params* params, size_t size) {
+    if (!params || size < sizeof(uint32_t)) return;
+    std::memset(params, 0, std::min(size, sizeof(fa_kvcache_params)));
+    params->struct_size = uint32_t(size);
+    if (size != sizeof(fa_kvcache_params) && size != kKvCacheParamsSize_paged) return; // validation will say so
+    // The layout before rng_state: a shorter fwd member, and the fields after it that much earlier.
+    const size_t fwd_size = size == sizeof(fa_kvcache_params) ? sizeof(fa_fwd_params) : kFwdParamsSize_paged;
+    fa_fwd_params_init_sized(&params->fwd, fwd_size);
     params->fwd.num_splits = 0; // flash_attn_with_kvcache's default: let the backend choose
-    params->batch_cache = 1;
-    params->rotary_interleaved = 0;
+    const int32_t batch_cache = 1; // the only non-zero default after fwd
+    const size_t batch_cache_at = offsetof(fa_kvcache_params, batch_cache) - (sizeof(fa_fwd_params) - fwd_size);
+    std::memcpy(reinterpret_cast<char*>(params) + batch_cache_at, &batch_cache, sizeof batch_cache);
 }
+
+// The symbol a binary built before rng_state calls (the header's macro passes today's size).
+void(fa_kvcache_params_init)(fa_kvcache_params* params) { fa_kvcache_params_init_sized(params, kKvCacheParamsSize_paged); }
 
 void fa_combine_params_init(fa_combine_params* params) {
     if (!params) return;

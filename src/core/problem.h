@@ -99,13 +99,37 @@ FA_HD T transform_score(T scaled, T softcap, T alibi_slope, int64_t i, int64_t j
     return s;
 }
 
-// The sizes of fa_fwd_params / fa_bwd_params in 0.1.0, before the block table fields were appended
-// to fa_fwd_params (which fa_bwd_params embeds, so everything after its fwd member sat that much
-// earlier; both sizes are multiples of 8, so that tail kept its own layout). Callers built against
-// 0.1.0 pass these struct_sizes; the fields they do not have take their defaults.
+// The earlier layouts of fa_fwd_params, each a prefix of today's: 0.1.0's, before the block table
+// fields were appended, and the paged one, before rng_state was. fa_bwd_params embeds fa_fwd_params,
+// so in each earlier fa_bwd_params everything after its fwd member sat that much earlier (every size
+// is a multiple of 8, so that tail kept its own layout). Callers built against an earlier header pass
+// these struct_sizes; the fields they do not have take their defaults.
 constexpr size_t kFwdParamsSize_0_1 = offsetof(fa_fwd_params, block_table);
-constexpr size_t kBwdParamsSize_0_1 = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - kFwdParamsSize_0_1);
-static_assert(sizeof(fa_fwd_params) % 8 == 0 && kFwdParamsSize_0_1 % 8 == 0, "fa_bwd_params' tail must not move");
+constexpr size_t kFwdParamsSize_paged = offsetof(fa_fwd_params, rng_state);
+constexpr size_t bwd_params_size_with(size_t fwd_size) {
+    return sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - fwd_size);
+}
+constexpr size_t kBwdParamsSize_0_1 = bwd_params_size_with(kFwdParamsSize_0_1);
+constexpr size_t kBwdParamsSize_paged = bwd_params_size_with(kFwdParamsSize_paged);
+static_assert(sizeof(fa_fwd_params) % 8 == 0 && kFwdParamsSize_0_1 % 8 == 0 && kFwdParamsSize_paged % 8 == 0,
+              "fa_bwd_params' tail must not move");
+
+// fa_kvcache_params (added with the block table) embeds fa_fwd_params too: the layout before rng_state.
+constexpr size_t kKvCacheParamsSize_paged = sizeof(fa_kvcache_params) - (sizeof(fa_fwd_params) - kFwdParamsSize_paged);
+static_assert(offsetof(fa_kvcache_params, batch_cache) == offsetof(fa_kvcache_params, fwd) + sizeof(fa_fwd_params),
+              "fa_kvcache_params' tail must follow fwd directly");
+
+// Whether size is one of the fa_fwd_params layouts this library reads.
+constexpr bool known_fwd_params_size(size_t size) {
+    return size == sizeof(fa_fwd_params) || size == kFwdParamsSize_paged || size == kFwdParamsSize_0_1;
+}
+// The size of the fwd member inside an fa_bwd_params of struct_size size; 0 = no known layout.
+constexpr size_t fwd_params_size_in_bwd(size_t size) {
+    return size == sizeof(fa_bwd_params)   ? sizeof(fa_fwd_params)
+           : size == kBwdParamsSize_paged ? kFwdParamsSize_paged
+           : size == kBwdParamsSize_0_1   ? kFwdParamsSize_0_1
+                                          : 0;
+}
 
 struct Problem {
     fa_fwd_params p;       // validated copy of the caller's parameters
@@ -121,6 +145,11 @@ struct Problem {
     int64_t heads() const { return p.num_heads; }
     int64_t head_dim() const { return p.head_dim; }
     bool has_dropout() const { return p.dropout_p > 0.0f; }
+    // Dropout's Philox key on the host (the CPU backend, the reference): rng_state, host memory
+    // there, read when the work runs, else the by-value fields. The CUDA kernels read rng_state
+    // themselves (device memory), at their start.
+    uint64_t dropout_seed() const { return p.rng_state ? p.rng_state[0] : p.rng_seed; }
+    uint64_t dropout_offset() const { return p.rng_state ? p.rng_state[1] : p.rng_offset; }
 
     Span span(int64_t b) const {
         Span s{b, p.seqlen_q, p.seqlen_k, 0, 0, b};

@@ -78,9 +78,10 @@ void check_cu_seqlens(const char* name, const int32_t* cu, int64_t batch, int64_
 // The caller's fa_fwd_params, read only as far as its struct_size says, the rest defaulted.
 fa_fwd_params read_fwd_params(const fa_fwd_params* params, const char* what) {
     require(params != nullptr, what, " must not be NULL");
-    require(params->struct_size == sizeof(fa_fwd_params) || params->struct_size == kFwdParamsSize_0_1, what,
+    require(known_fwd_params_size(params->struct_size), what,
             ".struct_size does not match this library (call fa_fwd_params_init first): got ", params->struct_size,
-            ", expected ", sizeof(fa_fwd_params), " (or ", kFwdParamsSize_0_1, " from the 0.1.0 header)");
+            ", expected ", sizeof(fa_fwd_params), " (or ", kFwdParamsSize_paged, " from the header before rng_state, ",
+            kFwdParamsSize_0_1, " from the 0.1.0 header)");
     fa_fwd_params p;
     fa_fwd_params_init(&p);
     std::memcpy(&p, params, params->struct_size);
@@ -240,12 +241,32 @@ void check_sequence_arrays(const Problem& problem) {
     }
 }
 
-KvCacheProblem make_kvcache_problem(const fa_kvcache_params* params) {
+namespace {
+
+// The caller's fa_kvcache_params in today's layout; the layout before rng_state has a shorter fwd
+// member with everything after it that much earlier.
+fa_kvcache_params read_kvcache_params(const fa_kvcache_params* params) {
     require(params != nullptr, "params must not be NULL");
-    require(params->struct_size == sizeof(fa_kvcache_params),
+    require(params->struct_size == sizeof(fa_kvcache_params) || params->struct_size == kKvCacheParamsSize_paged,
             "params.struct_size does not match this library (call fa_kvcache_params_init first): got ",
-            params->struct_size, ", expected ", sizeof(fa_kvcache_params));
-    const fa_kvcache_params& kp = *params;
+            params->struct_size, ", expected ", sizeof(fa_kvcache_params), " (or ", kKvCacheParamsSize_paged,
+            " from the header before rng_state)");
+    if (params->struct_size == sizeof(fa_kvcache_params)) return *params;
+    fa_kvcache_params p;
+    fa_kvcache_params_init(&p);
+    const char* raw = reinterpret_cast<const char*>(params);
+    const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
+    std::memcpy(&p.fwd, raw + fwd_at, kFwdParamsSize_paged);
+    std::memcpy(reinterpret_cast<char*>(&p) + tail_at, raw + fwd_at + kFwdParamsSize_paged,
+                sizeof(fa_kvcache_params) - tail_at);
+    p.struct_size = sizeof(fa_kvcache_params);
+    return p;
+}
+
+} // namespace
+
+KvCacheProblem make_kvcache_problem(const fa_kvcache_params* params) {
+    const fa_kvcache_params kp = read_kvcache_params(params);
     const fa_fwd_params f = read_fwd_params(&kp.fwd, "params.fwd");
     require(f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr,
             "fwd.cu_seqlens_q/cu_seqlens_k must be NULL for fa_kvcache_forward (q is dense; cache_seqlens gives the key lengths)");
@@ -364,17 +385,18 @@ constexpr size_t kBwdTailOffset = offsetof(fa_bwd_params, dout);
 
 fa_bwd_params read_bwd_params(const fa_bwd_params* params) {
     require(params != nullptr, "params must not be NULL");
-    require(params->struct_size == sizeof(fa_bwd_params) || params->struct_size == kBwdParamsSize_0_1,
-            "params.struct_size does not match this library (call fa_bwd_params_init first): got ",
-            params->struct_size, ", expected ", sizeof(fa_bwd_params), " (or ", kBwdParamsSize_0_1,
-            " from the 0.1.0 header)");
+    const size_t old_fwd = fwd_params_size_in_bwd(params->struct_size);
+    require(old_fwd != 0, "params.struct_size does not match this library (call fa_bwd_params_init first): got ",
+            params->struct_size, ", expected ", sizeof(fa_bwd_params), " (or ", kBwdParamsSize_paged,
+            " from the header before rng_state, ", kBwdParamsSize_0_1, " from the 0.1.0 header)");
     if (params->struct_size == sizeof(fa_bwd_params)) return *params;
+    // An earlier layout: its fwd member ends after old_fwd bytes and the tail follows right there.
     fa_bwd_params p;
     fa_bwd_params_init(&p);
     const char* raw = reinterpret_cast<const char*>(params);
     const size_t fwd_at = offsetof(fa_bwd_params, fwd);
-    std::memcpy(&p.fwd, raw + fwd_at, kFwdParamsSize_0_1);
-    std::memcpy(reinterpret_cast<char*>(&p) + kBwdTailOffset, raw + fwd_at + kFwdParamsSize_0_1,
+    std::memcpy(&p.fwd, raw + fwd_at, old_fwd);
+    std::memcpy(reinterpret_cast<char*>(&p) + kBwdTailOffset, raw + fwd_at + old_fwd,
                 sizeof(fa_bwd_params) - kBwdTailOffset);
     p.fwd.struct_size = sizeof(fa_fwd_params);
     return p;

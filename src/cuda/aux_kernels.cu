@@ -57,6 +57,7 @@ template <typename T>
 __global__ void attn_probs_kernel(const FwdArgs args, float* probs) {
     const int64_t Sq = args.seqlen_q, Sk = args.seqlen_k, H = args.num_heads;
     const int64_t total = int64_t(args.batch) * H * Sq * Sk;
+    const DropoutKey key = args.dropout ? args.dropout_key() : DropoutKey{};
     for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
          idx += int64_t(gridDim.x) * blockDim.x) {
         const int64_t j = idx % Sk;
@@ -78,7 +79,7 @@ __global__ void attn_probs_kernel(const FwdArgs args, float* probs) {
             const float score = transform_score<float>(dot * args.scale, args.softcap, slope, i, j, q_len, k_len);
             value = expf(score - lse);
             if (args.dropout) {
-                const DropoutRow rng(args.rng_seed, args.rng_offset, b, H, h, i);
+                const DropoutRow rng(key.seed, key.offset, b, H, h, i);
                 if (rng.bits_for_column(j) >= args.keep_threshold) value = -value;
             }
         }

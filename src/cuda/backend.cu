@@ -131,6 +131,7 @@ FwdArgs fwd_args_from(const Problem& problem) {
     args.keep_rescale = args.dropout ? float(1.0 / (1.0 - double(p.dropout_p))) : 1.0f;
     args.rng_seed = p.rng_seed;
     args.rng_offset = p.rng_offset;
+    args.rng_state = p.rng_state;
     return args;
 }
 

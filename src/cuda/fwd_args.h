@@ -13,6 +13,11 @@
 
 namespace flashattn::cuda {
 
+// Dropout's Philox seed and offset (include/flashattn/philox.h's DropoutRow), as a kernel uses them.
+struct DropoutKey {
+    uint64_t seed, offset;
+};
+
 struct FwdArgs {
     // Tensors (element strides; head_dim contiguous). In varlen calls batch_stride is unused.
     fa_tensor q, k, v, out;
@@ -48,6 +53,14 @@ struct FwdArgs {
     uint32_t keep_threshold;
     float keep_rescale;          // 1 / (1 - p)
     uint64_t rng_seed, rng_offset;
+    const uint64_t* rng_state;   // optional, device memory: {seed, offset} to use instead of the two above
+
+    // The key a kernel drops with: rng_state's pair when given, read by each kernel at its start (so a
+    // replayed CUDA graph sees what was written there after capture), else the launch's values.
+    // Device code only; only the kernels with dropout code call it (the plain ones never read rng_state).
+    FA_HD DropoutKey dropout_key() const {
+        return rng_state ? DropoutKey{rng_state[0], rng_state[1]} : DropoutKey{rng_seed, rng_offset};
+    }
 
     // Read only by the inference variant of the SM80 kernel (fwd_kernel<..., kInference = true>,
     // set up by inference.cu); zero everywhere else. Device arrays, never validated on the host:

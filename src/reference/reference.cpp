@@ -150,7 +150,7 @@ HeadForward forward_head(const Problem& pr, const Span& s, int64_t h, const Arit
             denominator = math.add(denominator, math.exp(score[size_t(j)] - row_max));
         f.lse[size_t(i)] = math.add(row_max, math.log(denominator));
 
-        const DropoutRow rng(p.rng_seed, p.rng_offset, s.batch, p.num_heads, h, i);
+        const DropoutRow rng(pr.dropout_seed(), pr.dropout_offset(), s.batch, p.num_heads, h, i);
         std::vector<double> acc(size_t(d), 0.0);
         for (int64_t j = keys.begin; j < keys.end; ++j) {
             const double prob = math.store(math.exp(score[size_t(j)] - row_max) / denominator);

@@ -1,7 +1,7 @@
 // Every argument of the inference path that can be wrong (fa_kvcache_params, the block table fields
 // of fa_fwd_params, fa_combine_params): each case starts from a valid call and breaks one thing; the
 // call must fail with the right status and a message that names the argument. Also: callers built
-// against the 0.1.0 header (smaller struct_size) keep working.
+// against earlier headers (0.1.0's, or the one before rng_state: smaller struct_sizes) keep working.
 #include "support/test_support.h"
 
 #include <cstddef>
@@ -236,17 +236,28 @@ TEST(CombineBadInput, EveryBrokenArgumentIsNamed) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A caller compiled against the 0.1.0 header passes the smaller struct_size; the block table
-// fields it does not know take their defaults (whatever bytes follow its struct are never read).
+// A caller compiled against an earlier header passes the smaller struct_size: 0.1.0's (before the
+// block table fields) or the one before rng_state. The fields it does not know take their defaults
+// (whatever bytes follow its struct are never read).
 
-TEST(StructVersioning, ForwardWith0_1ParamsStillWorks) {
+constexpr size_t kFwdSize_0_1 = offsetof(fa_fwd_params, block_table);
+constexpr size_t kFwdSizeBeforeRngState = offsetof(fa_fwd_params, rng_state);
+
+// With dropout by value: garbage where rng_state would be must not be taken for a pointer.
+Case versioning_case(int seqlen_q, int seqlen_k) {
     Case c;
-    c.seqlen_q = 37;
-    c.seqlen_k = 50;
+    c.seqlen_q = seqlen_q;
+    c.seqlen_k = seqlen_k;
     c.causal = true;
-    AttentionRun run(c);
+    c.dropout_p = 0.2f;
+    c.rng_seed = 0x1234567890abcdefull;
+    c.rng_offset = 77;
+    return c;
+}
+
+void expect_forward_with_fwd_layout_works(size_t old_size) {
+    AttentionRun run(versioning_case(37, 50));
     fa_fwd_params p = run.fwd_params();
-    const size_t old_size = offsetof(fa_fwd_params, block_table);
     p.struct_size = uint32_t(old_size);
     // Garbage where the new fields would be: an old caller's memory ends before them.
     std::memset(reinterpret_cast<char*>(&p) + old_size, 0x5a, sizeof(p) - old_size);
@@ -255,39 +266,12 @@ TEST(StructVersioning, ForwardWith0_1ParamsStillWorks) {
     expect_forward_matches_reference(run);
 }
 
-TEST(StructVersioning, The0_1InitSymbolsWriteOnlyThe0_1Layout) {
-    // A 0.1.0 binary calls the exported functions (no macro) on its smaller structs.
-    const size_t old_fwd = offsetof(fa_fwd_params, block_table);
-    std::vector<unsigned char> fwd(sizeof(fa_fwd_params) + 16, 0xa5);
-    (fa_fwd_params_init)(reinterpret_cast<fa_fwd_params*>(fwd.data()));
-    for (size_t i = old_fwd; i < fwd.size(); ++i) ASSERT_EQ(fwd[i], 0xa5) << "byte " << i << " past the 0.1.0 struct";
-    const auto* p = reinterpret_cast<const fa_fwd_params*>(fwd.data());
-    EXPECT_EQ(p->struct_size, old_fwd);
-    EXPECT_EQ(p->window_left, -1);
-    EXPECT_EQ(p->num_splits, 1);
-
-    const size_t old_bwd = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - old_fwd);
-    std::vector<unsigned char> bwd(sizeof(fa_bwd_params) + 16, 0xa5);
-    (fa_bwd_params_init)(reinterpret_cast<fa_bwd_params*>(bwd.data()));
-    for (size_t i = old_bwd; i < bwd.size(); ++i) ASSERT_EQ(bwd[i], 0xa5) << "byte " << i << " past the 0.1.0 struct";
-    EXPECT_EQ(reinterpret_cast<const fa_bwd_params*>(bwd.data())->struct_size, old_bwd);
-    EXPECT_EQ(reinterpret_cast<const fa_bwd_params*>(bwd.data())->fwd.struct_size, old_fwd);
-
-    // Today's callers (the macros) get today's sizes.
-    fa_fwd_params now;
-    fa_fwd_params_init(&now);
-    EXPECT_EQ(now.struct_size, sizeof(fa_fwd_params));
-}
-
-TEST(StructVersioning, BackwardWith0_1ParamsStillWorks) {
-    Case c;
-    c.seqlen_q = 29;
-    c.seqlen_k = 41;
-    AttentionRun run(c);
+// Lays out today's fa_bwd_params as a header whose fwd member was old_fwd bytes did: fwd without
+// the appended fields, the rest right after it.
+void expect_backward_with_fwd_layout_works(size_t old_fwd) {
+    AttentionRun run(versioning_case(29, 41));
     ASSERT_EQ(run.forward(), FA_OK);
     const fa_bwd_params current = run.bwd_params();
-    // Lay the struct out as the 0.1.0 header did: fwd without the appended fields, the rest after it.
-    const size_t old_fwd = offsetof(fa_fwd_params, block_table);
     const size_t fwd_at = offsetof(fa_bwd_params, fwd), tail_at = offsetof(fa_bwd_params, dout);
     const size_t tail = sizeof(fa_bwd_params) - tail_at;
     std::vector<unsigned char> old(fwd_at + old_fwd + tail + 64, 0xa5);
@@ -303,6 +287,94 @@ TEST(StructVersioning, BackwardWith0_1ParamsStillWorks) {
     run.dv.poison();
     ASSERT_EQ(fa_backward(reinterpret_cast<const fa_bwd_params*>(old.data())), FA_OK) << fa_last_error();
     expect_backward_matches_reference(run);
+}
+
+TEST(StructVersioning, ForwardWith0_1ParamsStillWorks) { expect_forward_with_fwd_layout_works(kFwdSize_0_1); }
+TEST(StructVersioning, ForwardWithParamsBeforeRngStateStillWorks) {
+    expect_forward_with_fwd_layout_works(kFwdSizeBeforeRngState);
+}
+TEST(StructVersioning, BackwardWith0_1ParamsStillWorks) { expect_backward_with_fwd_layout_works(kFwdSize_0_1); }
+TEST(StructVersioning, BackwardWithParamsBeforeRngStateStillWorks) {
+    expect_backward_with_fwd_layout_works(kFwdSizeBeforeRngState);
+}
+
+TEST(StructVersioning, TheSizedInitialisersWriteOnlyTheLayoutBeforeRngState) {
+    std::vector<unsigned char> fwd(sizeof(fa_fwd_params) + 16, 0xa5);
+    fa_fwd_params_init_sized(reinterpret_cast<fa_fwd_params*>(fwd.data()), kFwdSizeBeforeRngState);
+    for (size_t i = kFwdSizeBeforeRngState; i < fwd.size(); ++i) ASSERT_EQ(fwd[i], 0xa5) << "byte " << i;
+    EXPECT_EQ(reinterpret_cast<const fa_fwd_params*>(fwd.data())->window_left, -1);
+
+    const size_t old_bwd = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - kFwdSizeBeforeRngState);
+    std::vector<unsigned char> bwd(sizeof(fa_bwd_params) + 16, 0xa5);
+    fa_bwd_params_init_sized(reinterpret_cast<fa_bwd_params*>(bwd.data()), old_bwd);
+    for (size_t i = old_bwd; i < bwd.size(); ++i) ASSERT_EQ(bwd[i], 0xa5) << "byte " << i;
+    const auto* b = reinterpret_cast<const fa_bwd_params*>(bwd.data());
+    EXPECT_EQ(b->struct_size, old_bwd);
+    EXPECT_EQ(b->fwd.struct_size, kFwdSizeBeforeRngState);
+    EXPECT_EQ(b->fwd.num_splits, 1);
+}
+
+TEST(StructVersioning, The0_1InitSymbolsWriteOnlyThe0_1Layout) {
+    // A 0.1.0 binary calls the exported functions (no macro) on its smaller structs.
+    std::vector<unsigned char> fwd(sizeof(fa_fwd_params) + 16, 0xa5);
+    (fa_fwd_params_init)(reinterpret_cast<fa_fwd_params*>(fwd.data()));
+    for (size_t i = kFwdSize_0_1; i < fwd.size(); ++i) ASSERT_EQ(fwd[i], 0xa5) << "byte " << i << " past the 0.1.0 struct";
+    const auto* p = reinterpret_cast<const fa_fwd_params*>(fwd.data());
+    EXPECT_EQ(p->struct_size, kFwdSize_0_1);
+    EXPECT_EQ(p->window_left, -1);
+    EXPECT_EQ(p->num_splits, 1);
+
+    const size_t old_bwd = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - kFwdSize_0_1);
+    std::vector<unsigned char> bwd(sizeof(fa_bwd_params) + 16, 0xa5);
+    (fa_bwd_params_init)(reinterpret_cast<fa_bwd_params*>(bwd.data()));
+    for (size_t i = old_bwd; i < bwd.size(); ++i) ASSERT_EQ(bwd[i], 0xa5) << "byte " << i << " past the 0.1.0 struct";
+    EXPECT_EQ(reinterpret_cast<const fa_bwd_params*>(bwd.data())->struct_size, old_bwd);
+    EXPECT_EQ(reinterpret_cast<const fa_bwd_params*>(bwd.data())->fwd.struct_size, kFwdSize_0_1);
+
+    // Today's callers (the macros) get today's sizes.
+    fa_fwd_params now;
+    fa_fwd_params_init(&now);
+    EXPECT_EQ(now.struct_size, sizeof(fa_fwd_params));
+    fa_kvcache_params kv_now;
+    fa_kvcache_params_init(&kv_now);
+    EXPECT_EQ(kv_now.struct_size, sizeof(fa_kvcache_params));
+    EXPECT_EQ(kv_now.fwd.struct_size, sizeof(fa_fwd_params));
+}
+
+// fa_kvcache_params (which came with the block table) embeds fa_fwd_params: a binary built before
+// rng_state calls the plain fa_kvcache_params_init symbol on its smaller struct, then the library.
+TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
+    const size_t shift = sizeof(fa_fwd_params) - kFwdSizeBeforeRngState;
+    const size_t old_size = sizeof(fa_kvcache_params) - shift;
+    const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
+    std::vector<unsigned char> old(sizeof(fa_kvcache_params) + 16, 0xa5);
+    (fa_kvcache_params_init)(reinterpret_cast<fa_kvcache_params*>(old.data()));
+    for (size_t i = old_size; i < old.size(); ++i) ASSERT_EQ(old[i], 0xa5) << "byte " << i << " past the old struct";
+    uint32_t size = 0, fwd_size = 0;
+    int32_t batch_cache = 0;
+    std::memcpy(&size, old.data(), sizeof size);
+    std::memcpy(&fwd_size, old.data() + fwd_at, sizeof fwd_size);
+    std::memcpy(&batch_cache, old.data() + tail_at - shift, sizeof batch_cache);
+    EXPECT_EQ(size, old_size);
+    EXPECT_EQ(fwd_size, kFwdSizeBeforeRngState);
+    EXPECT_EQ(batch_cache, 1);
+
+    // The same call as today's struct, laid out the old way, gives the same bytes.
+    KvInputs in;
+    fa_kvcache_params current = in.params();
+    current.fwd.struct_size = uint32_t(kFwdSizeBeforeRngState);
+    current.struct_size = uint32_t(old_size);
+    std::memcpy(old.data(), &current, fwd_at + kFwdSizeBeforeRngState);
+    std::memcpy(old.data() + fwd_at + kFwdSizeBeforeRngState, reinterpret_cast<const char*>(&current) + tail_at,
+                sizeof(fa_kvcache_params) - tail_at);
+    const Tensor k_before = in.k_cache, v_before = in.v_cache; // the call appends in place
+    ASSERT_EQ(fa_kvcache_forward(reinterpret_cast<const fa_kvcache_params*>(old.data())), FA_OK) << fa_last_error();
+    const Tensor out_old = in.out;
+    in.k_cache = k_before;
+    in.v_cache = v_before;
+    fa_kvcache_params now = in.params();
+    ASSERT_EQ(fa_kvcache_forward(&now), FA_OK) << fa_last_error();
+    EXPECT_EQ(std::memcmp(out_old.data(), in.out.data(), in.out.bytes()), 0);
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 #include "cases.h"
 
 #include <cstring>
+#include <tuple>
 
 namespace flashattn::testing {
 namespace {
@@ -86,6 +87,33 @@ TEST_P(Dropout, SeedAndOffsetSelectTheMask) {
         EXPECT_NE(std::memcmp(base.out.data(), run.out.data(), base.out.bytes()), 0)
             << "seed " << seed << " offset " << offset << " gave the same output";
         expect_forward_matches_reference(run);
+    }
+}
+
+// rng_state: the pair read from memory (host for the CPU backend, device for CUDA) drops exactly what
+// the same pair by value drops, in the forward, attn_probs and the backward. The by-value fields of
+// the in-memory run hold other numbers, which must be ignored.
+TEST_P(Dropout, RngStateInMemoryEqualsTheSameSeedAndOffsetByValue) {
+    for (bool causal : {false, true}) {
+        Case c = problem(FA_BFLOAT16, 77, 130, 0.3f);
+        c.causal = causal;
+        c.with_lse = true;
+        AttentionRun by_value(c);
+        ASSERT_EQ(by_value.forward(), FA_OK) << by_value.last_error();
+        ASSERT_EQ(by_value.backward(), FA_OK) << by_value.last_error();
+        c.rng_in_memory = true;
+        AttentionRun in_memory(c);
+        ASSERT_EQ(in_memory.forward(), FA_OK) << in_memory.last_error();
+        ASSERT_EQ(in_memory.backward(), FA_OK) << in_memory.last_error();
+        EXPECT_TRUE(in_memory.input_damage().empty()) << in_memory.input_damage();
+        EXPECT_EQ(std::memcmp(by_value.out.data(), in_memory.out.data(), by_value.out.bytes()), 0) << "out";
+        EXPECT_EQ(std::memcmp(by_value.probs.data(), in_memory.probs.data(), by_value.probs.size() * sizeof(float)), 0)
+            << "attn_probs";
+        for (auto [name, a, b] : {std::tuple{"dq", &by_value.dq, &in_memory.dq}, {"dk", &by_value.dk, &in_memory.dk},
+                                  {"dv", &by_value.dv, &in_memory.dv}})
+            EXPECT_EQ(std::memcmp(a->data(), b->data(), a->bytes()), 0) << name << (causal ? " (causal)" : "");
+        expect_forward_matches_reference(in_memory);
+        expect_backward_matches_reference(in_memory);
     }
 }
 

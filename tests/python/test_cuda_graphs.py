@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import flashattn
+from flashattn import _ops
 from helpers import NO_CUDA_REASON, CUDA, randn, skip_if_unsupported
 
 pytestmark = pytest.mark.skipif(not CUDA, reason=NO_CUDA_REASON)
@@ -66,13 +67,71 @@ def test_forward_backward_graphed_callable():
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
-def test_dropout_inside_capture_is_refused_clearly():
-    q, k, v = (randn(1, 16, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-    flashattn.flash_attn_func(q, k, v, dropout_p=0.1)  # fine outside capture
-    graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="CUDA graph capture"):
+def _eager_with_rng_state(q, k, v, dout, rng_state, dropout_p, scale, causal):
+    """Forward and backward outside any graph, with a given (seed, offset) tensor instead of a draw."""
+    out, lse = _ops._forward_outputs(q, k, None)
+    params = _ops._fwd_params(q, k, v, out, lse, None, None, None, None, None, 0, 0, dropout_p, scale, causal, -1, -1,
+                              0.0, rng_state)
+    _ops.lib.check(_ops.lib.forward(params))
+    dq, dk, dv = _ops.backward_impl(dout, q, k, v, out, lse, None, None, None, None, rng_state, 0, 0, dropout_p, scale,
+                                    causal, -1, -1, 0.0, True)
+    return out, dq, dk, dv
+
+
+def test_dropout_capture_each_replay_draws_a_new_mask():
+    """Forward and backward with dropout captured in one graph: the (seed, offset) draw is a torch random
+    op in the graph, so every replay draws a new pair, and the kernels read it from device memory. Each
+    replay equals an eager run with the pair it drew; two replays differ."""
+    torch.manual_seed(2)
+    dropout_p, causal = 0.3, True
+    q = randn(2, 128, 4, 64, dtype=torch.bfloat16, device="cuda")
+    k, v = (randn(2, 160, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    dout = randn(2, 128, 4, 64, dtype=torch.bfloat16, device="cuda")
+    scale = 64 ** -0.5
+
+    def step():
+        out, lse, _, rng_state = _ops.fwd(q, k, v, None, None, None, None, 0, 0, dropout_p, scale, causal, -1, -1,
+                                          0.0, False, True)
+        dq, dk, dv = _ops.bwd(dout, q, k, v, out, lse, None, None, None, None, rng_state, 0, 0, dropout_p, scale,
+                              causal, -1, -1, 0.0, True)
+        return out, dq, dk, dv, rng_state
+
+    with skip_if_unsupported("CUDA backward"):
+        _warm_up(step)
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            flashattn.flash_attn_func(q, k, v, dropout_p=0.1)
+            static = step()
+    replays = []
+    for _ in range(2):
+        graph.replay()
+        replays.append([t.clone() for t in static])
+    torch.cuda.synchronize()
+    first, second = replays
+    assert not torch.equal(first[4], second[4]), "two replays drew the same (seed, offset)"
+    assert not torch.equal(first[0], second[0]), "two replays used the same dropout mask"
+    for replay in replays:
+        expected = _eager_with_rng_state(q, k, v, dout, replay[4], dropout_p, scale, causal)
+        for name, got, want in zip(("out", "dq", "dk", "dv"), replay[:4], expected):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_dropout_graphed_callable_draws_per_call():
+    """The autograd path (rng_state saved for the backward) inside make_graphed_callables."""
+    torch.manual_seed(5)
+
+    def attention(q, k, v):
+        return flashattn.flash_attn_func(q, k, v, dropout_p=0.2, causal=True)
+
+    q, k, v = (randn(2, 64, 4, 64, dtype=torch.float16, device="cuda", requires_grad=True) for _ in range(3))
+    with skip_if_unsupported("CUDA backward"):
+        graphed = torch.cuda.make_graphed_callables(attention, (q, k, v))
+        outs = []
+        for _ in range(2):
+            out = graphed(q, k, v)
+            out.float().sum().backward()
+            outs.append(out.detach().clone())
+    assert not torch.equal(outs[0], outs[1]), "two calls of the graph used the same dropout mask"
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
 def test_runs_on_the_current_stream():

@@ -101,3 +101,66 @@ def test_varlen_dropout_reproducible(device):
     torch.manual_seed(11)
     no_dropout = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 33, 33, causal=True)
     assert not torch.equal(no_dropout, outs[0][0])
+
+
+def _forward_by_value(q, k, v, dropout_p, seed, offset, causal=False):
+    """fa_forward with (seed, offset) in rng_seed/rng_offset (no rng_state pointer)."""
+    out, lse = _ops._forward_outputs(q, k, None)
+    probs = _ops._probs_output(q, k, None, True)
+    params = _ops._fwd_params(q, k, v, out, lse, probs, None, None, None, None, 0, 0, dropout_p, q.shape[-1] ** -0.5,
+                              causal, -1, -1, 0.0, None)
+    params.rng_seed, params.rng_offset = seed, offset
+    _ops.lib.check(_ops.lib.forward(params))
+    return out, probs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rng_state_pointer_equals_the_same_pair_by_value(device):
+    """The package passes (seed, offset) by address; the library must drop what those values drop."""
+    torch.manual_seed(3)
+    dropout_p = 0.35
+    q = randn(2, 45, 4, 32, dtype=torch.bfloat16, device=device)
+    k, v = (randn(2, 66, 2, 32, dtype=torch.bfloat16, device=device) for _ in range(2))
+    out, _, probs, rng_state = _forward_with_rng_state(q, k, v, dropout_p, causal=True)
+    assert rng_state.device == q.device and rng_state.dtype == torch.int64 and rng_state.shape == (2,)
+    seed, offset = rng_state.tolist()  # 62-bit draws: non-negative
+    expected_out, expected_probs = _forward_by_value(q, k, v, dropout_p, seed, offset, causal=True)
+    assert torch.equal(out, expected_out)
+    assert torch.equal(probs, expected_probs)
+    other_out, _ = _forward_by_value(q, k, v, dropout_p, seed, offset + 1, causal=True)
+    assert not torch.equal(out, other_out), "another offset must change the mask"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_manual_seed_reproduces_the_drawn_rng_state(device):
+    q, k, v = (randn(1, 32, 2, 32, dtype=torch.bfloat16, device=device) for _ in range(3))
+    torch.manual_seed(21)
+    first = _forward_with_rng_state(q, k, v, 0.2)[3].clone()
+    second = _forward_with_rng_state(q, k, v, 0.2)[3].clone()
+    torch.manual_seed(21)
+    again = _forward_with_rng_state(q, k, v, 0.2)[3]
+    assert torch.equal(first, again)
+    assert not torch.equal(first, second), "every draw must be new"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_reads_the_saved_rng_state(device):
+    """The backward gets the forward's rng_state tensor: gradients equal the bwd operator's with that
+    tensor, and differ from those with another pair."""
+    torch.manual_seed(4)
+    dropout_p, scale = 0.3, 32 ** -0.5
+    q, k, v = (randn(1, 40, 2, 32, dtype=torch.bfloat16, device=device, requires_grad=True) for _ in range(3))
+    dout = randn(1, 40, 2, 32, dtype=torch.bfloat16, device=device)
+    out, lse, _, rng_state = _ops.attention(q, k, v, None, None, None, None, 0, 0, dropout_p, scale, False, -1, -1,
+                                            0.0, False, True)
+    with skip_if_unsupported(f"backward on {device}"):
+        out.backward(dout)
+    options = (0, 0, dropout_p, scale, False, -1, -1, 0.0, True)
+    leaves = [t.detach() for t in (q, k, v)]
+    same = _ops.bwd(dout, *leaves, out.detach(), lse, None, None, None, None, rng_state, *options)
+    for got, expected in zip((q.grad, k.grad, v.grad), same):
+        assert torch.equal(got, expected)
+    shifted = rng_state.clone()
+    shifted[1] += 1
+    other = _ops.bwd(dout, *leaves, out.detach(), lse, None, None, None, None, shifted, *options)
+    assert not torch.equal(other[0], q.grad)

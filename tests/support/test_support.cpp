@@ -248,6 +248,8 @@ AttentionRun::AttentionRun(const Case& c) : case_(c) {
     q = q_like(), out = q_like(), dout = q_like(), dq = q_like();
     k = k_like(broadcast), v = k_like(broadcast), dk = k_like(false), dv = k_like(false);
 
+    if (cs.rng_in_memory) rng_state = {cs.rng_seed, cs.rng_offset};
+
     std::mt19937_64 rng(cs.seed);
     q.fill_normal(rng, cs.input_stddev);
     k.fill_normal(rng, cs.input_stddev);
@@ -316,6 +318,11 @@ fa_fwd_params AttentionRun::fwd_params() const {
     p.dropout_p = c.dropout_p;
     p.rng_seed = c.rng_seed;
     p.rng_offset = c.rng_offset;
+    if (c.rng_in_memory) {
+        p.rng_state = rng_state.data();
+        p.rng_seed = ~c.rng_seed; // must be ignored: rng_state takes their place
+        p.rng_offset = ~c.rng_offset;
+    }
     p.attn_probs = c.want_probs ? const_cast<float*>(probs.data()) : nullptr;
     p.num_splits = c.num_splits;
     p.backend = to_fa_backend(c.backend);
@@ -420,6 +427,7 @@ fa_status AttentionRun::call_forward(const fa_fwd_params& host) {
         p.cu_seqlens_k = static_cast<const int32_t*>(mirror.mirror(host.cu_seqlens_k, vector_bytes(cu_seqlens_k), false));
         p.seqused_k = static_cast<const int32_t*>(mirror.mirror(host.seqused_k, vector_bytes(seqused_k), false));
         p.alibi_slopes = static_cast<const float*>(mirror.mirror(host.alibi_slopes, vector_bytes(alibi_slopes), false));
+        p.rng_state = static_cast<const uint64_t*>(mirror.mirror(host.rng_state, vector_bytes(rng_state), false));
         status = case_.varlen ? fa_varlen_forward(&p) : fa_forward(&p);
         if (status == FA_OK) mirror.copy_outputs_back();
     }
@@ -456,6 +464,7 @@ fa_status AttentionRun::call_backward(const fa_bwd_params& host) {
         f.cu_seqlens_k = static_cast<const int32_t*>(mirror.mirror(host.fwd.cu_seqlens_k, vector_bytes(cu_seqlens_k), false));
         f.seqused_k = static_cast<const int32_t*>(mirror.mirror(host.fwd.seqused_k, vector_bytes(seqused_k), false));
         f.alibi_slopes = static_cast<const float*>(mirror.mirror(host.fwd.alibi_slopes, vector_bytes(alibi_slopes), false));
+        f.rng_state = static_cast<const uint64_t*>(mirror.mirror(host.fwd.rng_state, vector_bytes(rng_state), false));
         p.dout.data = mirror.mirror(dout.data(), dout.bytes(), false);
         p.dq.data = mirror.mirror(dq.data(), dq.bytes(), true);
         p.dk.data = mirror.mirror(dk.data(), dk.bytes(), true);

@@ -125,6 +125,7 @@ struct Case {
     bool deterministic = true;
     uint64_t seed = 1;          // inputs
     uint64_t rng_seed = 0x5eed, rng_offset = 0; // dropout
+    bool rng_in_memory = false; // pass (rng_seed, rng_offset) through fa_fwd_params.rng_state instead
     int num_splits = 1;
 };
 
@@ -160,6 +161,7 @@ public:
     Tensor q, k, v, out, dout, dq, dk, dv;
     std::vector<float> lse, probs, alibi_slopes;
     std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
+    std::vector<uint64_t> rng_state; // {rng_seed, rng_offset} when the case passes them in memory
     int64_t total_q = 0, total_k = 0;
 
     // Which canonical rows of q-shaped / k-shaped tensors belong to a sequence (varlen with spare

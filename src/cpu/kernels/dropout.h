@@ -15,7 +15,7 @@ struct DropoutRows {
     uint32_t threshold; // keep iff word < threshold
 
     DropoutRows(const Problem& pr, const Span& span, int64_t h) {
-        const DropoutRow reference(pr.p.rng_seed, pr.p.rng_offset, span.batch, pr.p.num_heads, h, 0);
+        const DropoutRow reference(pr.dropout_seed(), pr.dropout_offset(), span.batch, pr.p.num_heads, h, 0);
         key0 = reference.key0;
         key1 = reference.key1;
         head_index = reference.head_index;

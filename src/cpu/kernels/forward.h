@@ -304,7 +304,7 @@ inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, con
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t i = tile.row(r), h = tile.head(r);
             float* out_row = pr.p.attn_probs + ((span.batch * pr.p.num_heads + h) * pr.p.seqlen_q + i) * seqlen_k + j0;
-            const DropoutRow gen(pr.p.rng_seed, pr.p.rng_offset, span.batch, pr.p.num_heads, h, i);
+            const DropoutRow gen(pr.dropout_seed(), pr.dropout_offset(), span.batch, pr.p.num_heads, h, i);
             for (int64_t j = 0; j < cols; ++j) {
                 float p = (seen && j < keys) ? s.s_t[j * lay.block_q + r] : 0.0f;
                 if (pr.has_dropout() && gen.bits_for_column(j0 + j) >= threshold) p = -p;

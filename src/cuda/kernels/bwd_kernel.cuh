@@ -204,8 +204,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     constexpr int kRows = decltype(size<0>(s_coords))::value; // query rows per thread in S
 
     float alibi_slope = 0.0f;
+    DropoutKey dropout_key{};
     if constexpr (kExtras) {
         if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(b) * fa.alibi_batch_stride + h];
+        if (fa.dropout) dropout_key = fa.dropout_key();
     }
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
 
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
                 for (int c = 0; c < size<1>(probs); ++c) probs(r, c) = fast_exp2(fmaf(probs(r, c), exp_scale, -lse_log2[r]));
             }
             if constexpr (kExtras) {
-                if (fa.dropout) negate_dropped(probs, s_coords, fa, b, h, m0, n0);
+                if (fa.dropout) negate_dropped(probs, s_coords, fa, dropout_key, b, h, m0, n0);
             }
             // P (times keep; 1/(1-p) comes in the epilogue) leaves for shared memory now, so that
             // only what dS needs stays in registers: P, with the softcap derivative folded in.

@@ -95,11 +95,11 @@ __device__ __forceinline__ void apply_softcap_derivative(Probs& probs, Coords co
 // mask from the P stage to the dS stage without registers). The same words as apply_dropout: one
 // Philox call serves the neighbouring column pair (j, j+1), j even.
 template <typename Probs, typename Coords>
-__device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coords, const FwdArgs& args, int b, int h,
-                                               int m0, int n0) {
+__device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                               const DropoutKey& key, int b, int h, int m0, int n0) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(probs); ++r) {
-        const DropoutRow rng(args.rng_seed, args.rng_offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
+        const DropoutRow rng(key.seed, key.offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
         CUTE_UNROLL
         for (int c = 0; c < size<1>(probs); c += 2) {
             const uint32_t j = uint32_t(n0 + get<1>(coords(r, c)));

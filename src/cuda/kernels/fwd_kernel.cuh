@@ -149,9 +149,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
     float exp_scale = args.scale_log2;
     float alibi_slope = 0.0f;
+    DropoutKey dropout_key{};
     if constexpr (kExtras) {
         if (args.transform_scores) exp_scale = 1.4426950408889634f; // scores already carry the scale
         if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
+        if (args.dropout) dropout_key = args.dropout_key();
     }
 
     // A shared-memory tile (or a partition of one) of K or V moved to the ring stage of block n.
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
         softmax.absorb(scores, acc_o_rows, exp_scale);
         if constexpr (kExtras) {
-            if (args.dropout) apply_dropout(scores, s_coords, args, b, h, m0, n0);
+            if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, b, h, m0, n0);
         }
 
         Tensor p = convert_fragment<Element>(acc_s);

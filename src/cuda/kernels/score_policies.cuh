@@ -140,11 +140,11 @@ __device__ __forceinline__ void apply_score_transform(Scores& scores, Coords con
 // The accumulator holds neighbouring column pairs (j, j+1), j even, so one Philox call (four
 // columns) serves a pair; the choice of its words follows DropoutRow::bits_for_column.
 template <typename Probs, typename Coords>
-__device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords, const FwdArgs& args, int b, int h,
-                                              int m0, int n0) {
+__device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                              const DropoutKey& key, int b, int h, int m0, int n0) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(probs); ++r) {
-        const DropoutRow rng(args.rng_seed, args.rng_offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
+        const DropoutRow rng(key.seed, key.offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
         CUTE_UNROLL
         for (int c = 0; c < size<1>(probs); c += 2) {
             const uint32_t j = uint32_t(n0 + get<1>(coords(r, c)));

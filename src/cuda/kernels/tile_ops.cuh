@@ -140,9 +140,11 @@ __device__ __forceinline__ void store_tile(int tid, SmemTile const& smem_tile, G
     Tensor coords = store_thr.partition_D(make_identity_tensor(product_each(shape(smem_tile))));
     Tensor staged = make_tensor<typename SmemTile::value_type>(shape(src));
     copy(gmem_store, src, staged);
+    const int row0 = get<0>(coords(0, 0, 0)); // rows relative to it: compile-time offsets
+    const int rows_left = rows_valid - row0;
     CUTE_UNROLL
     for (int m = 0; m < size<1>(staged); ++m) {
-        if (get<0>(coords(0, m, 0)) >= rows_valid) continue;
+        if (get<0>(coords(0, m, 0)) - row0 >= rows_left) continue;
         CUTE_UNROLL
         for (int k = 0; k < size<2>(staged); ++k) {
             if (column_ok(k)) copy(gmem_store, staged(_, m, k), dst(_, m, k));
