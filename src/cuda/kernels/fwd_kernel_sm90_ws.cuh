@@ -207,9 +207,11 @@ __global__ void __launch_bounds__(Traits::kThreads + 128, 1)
 
     float exp_scale = args.scale_log2;
     float alibi_slope = 0.0f;
+    DropoutKey dropout_key{};
     if constexpr (kExtras) {
         if (args.transform_scores) exp_scale = 1.4426950408889634f;
         if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
+        if (args.dropout) dropout_key = args.dropout_key();
     }
     auto softmax_block = [&](int j, auto masked_tag, auto& correction) __attribute__((always_inline)) {
         constexpr bool kMasked = decltype(masked_tag)::value;
@@ -221,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kThreads + 128, 1)
         if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
         softmax.absorb_scores(scores, exp_scale, correction);
         if constexpr (kExtras) {
-            if (args.dropout) apply_dropout(scores, s_coords, args, b, h, m0, n0);
+            if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, b, h, m0, n0);
         }
     };
     auto scores_to_p = [&]() {
