@@ -12,10 +12,13 @@
 //   - the lse writers (lanes whose first accumulator column is 0) cover every row once;
 //   - the global <-> shared copies cover every (row, column) of a tile exactly once;
 //   - kv_block_range(): against brute force over random shapes and windows, every visited-block
-//     decision and every "no mask needed" decision is right.
+//     decision and every "no mask needed" decision is right;
+//   - tile_of_block(): every grid index maps to a distinct (query block, pair), all are covered,
+//     and within a section the query blocks come heaviest (last) first.
 #include "kernels/fwd_traits.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
+#include "kernels/tile_order.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -167,6 +170,34 @@ void check_packed_block_ranges(std::mt19937& rng) {
     std::printf("packed kv_block_range<%d,%d>   ok so far (%d failures)\n", kBlockM, kBlockN, failures);
 }
 
+void check_tile_order(std::mt19937& rng) {
+    for (int trial = 0; trial < 400; ++trial) {
+        const int num_m_blocks = 1 + int(rng() % 20), pairs = 1 + int(rng() % 40);
+        const int section_heads = trial % 4 == 0 ? 0 : 1 + int(rng() % (pairs + 3)); // may exceed pairs
+        std::set<std::pair<int, int>> seen;
+        int prev_section = -1, prev_m = 0;
+        for (int block = 0; block < num_m_blocks * pairs; ++block) {
+            const flashattn::cuda::TileCoord t =
+                flashattn::cuda::tile_of_block(unsigned(block), num_m_blocks, pairs, section_heads);
+            CHECK(t.m_block >= 0 && t.m_block < num_m_blocks && t.bh >= 0 && t.bh < pairs,
+                  "tile %d of (%d blocks, %d pairs, section %d) out of range: (%d, %d)", block, num_m_blocks, pairs,
+                  section_heads, t.m_block, t.bh);
+            CHECK(seen.insert({t.m_block, t.bh}).second, "tile (%d, %d) visited twice", t.m_block, t.bh);
+            if (section_heads > 0) {
+                const int section = t.bh / section_heads;
+                CHECK(section >= prev_section, "sections out of order at block %d", block);
+                if (section == prev_section)
+                    CHECK(t.m_block <= prev_m, "section %d: query block %d after %d", section, t.m_block, prev_m);
+                prev_section = section;
+                prev_m = t.m_block;
+            }
+        }
+        CHECK(int(seen.size()) == num_m_blocks * pairs, "tiles missed: %d of %d", int(seen.size()),
+              num_m_blocks * pairs);
+    }
+    std::printf("tile_of_block                ok so far (%d failures)\n", failures);
+}
+
 int main() {
     using bf16 = cutlass::bfloat16_t;
     using fp16 = cutlass::half_t;
@@ -197,6 +228,7 @@ int main() {
     check_block_ranges<64, 128>(rng);
     check_block_ranges<128, 32>(rng);
     check_packed_block_ranges<64, 64>(rng);
+    check_tile_order(rng);
     std::printf(failures ? "FAILED: %d checks\n" : "all layout and range checks passed\n", failures);
     return failures ? 1 : 0;
 }
