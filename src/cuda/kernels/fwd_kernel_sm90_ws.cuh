@@ -87,15 +87,13 @@ __global__ void __launch_bounds__(Traits::kThreads + 128, 1)
     const int num_blocks = max(e - range.n_begin, 0);
 
     const bool varlen = args.cu_seqlens_q != nullptr;
-    auto head_rows = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
-        const int64_t offset = (varlen ? row0 * t.row_stride : int64_t(b) * t.batch_stride) + head * t.head_stride;
-        return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset),
-                           make_shape(rows, Int<kHeadDim>{}), make_stride(t.row_stride, _1{}));
+    auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
+        return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
     };
-    Tensor mQ = head_rows(args.q, seq.q_row0, h, seq.q_len);
-    Tensor mK = head_rows(args.k, seq.k_row0, h_kv, seq.k_len);
-    Tensor mV = head_rows(args.v, seq.k_row0, h_kv, seq.k_len);
-    Tensor mO = head_rows(args.out, seq.q_row0, h, seq.q_len);
+    Tensor mQ = rows_of(args.q, seq.q_row0, h, seq.q_len);
+    Tensor mK = rows_of(args.k, seq.k_row0, h_kv, seq.k_len);
+    Tensor mV = rows_of(args.v, seq.k_row0, h_kv, seq.k_len);
+    Tensor mO = rows_of(args.out, seq.q_row0, h, seq.q_len);
 
     // Shared memory: Q, kStages K blocks, kStages V blocks, then the barriers.
     extern __shared__ __align__(1024) char smem[];

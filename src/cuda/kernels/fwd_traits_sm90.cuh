@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include "kernels/gmem_copies.cuh"
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
@@ -70,27 +72,19 @@ struct Sm90FwdTraits {
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
-    // Global <-> shared: 16-byte chunks, one swizzle row (64 or 32 elements) per 8 or 4 threads.
+    // Global <-> shared, 16-byte chunks (gmem_copies.cuh).
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    static constexpr int kChunkElems = 16 / int(sizeof(Element));
-    static constexpr int kThreadsPerRow = kSwizzleCols / kChunkElems;
-    static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
-    static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
-    using GmemThreads = Layout<Shape<Int<kRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
-    using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-                                              GmemThreads{}, Layout<Shape<_1, Int<kChunkElems>>>{}));
-    using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, GmemThreads{},
-                                               Layout<Shape<_1, Int<kChunkElems>>>{}));
+    using GmemCopies = GmemTileCopies<Element, kSwizzleCols, kThreads>;
+    static_assert(kBlockM % GmemCopies::kRowsPerPass == 0 && kBlockN % GmemCopies::kRowsPerPass == 0);
+    using GmemLoad = typename GmemCopies::Load;
+    using GmemStore = typename GmemCopies::Store;
 
     // The warp-specialised schedule (fwd_kernel_sm90_ws.cuh): a producer warpgroup of 128 threads
     // does the loads (its own partition of the tiles), and 4 * kStages + 1 mbarriers follow K/V.
     static constexpr int kProducerThreads = 128;
-    static constexpr int kProducerRowsPerPass = kProducerThreads / kThreadsPerRow;
-    static_assert(kBlockM % kProducerRowsPerPass == 0 && kBlockN % kProducerRowsPerPass == 0);
-    using GmemLoadProducer = decltype(make_tiled_copy(
-        Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-        Layout<Shape<Int<kProducerRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>{},
-        Layout<Shape<_1, Int<kChunkElems>>>{}));
+    using ProducerCopies = GmemTileCopies<Element, kSwizzleCols, kProducerThreads>;
+    static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
+    using GmemLoadProducer = typename ProducerCopies::Load;
     static constexpr int kSmemBytesWs = kSmemBytes + (4 * kStages + 1) * 8;
     // Registers per thread after setmaxnreg (the 64K register file split 128 x producer + 256 x
     // consumer): at d <= 128 the producer keeps 40 (24 spills its addresses), above it the
