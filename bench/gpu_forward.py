@@ -40,9 +40,9 @@ TOKENS, HIDDEN = 16384, 2048
 # with N keys per block ($FLASHATTN_CUDA_SM90_BLOCK_N; the default N needs no variable); "MxNxW"
 # the SM80 kernel's variants ($FLASHATTN_CUDA_FWD_TILE; measured in session 2's first run:
 # bench/results/h200-2026-11-30-s2-sm80-tiles).
-TILES = {64: ["sm90:128", "sm90:64"],
-         128: ["sm90:128", "sm90:64"],
-         256: ["sm90:64", "sm90:32"]}
+TILES = {64: ["128x64x4", "sm90:64"],
+         128: ["128x32x4", "sm90:64"],
+         256: ["64x64x4", "sm90:32"]}
 
 
 def bench_ms(fn):
@@ -125,8 +125,9 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                       f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
                 if tiles:
                     for tile in TILES[hdim]:
-                        if tile.startswith("sm90:"):
+                        if tile.startswith("sm90:"):  # the Hopper kernel forced: short problems default to sm80
                             os.environ["FLASHATTN_CUDA_SM90_BLOCK_N"] = tile[5:]
+                            os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm90"
                         else:
                             os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
                         try:
@@ -140,6 +141,7 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                         print(f"    tile {tile:10s} {t:6.1f}", flush=True)
                     os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
                     os.environ.pop("FLASHATTN_CUDA_SM90_BLOCK_N", None)
+                    os.environ.pop("FLASHATTN_CUDA_FWD_KERNEL", None)
                 del q, k, v, out
                 torch.cuda.empty_cache()
     return rows, tile_rows

@@ -12,6 +12,7 @@
 # h200-forward-tiles.csv and h200-backward-tiles.csv (full), h200-ceilings.json: few files, because the device tool returns at
 # most eight.
 #   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
+#   FLASHATTN_TUNING=1       quick mode plus the tuning variants (built and timed with --tiles)
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
@@ -45,6 +46,9 @@ case $mode in
   full) headdims="32;64;96;128;192;256"; tuning=ON; bench_args=(--tiles) ;;
   *) echo "mode must be quick or full" >&2; exit 2 ;;
 esac
+# FLASHATTN_TUNING=1 with quick: the tile-tuning variants too (built, and timed by both benchmarks'
+# --tiles), on quick's head dims and seqlens: a sweep that fits one device call.
+if [[ ${FLASHATTN_TUNING:-0} == 1 && $mode == quick ]]; then tuning=ON; bench_args+=(--tiles); fi
 
 {
   date -u
@@ -176,7 +180,7 @@ if wants sanitize_bwd && can_sanitize; then sanitize "" "${sanitize_bwd_cases[@]
 if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick ]] && bwd_bench_args=(--quick)
-  [[ $mode == full ]] && bwd_bench_args=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
+  [[ $tuning == ON ]] && bwd_bench_args+=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
     "${bwd_bench_args[@]}" > "$logs/bench_bwd.log" 2>&1
 fi
