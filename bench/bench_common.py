@@ -3,6 +3,26 @@ import os
 import subprocess
 from pathlib import Path
 
+# The FlashAttention-2 paper's grid (forward and backward benchmarks): bf16, batch * seqlen = 16k
+# tokens, hidden 2048 (heads = 2048 / d).
+HDIMS = (64, 128, 256)
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+TOKENS, HIDDEN = 16384, 2048
+
+
+def best_of_rounds(entries, rounds, bench_ms, work):
+    """Times each (column, fn, env) once per round, round-robin, with env's variables set while it
+    runs; returns {column: best work / ms}. No implementation gains from its place in the order."""
+    best = {}
+    for _ in range(rounds):
+        for column, fn, env in entries:
+            os.environ.update(env)
+            rate = work / bench_ms(fn)
+            for name in env:
+                os.environ.pop(name)
+            best[column] = max(best.get(column, 0.0), rate)
+    return best
+
 
 def commit():
     """The commit whose tree is being measured: $FLASHATTN_COMMIT when set (the device machine's copy

@@ -36,11 +36,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from bench_common import commit  # noqa: E402
-
-HDIMS = (64, 128, 256)
-SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
-TOKENS, HIDDEN = 16384, 2048
+from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit  # noqa: E402
 # Tilings of a FLASHATTN_CUDA_TUNING build (src/cuda/CMakeLists.txt, FLASHATTN_CUDA_BWD_TILE_VARIANTS),
 # "MxNxW-S.K.Q-sD": block_m x block_n x warps, M extents (in warps) of the S/dP, dK/dV, dQ warp
 # grids, dQ column slabs. The defaults (src/cuda/kernels/bwd_tile_config.h) are 128x128x8-4.4.4-s1
@@ -94,13 +90,14 @@ def measure(shapes, tiles=False, rounds=1):
                 ours = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
                 ours()
                 ours_grads = [g.clone() for g in grads]
-                # Every round times each implementation once; a column keeps its best round.
-                entries = [("ours", ours), ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True))]
+                # Each implementation keeps its best round (bench_common.best_of_rounds).
+                entries = [("ours", ours, {}),
+                           ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), {})]
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         f = sdpa_backward_fn(q, k, v, dout, causal, backend)
                         ref = f()
-                        entries.append((name, f))
+                        entries.append((name, f, {}))
                         if name == "torch_fa2":  # sanity: the same gradients as the reference backend
                             row["max_abs_diff_vs_fa2"] = max(
                                 (o.float() - r.transpose(1, 2).float()).abs().max().item()
@@ -109,9 +106,8 @@ def measure(shapes, tiles=False, rounds=1):
                     except RuntimeError as e:
                         row[f"{name}_tflops"] = float("nan")
                         print(f"  {name} failed: {str(e)[:100]}", flush=True)
-                for _ in range(rounds):
-                    for column, f in entries:
-                        row[f"{column}_tflops"] = max(row.get(f"{column}_tflops", 0.0), flops / bench_ms(f) / 1e9)
+                for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
+                    row[f"{column}_tflops"] = tflops
                 del entries
                 rows.append(row)
                 print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f} "

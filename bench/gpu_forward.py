@@ -31,11 +31,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from bench_common import commit  # noqa: E402
-
-HDIMS = (64, 128, 256)
-SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
-TOKENS, HIDDEN = 16384, 2048
+from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit  # noqa: E402
 # Tilings of a FLASHATTN_CUDA_TUNING build (head dim -> variants). "sm90:N" is the Hopper kernel
 # with N keys per block ($FLASHATTN_CUDA_SM90_BLOCK_N; the default N needs no variable); "MxNxW"
 # the SM80 kernel's variants ($FLASHATTN_CUDA_FWD_TILE; measured in session 2's first run:
@@ -95,8 +91,7 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                 fn = ours_fn(q, k, v, out, causal)
                 # (column, function, environment while it runs): the library's own choice, both of
                 # our kernels forced (the library picks one per problem on Hopper), the --variant
-                # knobs, torch's two backends. Every round times each once; a column keeps its best
-                # round, so no implementation gains from going first or last.
+                # knobs, torch's two backends; each keeps its best round.
                 entries = [("ours", fn, {}),
                            ("ours_sm80", fn, {"FLASHATTN_CUDA_FWD_KERNEL": "sm80"}),
                            ("ours_sm90", fn, {"FLASHATTN_CUDA_FWD_KERNEL": "sm90"})]
@@ -112,13 +107,8 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                     except RuntimeError as e:
                         row[f"{name}_tflops"] = float("nan")
                         print(f"  {name} failed: {str(e)[:100]}", flush=True)
-                for _ in range(rounds):
-                    for column, f, env in entries:
-                        os.environ.update(env)
-                        tflops = flops / bench_ms(f) / 1e9
-                        for name in env:
-                            os.environ.pop(name)
-                        row[f"{column}_tflops"] = max(row.get(f"{column}_tflops", 0.0), tflops)
+                for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
+                    row[f"{column}_tflops"] = tflops
                 rows.append(row)
                 print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f}  "
                       f"fa2 {row['torch_fa2_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "

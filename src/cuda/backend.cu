@@ -96,6 +96,25 @@ void run_forward_kernel(int tile_dim, bool sm90, const FwdArgs& args, cudaStream
 
 int64_t round_up8(int64_t x) { return (x + 7) / 8 * 8; }
 
+struct ComputeCapability {
+    int major, minor;
+};
+
+// The device's compute capability, after refusing a device or problem the kernels cannot run (the
+// forward and the backward check the same things).
+ComputeCapability require_supported(int device, const fa_fwd_params& p) {
+    ComputeCapability cc{0, 0};
+    check_cuda(cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
+    check_cuda(cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device), "querying the device");
+    if (cc.major < 8)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA backend needs compute capability 8.0 or newer; device ", device, " is ",
+             cc.major, ".", cc.minor);
+    // Row indices inside the kernels are 32-bit (offsets are 64-bit); keep a block's worth of headroom.
+    if (p.seqlen_q > INT_MAX - 256 || p.seqlen_k > INT_MAX - 256)
+        fail(FA_ERROR_UNSUPPORTED, "seqlen_q/seqlen_k above 2^31-257 are not supported by the CUDA backend");
+    return cc;
+}
+
 // The kernel-side view of a validated Problem (shared by the forward and the backward).
 FwdArgs fwd_args_from(const Problem& problem) {
     const fa_fwd_params& p = problem.p;
@@ -178,15 +197,7 @@ void forward(const Problem& problem) {
     require_on_device(p.attn_probs, device, "attn_probs");
 
     DeviceGuard guard(device);
-    int major = 0, minor = 0;
-    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
-    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "querying the device");
-    if (major < 8)
-        fail(FA_ERROR_UNSUPPORTED, "the CUDA backend needs compute capability 8.0 or newer; device ", device, " is ",
-             major, ".", minor);
-    // Row indices inside the kernel are 32-bit (offsets are 64-bit); keep a block's worth of headroom.
-    if (p.seqlen_q > INT_MAX - 256 || p.seqlen_k > INT_MAX - 256)
-        fail(FA_ERROR_UNSUPPORTED, "seqlen_q/seqlen_k above 2^31-257 are not supported by the CUDA backend");
+    const auto [major, minor] = require_supported(device, p);
 
     const auto stream = static_cast<cudaStream_t>(p.stream);
     const bool varlen = problem.varlen;
@@ -385,14 +396,7 @@ void backward(const BwdProblem& problem) {
         require_on_device(ptr, device, name);
 
     DeviceGuard guard(device);
-    int major = 0, minor = 0;
-    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
-    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "querying the device");
-    if (major < 8)
-        fail(FA_ERROR_UNSUPPORTED, "the CUDA backend needs compute capability 8.0 or newer; device ", device, " is ",
-             major, ".", minor);
-    if (p.seqlen_q > INT_MAX - 256 || p.seqlen_k > INT_MAX - 256)
-        fail(FA_ERROR_UNSUPPORTED, "seqlen_q/seqlen_k above 2^31-257 are not supported by the CUDA backend");
+    require_supported(device, p);
     const auto stream = static_cast<cudaStream_t>(p.stream);
     const bool varlen = pr.varlen;
 

@@ -103,13 +103,11 @@ double wave_efficiency(int64_t items, int s, int64_t slots) {
 int fa2_splits(int64_t items, int64_t n_blocks, int64_t slots) {
     if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
     const int max_splits = int(std::min<int64_t>({128, n_blocks, slots}));
-    auto eligible = [&](int s) { return even_shares(n_blocks, s); };
-    auto efficiency = [&](int s) { return wave_efficiency(items, s, slots); };
     double best = 0.0;
     for (int s = 1; s <= max_splits; ++s)
-        if (eligible(s)) best = std::max(best, efficiency(s));
+        if (even_shares(n_blocks, s)) best = std::max(best, wave_efficiency(items, s, slots));
     for (int s = 1; s <= max_splits; ++s)
-        if (eligible(s) && efficiency(s) >= 0.85 * best) return s;
+        if (even_shares(n_blocks, s) && wave_efficiency(items, s, slots) >= 0.85 * best) return s;
     return 1;
 }
 

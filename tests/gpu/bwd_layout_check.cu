@@ -19,6 +19,8 @@
 #include "kernels/bwd_traits.cuh"
 #include "kernels/tile_ops.cuh"
 
+#include "host_check.h"
+
 #include <cstdio>
 #include <map>
 #include <random>
@@ -28,17 +30,6 @@ using namespace cute;
 using namespace flashattn;
 using namespace flashattn::cuda::kernels;
 
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            if (failures++ < 20) {                               \
-                std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-                std::printf(__VA_ARGS__);                        \
-                std::printf("\n");                               \
-            }                                                    \
-        }                                                        \
-    } while (0)
 
 template <typename Mma, int kRows, int kCols>
 void check_grid(const char* name, int threads) {

@@ -20,6 +20,8 @@
 #include "kernels/tile_ops.cuh"
 #include "kernels/tile_order.cuh"
 
+#include "host_check.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -31,17 +33,6 @@ using namespace cute;
 using namespace flashattn;
 using namespace flashattn::cuda::kernels;
 
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            if (failures++ < 20) {                               \
-                std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-                std::printf(__VA_ARGS__);                        \
-                std::printf("\n");                               \
-            }                                                    \
-        }                                                        \
-    } while (0)
 
 template <typename Traits>
 void check_traits(const char* name) {

@@ -76,23 +76,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     const bool varlen = fa.cu_seqlens_q != nullptr;
 
     // Global tensors of this (sequence, head), 64-bit offsets; columns >= fa.head_dim never touched.
-    auto head_rows = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
-        const int64_t offset = (varlen ? row0 * t.row_stride : int64_t(b) * t.batch_stride) + head * t.head_stride;
-        return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset),
-                           make_shape(rows, Int<kHeadDim>{}), make_stride(t.row_stride, _1{}));
+    // (Dense sequences start at row 0 of their batch entry: sequence_bounds.)
+    auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
+        return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
     };
-    Tensor gQ = local_tile(head_rows(fa.q, seq.q_row0, h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+    Tensor gQ = local_tile(rows_of(fa.q, seq.q_row0, h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
                            make_coord(_, 0)); // (M, D, m_blocks)
-    Tensor gdO = local_tile(head_rows(args.dout, seq.q_row0, h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+    Tensor gdO = local_tile(rows_of(args.dout, seq.q_row0, h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
                             make_coord(_, 0));
-    Tensor gK = local_tile(head_rows(fa.k, seq.k_row0, h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+    Tensor gK = local_tile(rows_of(fa.k, seq.k_row0, h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                            make_coord(_, 0)); // (N, D, n_blocks)
-    Tensor gV = local_tile(head_rows(fa.v, seq.k_row0, h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+    Tensor gV = local_tile(rows_of(fa.v, seq.k_row0, h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                            make_coord(_, 0));
     // Written only when dk_accum is null, which the host allows only without GQA (h_kv == h).
-    Tensor gdK = local_tile(head_rows(args.dk, seq.k_row0, h_kv, k_stored), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+    Tensor gdK = local_tile(rows_of(args.dk, seq.k_row0, h_kv, k_stored), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                             make_coord(_, 0));
-    Tensor gdV = local_tile(head_rows(args.dv, seq.k_row0, h_kv, k_stored), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+    Tensor gdV = local_tile(rows_of(args.dv, seq.k_row0, h_kv, k_stored), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                             make_coord(_, 0));
 
     // fp32 scratch rows of this (sequence, head): row r of the dQ / dK / dV tile at + r * kHeadDim.

@@ -59,15 +59,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
 
     const bool varlen = args.cu_seqlens_q != nullptr;
-    auto head_rows = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
-        const int64_t offset = (varlen ? row0 * t.row_stride : int64_t(b) * t.batch_stride) + head * t.head_stride;
-        return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset),
-                           make_shape(rows, Int<kHeadDim>{}), make_stride(t.row_stride, _1{}));
+    // (Dense sequences start at row 0 of their batch entry: sequence_bounds.)
+    auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
+        return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
     };
-    Tensor mQ = head_rows(args.q, seq.q_row0, h, seq.q_len);
-    Tensor mK = head_rows(args.k, seq.k_row0, h_kv, seq.k_len);
-    Tensor mV = head_rows(args.v, seq.k_row0, h_kv, seq.k_len);
-    Tensor mO = head_rows(args.out, seq.q_row0, h, seq.q_len);
+    Tensor mQ = rows_of(args.q, seq.q_row0, h, seq.q_len);
+    Tensor mK = rows_of(args.k, seq.k_row0, h_kv, seq.k_len);
+    Tensor mV = rows_of(args.v, seq.k_row0, h_kv, seq.k_len);
+    Tensor mO = rows_of(args.out, seq.q_row0, h, seq.q_len);
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
     Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)

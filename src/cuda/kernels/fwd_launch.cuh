@@ -3,7 +3,6 @@
 #pragma once
 
 #include "fwd_launch.h"
-#include "grid_launch.h"
 #include "kernels/tile_order.cuh"
 #include "kernels/fwd_kernel.cuh"
 
@@ -13,12 +12,8 @@ namespace flashattn::cuda {
 
 template <typename Traits, bool kWithExtras>
 void launch_fwd(FwdArgs args, cudaStream_t stream) {
-    args.num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-    const int64_t ctas = int64_t(args.num_m_blocks) * args.batch * args.num_heads;
-    args.section_heads = forward_section_heads(args, Traits::kBlockM, int(sizeof(typename Traits::Element)));
-    if (!grid_has_work(ctas, "forward", "query blocks of ", Traits::kBlockM, " rows x batch ", args.batch,
-                       " x heads ", args.num_heads))
-        return;
+    const int64_t ctas = plan_forward_grid<Traits>(args);
+    if (ctas == 0) return;
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "forward");
     };

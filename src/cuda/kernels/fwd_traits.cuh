@@ -4,6 +4,8 @@
 // body only says what happens, never how many threads touch which bytes.
 #pragma once
 
+#include "kernels/gmem_copies.cuh"
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
@@ -77,17 +79,11 @@ struct FwdTraits {
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
-    // Global <-> shared: 16-byte chunks, kSwizzleCols/8 threads per row, rows spread over the CTA.
-    static constexpr int kChunkElems = 16 / int(sizeof(Element));
-    static constexpr int kThreadsPerRow = kSwizzleCols / kChunkElems;
-    static_assert(kThreads % kThreadsPerRow == 0);
-    static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
-    static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
-    using GmemThreads = Layout<Shape<Int<kRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
-    using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-                                              GmemThreads{}, Layout<Shape<_1, Int<kChunkElems>>>{}));
-    using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, GmemThreads{},
-                                               Layout<Shape<_1, Int<kChunkElems>>>{}));
+    // Global <-> shared, 16-byte chunks (gmem_copies.cuh).
+    using GmemCopies = GmemTileCopies<Element, kSwizzleCols, kThreads>;
+    static_assert(kBlockM % GmemCopies::kRowsPerPass == 0 && kBlockN % GmemCopies::kRowsPerPass == 0);
+    using GmemLoad = typename GmemCopies::Load;
+    using GmemStore = typename GmemCopies::Store;
 };
 
 // The inference variant (paged K/V, KV cache, split-KV, packed GQA heads) serves decoding, where a

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include "kernels/gmem_copies.cuh"
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
@@ -70,17 +72,12 @@ struct Sm90FwdTraits {
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
-    // Global <-> shared: 16-byte chunks, one swizzle row (64 or 32 elements) per 8 or 4 threads.
+    // Global <-> shared, 16-byte chunks (gmem_copies.cuh).
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    static constexpr int kChunkElems = 16 / int(sizeof(Element));
-    static constexpr int kThreadsPerRow = kSwizzleCols / kChunkElems;
-    static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
-    static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
-    using GmemThreads = Layout<Shape<Int<kRowsPerPass>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
-    using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-                                              GmemThreads{}, Layout<Shape<_1, Int<kChunkElems>>>{}));
-    using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<cute::uint128_t>, Element>{}, GmemThreads{},
-                                               Layout<Shape<_1, Int<kChunkElems>>>{}));
+    using GmemCopies = GmemTileCopies<Element, kSwizzleCols, kThreads>;
+    static_assert(kBlockM % GmemCopies::kRowsPerPass == 0 && kBlockN % GmemCopies::kRowsPerPass == 0);
+    using GmemLoad = typename GmemCopies::Load;
+    using GmemStore = typename GmemCopies::Store;
 };
 
 template <int kHeadDim, typename Element>

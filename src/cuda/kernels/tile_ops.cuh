@@ -2,6 +2,8 @@
 // accumulator views and the fp32 -> 16-bit conversion.
 #pragma once
 
+#include <flashattn/flashattn.h>
+
 #include <cute/tensor.hpp>
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
@@ -9,6 +11,27 @@
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
+
+// Rows [row0, row0 + rows) of one head of t, as a (rows, kHeadDim) global tensor with 64-bit
+// offsets: t is (batch, rows, heads, d) with batch entry `batch`, or varlen (total rows, heads, d)
+// with row0 counted from its first row. Consecutive rows lie row_stride apart: t's row stride, or
+// its head stride where a tile's rows are the heads of a group (packed GQA).
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ auto head_rows(const fa_tensor& t, bool varlen, int64_t batch, int64_t row0, int head,
+                                          int rows, int64_t row_stride) {
+    const int64_t offset = (varlen ? 0 : batch * t.batch_stride) + row0 * row_stride + head * t.head_stride;
+    return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset), make_shape(rows, Int<kHeadDim>{}),
+                       make_stride(row_stride, _1{}));
+}
+// The same where a dense sequence starts at row 0 of its batch entry (no KV cache, no packed heads):
+// one offset product fewer.
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ auto head_rows(const fa_tensor& t, bool varlen, int64_t batch, int64_t row0, int head,
+                                          int rows) {
+    const int64_t offset = (varlen ? row0 * t.row_stride : batch * t.batch_stride) + head * t.head_stride;
+    return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset), make_shape(rows, Int<kHeadDim>{}),
+                       make_stride(t.row_stride, _1{}));
+}
 
 // An m16n8 accumulator fragment ((2 columns, 2 rows), MMA_M, MMA_N) seen as (rows, columns), so
 // that row-wise softmax code can index it as a matrix.

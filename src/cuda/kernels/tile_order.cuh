@@ -11,6 +11,7 @@
 #pragma once
 
 #include "fwd_args.h"
+#include "grid_launch.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -49,6 +50,20 @@ inline int32_t forward_section_heads(const FwdArgs& args, int block_m, int eleme
     const double kv_bytes = 2.0 * args.seqlen_k * args.head_dim * element_bytes / args.heads_per_kv_head;
     const double heads = kSectionBytes / (kv_bytes > 1.0 ? kv_bytes : 1.0);
     return int32_t(heads < 1.0 ? 1 : heads > pairs ? pairs : heads);
+}
+
+// The grid of a plain forward launch with Traits' tiles (both forward kernels): sets the query
+// blocks per (sequence, head) and the tile order in args; returns the CTA count, 0 when there is
+// nothing to launch.
+template <typename Traits>
+int64_t plan_forward_grid(FwdArgs& args) {
+    args.num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+    args.section_heads = forward_section_heads(args, Traits::kBlockM, int(sizeof(typename Traits::Element)));
+    const int64_t ctas = int64_t(args.num_m_blocks) * args.batch * args.num_heads;
+    return grid_has_work(ctas, "forward", "query blocks of ", Traits::kBlockM, " rows x batch ", args.batch,
+                         " x heads ", args.num_heads)
+               ? ctas
+               : 0;
 }
 
 } // namespace flashattn::cuda
