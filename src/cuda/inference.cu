@@ -7,9 +7,11 @@
 // logsumexp into out and softmax_lse. num_splits = 0 asks for the heuristic below.
 //
 // FLASHATTN_CUDA_DECODE (read per call, so that one process can time the variants) picks the
-// kernel's K/V load schedule and the split rule: unset: the ring of K/V stages and
-// FlashAttention-2's split rule; "baseline": single K/V buffers (as before the ring);
-// "wave_splits": the ring with a rule that aims at two waves of CTAs (measured slower at batch 1,
+// kernel's tile and K/V load schedule (InferenceSchedule) and the split rule: unset: the narrow
+// 16-row tile where a tile holds at most 16 rows (decode), else the 64-row tile, both with rings of
+// K/V stages, and FlashAttention-2's split rule; "wide": the 64-row tile everywhere (the schedule
+// of session 3's measurements); "baseline": the 64-row tile with single K/V buffers (as before the
+// ring); "wave_splits": a rule that aims at two waves of CTAs (measured slower at batch 1,
 // 0.58-0.84x: docs/perf-log.md, session 3).
 #include "inference.h"
 
@@ -32,48 +34,55 @@ namespace {
 
 // The variant of one call (FLASHATTN_CUDA_DECODE, above): a getenv, no allocation.
 struct DecodeVariant {
-    InferenceLoads loads = InferenceLoads::pipelined;
+    InferenceSchedule schedule = InferenceSchedule::pipelined;
     bool fa2_splits = true;
 };
 
-DecodeVariant decode_variant() {
+// tile_rows: rows one tile must hold (the packed GQA heads, else seqlen_q).
+DecodeVariant decode_variant(int64_t tile_rows) {
     DecodeVariant v;
+    if (tile_rows <= 16) v.schedule = InferenceSchedule::narrow;
     if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE")) {
-        if (std::strcmp(choice, "baseline") == 0) v.loads = InferenceLoads::single_buffer;
+        if (std::strcmp(choice, "wide") == 0) v.schedule = InferenceSchedule::pipelined;
+        if (std::strcmp(choice, "baseline") == 0) v.schedule = InferenceSchedule::single_buffer;
         if (std::strcmp(choice, "wave_splits") == 0) v.fa2_splits = false;
     }
     return v;
 }
 
-template <InferenceLoads kLoads>
+template <InferenceSchedule kSchedule>
 InferenceTiling tiling_of(int tile_dim, fa_dtype dtype) {
     return with_tile_dim(tile_dim, "inference", [&](auto d) {
-        return dtype == FA_FLOAT16 ? inference_tiling<decltype(d)::value, FA_FLOAT16, kLoads>()
-                                   : inference_tiling<decltype(d)::value, FA_BFLOAT16, kLoads>();
+        return dtype == FA_FLOAT16 ? inference_tiling<decltype(d)::value, FA_FLOAT16, kSchedule>()
+                                   : inference_tiling<decltype(d)::value, FA_BFLOAT16, kSchedule>();
     });
 }
 
-InferenceTiling tiling_of(InferenceLoads loads, int tile_dim, fa_dtype dtype) {
-    return loads == InferenceLoads::pipelined ? tiling_of<InferenceLoads::pipelined>(tile_dim, dtype)
-                                              : tiling_of<InferenceLoads::single_buffer>(tile_dim, dtype);
+InferenceTiling tiling_of(InferenceSchedule schedule, int tile_dim, fa_dtype dtype) {
+    switch (schedule) {
+        case InferenceSchedule::narrow: return tiling_of<InferenceSchedule::narrow>(tile_dim, dtype);
+        case InferenceSchedule::single_buffer: return tiling_of<InferenceSchedule::single_buffer>(tile_dim, dtype);
+        default: return tiling_of<InferenceSchedule::pipelined>(tile_dim, dtype);
+    }
 }
 
-template <InferenceLoads kLoads>
+template <InferenceSchedule kSchedule>
 void launch(int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
     with_tile_dim(tile_dim, "inference", [&](auto d) {
         if (dtype == FA_FLOAT16) {
-            run_fwd_inference<decltype(d)::value, FA_FLOAT16, kLoads>(args, stream);
+            run_fwd_inference<decltype(d)::value, FA_FLOAT16, kSchedule>(args, stream);
         } else {
-            run_fwd_inference<decltype(d)::value, FA_BFLOAT16, kLoads>(args, stream);
+            run_fwd_inference<decltype(d)::value, FA_BFLOAT16, kSchedule>(args, stream);
         }
     });
 }
 
-void launch(InferenceLoads loads, int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
-    if (loads == InferenceLoads::pipelined) {
-        launch<InferenceLoads::pipelined>(tile_dim, dtype, args, stream);
-    } else {
-        launch<InferenceLoads::single_buffer>(tile_dim, dtype, args, stream);
+void launch(InferenceSchedule schedule, int tile_dim, fa_dtype dtype, const FwdArgs& args, cudaStream_t stream) {
+    switch (schedule) {
+        case InferenceSchedule::narrow: return launch<InferenceSchedule::narrow>(tile_dim, dtype, args, stream);
+        case InferenceSchedule::single_buffer:
+            return launch<InferenceSchedule::single_buffer>(tile_dim, dtype, args, stream);
+        default: return launch<InferenceSchedule::pipelined>(tile_dim, dtype, args, stream);
     }
 }
 
@@ -141,8 +150,8 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     // rare combinations run unpacked.
     args.pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
                     !problem.has_dropout();
-    const DecodeVariant variant = decode_variant();
-    const InferenceTiling tiling = tiling_of(variant.loads, tile_dim, p.dtype);
+    const DecodeVariant variant = decode_variant(args.pack_gqa ? problem.group : p.seqlen_q);
+    const InferenceTiling tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
 
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
     int splits = 1;
@@ -191,7 +200,7 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     args.out_accum = static_cast<float*>(out_accum.get());
     args.lse_accum = static_cast<float*>(lse_accum.get());
 
-    launch(variant.loads, tile_dim, p.dtype, args, stream);
+    launch(variant.schedule, tile_dim, p.dtype, args, stream);
 
     if (splits > 1) {
         const int64_t d = args.head_dim, heads = p.num_heads, sq = p.seqlen_q;

@@ -9,22 +9,26 @@
 
 namespace flashattn::cuda {
 
-// How K/V blocks reach shared memory (kernels/fwd_traits.cuh, kKvStages): a ring of stages with
-// several blocks in flight (the default), or the earlier single K and V buffers, kept so that one
-// build can time both (FLASHATTN_CUDA_DECODE=baseline, inference.cu).
-enum class InferenceLoads { pipelined, single_buffer };
+// The inference variant's tile and K/V load schedule (kernels/fwd_traits.cuh):
+//   pipelined      64 query rows, 4 warps, a ring of K/V stages (several blocks in flight);
+//   narrow         16 query rows, 1 warp, a ring: decode tiles (packed GQA heads or a few query rows)
+//                  fill at most 16 rows, and the 64-row tile spent 3/4 of its MMAs and softmax on
+//                  empty rows while the kernel should be bound by reading K and V;
+//   single_buffer  the 64-row tile with single K and V buffers, the schedule before the ring, kept
+//                  so that one build can time them all (FLASHATTN_CUDA_DECODE, inference.cu).
+enum class InferenceSchedule { pipelined, narrow, single_buffer };
 
 // The variant's tile and how many of its CTAs one SM holds at once (for the split-KV heuristic).
 struct InferenceTiling {
     int block_m, block_n, ctas_per_sm;
 };
 
-template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
+template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 InferenceTiling inference_tiling();
 
 // Launches it. args.num_splits (>= 1), args.pack_gqa and, with splits, the fp32 accumulators are
 // already set; num_m_blocks is set here.
-template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
+template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 void run_fwd_inference(FwdArgs args, cudaStream_t stream);
 
 } // namespace flashattn::cuda

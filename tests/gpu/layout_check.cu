@@ -212,6 +212,12 @@ int main() {
     check_traits<InferenceFwdTraits<128, bf16>>("d128 inference");
     check_traits<InferenceFwdTraits<192, bf16>>("d192 inference");
     check_traits<InferenceFwdTraits<256, bf16>>("d256 inference");
+    check_traits<InferenceFwdTraits<32, bf16, 1>>("d32 narrow inference");
+    check_traits<InferenceFwdTraits<64, bf16, 1>>("d64 narrow inference");
+    check_traits<InferenceFwdTraits<96, fp16, 1>>("d96 narrow inference fp16");
+    check_traits<InferenceFwdTraits<128, bf16, 1>>("d128 narrow inference");
+    check_traits<InferenceFwdTraits<192, bf16, 1>>("d192 narrow inference");
+    check_traits<InferenceFwdTraits<256, bf16, 1>>("d256 narrow inference");
     std::mt19937 rng(1234);
     check_block_ranges<128, 64>(rng);
     check_block_ranges<128, 128>(rng);

@@ -12,10 +12,10 @@
 namespace flashattn::cuda {
 
 namespace detail {
-template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
+template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 using InferenceTraits =
     kernels::InferenceFwdTraits<kHeadDim, std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>,
-                                kLoads == InferenceLoads::pipelined>;
+                                int(kSchedule)>;
 
 template <typename Traits>
 auto prepared_inference_kernel() {
@@ -26,9 +26,9 @@ auto prepared_inference_kernel() {
 }
 } // namespace detail
 
-template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
+template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 InferenceTiling inference_tiling() {
-    using Traits = detail::InferenceTraits<kHeadDim, kDtype, kLoads>;
+    using Traits = detail::InferenceTraits<kHeadDim, kDtype, kSchedule>;
     // Asked once: every call of a decode loop plans with it.
     static const int ctas_per_sm = [] {
         int ctas = 1;
@@ -40,10 +40,10 @@ InferenceTiling inference_tiling() {
     return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm};
 }
 
-template <int kHeadDim, fa_dtype kDtype, InferenceLoads kLoads>
+template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
-    using Traits = detail::InferenceTraits<kHeadDim, kDtype, kLoads>;
+    using Traits = detail::InferenceTraits<kHeadDim, kDtype, kSchedule>;
     const int tile_rows = args.pack_gqa ? args.heads_per_kv_head : args.seqlen_q;
     const int grid_heads = args.pack_gqa ? args.num_heads / args.heads_per_kv_head : args.num_heads;
     args.num_m_blocks = (tile_rows + Traits::kBlockM - 1) / Traits::kBlockM;

@@ -99,12 +99,25 @@ struct InferenceTileConfig {
     static constexpr int kKvStages = kHeadDim <= 128 ? 3 : 2;
 };
 
-// kPipelined = false: the earlier single-buffer loads (kKvStages = 1), kept so that one build can
-// compare the two (FLASHATTN_CUDA_DECODE=baseline, inference.cu).
-template <int kHeadDim, typename Element, bool kPipelined = true>
-using InferenceFwdTraits = FwdTraits<kHeadDim, InferenceTileConfig<kHeadDim>::kBlockM,
-                                     InferenceTileConfig<kHeadDim>::kBlockN, InferenceTileConfig<kHeadDim>::kWarps,
-                                     Element, kPipelined ? InferenceTileConfig<kHeadDim>::kKvStages : 1>;
+// The narrow decode tile: one warp, 16 query rows (one MMA row tile), K/V blocks of 64 keys (32
+// above d128) in two stages: 68-72 KB of shared memory, three CTAs per SM.
+template <int kHeadDim>
+struct NarrowInferenceTileConfig {
+    static constexpr int kBlockM = 16, kWarps = 1;
+    static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
+    static constexpr int kKvStages = 2;
+};
+
+// kSchedule (inference_launch.h's InferenceSchedule as an int: 0 pipelined, 1 narrow, 2 single
+// buffer, the schedule before the ring, kept so that one build can compare them).
+template <int kHeadDim, typename Element, int kSchedule = 0>
+using InferenceFwdTraits = std::conditional_t<
+    kSchedule == 1,
+    FwdTraits<kHeadDim, NarrowInferenceTileConfig<kHeadDim>::kBlockM, NarrowInferenceTileConfig<kHeadDim>::kBlockN,
+              NarrowInferenceTileConfig<kHeadDim>::kWarps, Element, NarrowInferenceTileConfig<kHeadDim>::kKvStages>,
+    FwdTraits<kHeadDim, InferenceTileConfig<kHeadDim>::kBlockM, InferenceTileConfig<kHeadDim>::kBlockN,
+              InferenceTileConfig<kHeadDim>::kWarps, Element,
+              kSchedule == 0 ? InferenceTileConfig<kHeadDim>::kKvStages : 1>>;
 
 template <int kHeadDim, typename Element>
 using DefaultFwdTraits = FwdTraits<kHeadDim, FwdTileConfig<kHeadDim>::kBlockM, FwdTileConfig<kHeadDim>::kBlockN,
