@@ -11,7 +11,7 @@ num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a
 
 Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape times ours
 twice, as built (the narrow 16-row tile for decode) and with the 64-row tile of session 3
-(FLASHATTN_CUDA_DECODE=wide, column ours_wide_tbps); --variants adds "baseline" (single K/V
+(FLASHATTN_CUDA_DECODE=narrow, the 16-row one-warp tile, column ours_narrow_tbps); --variants adds "baseline" (single K/V
 buffers) and "wave_splits" (the two-wave split rule) to the printed table.
 
 Timing: triton's do_bench (CUDA events around each call, median, L2 flushed in between), and each
@@ -19,7 +19,7 @@ timed function rotates over several copies of the cache (as many as make 256 MB 
 neither the L2 nor a warm TLB is measured. The copy bandwidth (y.copy_(x), 2 GB) is the ceiling.
 
 Writes DIR/h200-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
-torch_fa2_tbps, cudnn_tbps, ours_wide_tbps; the torch columns are their contiguous-cache figures
+torch_fa2_tbps, cudnn_tbps, ours_narrow_tbps; the torch columns are their contiguous-cache figures
 on both rows of a shape) and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
 """
 import argparse
@@ -187,7 +187,7 @@ def main():
     ap.add_argument("--variants", action="store_true",
                     help="also time FLASHATTN_CUDA_DECODE=baseline and =wave_splits")
     args = ap.parse_args()
-    variants = [None, "wide"] + (["baseline", "wave_splits"] if args.variants else [])
+    variants = [None, "narrow"] + (["baseline", "wave_splits"] if args.variants else [])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -206,12 +206,12 @@ def main():
             rows.append(row)
             print(f"L={cache_len:6d} b={batch:3d} ({row['copies']} copies): ours {row['ours_tbps']:5.2f} "
                   f"paged {row['ours_paged_tbps']:5.2f} fa2 {row['torch_fa2_tbps']:5.2f} "
-                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g}); wide "
-                  f"{row['variants']['wide']:5.2f} paged {row['paged_variants']['wide']:5.2f}", flush=True)
+                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g}); narrow "
+                  f"{row['variants']['narrow']:5.2f} paged {row['paged_variants']['narrow']:5.2f}", flush=True)
 
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
-              "cudnn_tbps", "ours_wide_tbps"]
+              "cudnn_tbps", "ours_narrow_tbps"]
     with open(out / "h200-decode.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -221,7 +221,7 @@ def main():
                             "batch": r["batch"], "paged": paged, "page_size": PAGE if paged else 0,
                             "ours_tbps": round(r["ours_paged_tbps" if paged else "ours_tbps"], 3),
                             "torch_fa2_tbps": round(r["torch_fa2_tbps"], 3), "cudnn_tbps": round(r["cudnn_tbps"], 3),
-                            "ours_wide_tbps": round(r["paged_variants" if paged else "variants"]["wide"], 3)})
+                            "ours_narrow_tbps": round(r["paged_variants" if paged else "variants"]["narrow"], 3)})
     try:
         plot(rows, copy, out / "h200-decode.png")
     except Exception as e:  # the numbers matter more than the chart
@@ -240,12 +240,12 @@ def main():
     print(f"\nours as built vs FLASHATTN_CUDA_DECODE variants, TB/s (contiguous | paged 16)")
     names = [v for v in variants if v]
     print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | "
-          f"{'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | built/wide contig paged")
+          f"{'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | built/narrow contig paged")
     for r in rows:
         cv, pv = r["variants"], r["paged_variants"]
         print(f"{r['cache_len']:6d} {r['batch']:5d} | {cv[None]:5.2f} " + " ".join(f"{cv[n]:13.2f}" for n in names)
               + f" | {pv[None]:5.2f} " + " ".join(f"{pv[n]:13.2f}" for n in names)
-              + f" | {cv[None] / cv['wide']:5.2f} {pv[None] / pv['wide']:5.2f}")
+              + f" | {cv[None] / cv['narrow']:5.2f} {pv[None] / pv['narrow']:5.2f}")
 
 
 if __name__ == "__main__":

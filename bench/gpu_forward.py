@@ -12,7 +12,8 @@ Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nhe
 torch_fa2_tflops, cudnn_tflops), DIR/h200-forward.png (grouped bars per seqlen, one panel per
 (hdim, causal)) and, with --tiles, DIR/h200-forward-tiles.csv (each tiling of a tuning build).
 Also measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
-Columns ours_sm80_tflops / ours_sm90_tflops time each of our two kernels on the same shapes.
+Column ours_sm80_tflops times the portable mma.sync kernel on the same shapes (on Hopper the library
+runs the wgmma kernel, column ours_tflops).
 `--replot CSV` only redraws the chart from a results file.
 """
 import argparse
@@ -89,12 +90,11 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                 row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
                 os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
                 fn = ours_fn(q, k, v, out, causal)
-                # (column, function, environment while it runs): the library's own choice, both of
-                # our kernels forced (the library picks one per problem on Hopper), the --variant
-                # knobs, torch's two backends; each keeps its best round.
+                # (column, function, environment while it runs): the library's own choice (the
+                # Hopper kernel on sm_90), the portable mma.sync kernel forced, the --variant knobs,
+                # torch's two backends; each keeps its best round.
                 entries = [("ours", fn, {}),
-                           ("ours_sm80", fn, {"FLASHATTN_CUDA_FWD_KERNEL": "sm80"}),
-                           ("ours_sm90", fn, {"FLASHATTN_CUDA_FWD_KERNEL": "sm90"})]
+                           ("ours_sm80", fn, {"FLASHATTN_CUDA_FWD_KERNEL": "sm80"})]
                 entries += [(f"ours_{label}", fn, assignments) for label, assignments in variants]
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
@@ -115,11 +115,11 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                       f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
                 if tiles:
                     for tile in TILES[hdim]:
-                        if tile.startswith("sm90:"):  # the Hopper kernel forced: short problems default to sm80
+                        if tile.startswith("sm90:"):  # the Hopper kernel's other block width
                             os.environ["FLASHATTN_CUDA_SM90_BLOCK_N"] = tile[5:]
-                            os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm90"
-                        else:
+                        else:  # an mma.sync tiling
                             os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
+                            os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm80"
                         try:
                             fn = ours_fn(q, k, v, out, causal)
                             t = flops / bench_ms(fn) / 1e9
@@ -144,12 +144,10 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
     panels = [(h, c) for h in HDIMS for c in (False, True)]
     fig, axes = plt.subplots(3, 2, figsize=(14, 12), sharey=True)
-    series = [("ours_sm90_tflops", "flashattn, wgmma kernel (Hopper)", "#1f77b4"),
-              ("ours_sm80_tflops", "flashattn, mma.sync kernel", "#9ecae1"),
+    series = [("ours_tflops", "flashattn (on Hopper: the wgmma kernel)", "#1f77b4"),
+              ("ours_sm80_tflops", "flashattn, mma.sync kernel forced", "#9ecae1"),
               ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")]
-    if not any(r.get("ours_sm90_tflops") for r in rows):  # older runs: one column for ours
-        series[0] = ("ours_tflops", "flashattn (ours)", "#1f77b4")
     series = [s for s in series if any(r.get(s[0]) for r in rows)]
     width = 0.8 / len(series)
     for ax, (hdim, causal) in zip(axes.flat, panels):
@@ -165,8 +163,7 @@ def plot(rows, path):
         ax.set_xlabel("sequence length")
         ax.set_ylabel("TFLOP/s")
     axes.flat[0].legend(loc="lower right", fontsize=7)
-    fig.suptitle("Forward, bf16, H200 (batch x seqlen = 16k, hidden 2048). The library runs the wgmma kernel "
-                 "for d >= 96 on Hopper, the mma.sync kernel below.", fontsize=10)
+    fig.suptitle("Forward, bf16, H200 (batch x seqlen = 16k, hidden 2048)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -177,8 +174,6 @@ def replot(csv_path, png_path):
         rows = list(csv.DictReader(f))
     for r in rows:
         r["hdim"], r["seqlen"], r["causal"] = int(r["hdim"]), int(r["seqlen"]), r["causal"] == "True"
-        if "ours_sm90_tflops" not in r and r.get("ours_sm80_tflops"):
-            r["ours_sm90_tflops"] = r["ours_tflops"]  # runs before both columns: ours was the wgmma kernel
     plot(rows, png_path)
 
 
@@ -213,7 +208,7 @@ def main():
                               rounds=args.rounds)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
-              "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "ours_sm90_tflops",
+              "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops",
               "max_abs_diff_vs_fa2"] + [f"ours_{label}_tflops" for label, _ in variants]
     with open(out / "h200-forward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -233,12 +228,11 @@ def main():
         print("plot failed:", e)
 
     print("\nforward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
-    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} {'sm80':>6} {'sm90':>6} | "
+    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} {'sm80':>6} | "
           f"{'/FA2':>5} {'/cuDNN':>6} | diff")
     for r in rows:
         print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
-              f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} {r['ours_sm80_tflops']:6.1f} "
-              f"{r['ours_sm90_tflops']:6.1f} | "
+              f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} {r['ours_sm80_tflops']:6.1f} | "
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
               + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f}" for label, _ in variants))

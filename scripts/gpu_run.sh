@@ -15,7 +15,7 @@
 #   FLASHATTN_TUNING=1       quick mode plus the tuning variants (built and timed with --tiles)
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
-#   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
+#   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, profile = Nsight Compute, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
@@ -29,7 +29,7 @@ out=${1:?usage: scripts/gpu_run.sh OUTDIR [quick|full]}
 mode=${2:-full}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
-steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
+steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
 logs=$out/logs
 mkdir -p "$logs"
 wants() { [[ $steps == *" $1 "* ]]; }
@@ -109,31 +109,11 @@ elif wants build; then
 fi
 
 if wants pytest && [[ -f $lib ]]; then run_tests "$lib" > "$logs/tests.log" 2>&1; fi
-# On Hopper the library runs the wgmma kernel on long problems; the portable mma.sync kernel gets
-# the same tests.
+# On Hopper the library runs the wgmma kernel (kernels/fwd_kernel_sm90.cuh); the portable mma.sync
+# kernel (what sm_80/sm_89 GPUs run) gets the same tests forced.
 if wants pytest_sm80 && [[ -f $lib ]]; then
   echo "=== the SM80 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm80)" >> "$logs/tests.log"
   FLASHATTN_CUDA_FWD_KERNEL=sm80 run_tests "$lib" >> "$logs/tests.log" 2>&1
-fi
-
-# The wgmma kernel runs only on long problems by default (use_sm90_kernel), so it gets the same
-# tests forced.
-if wants pytest_sm90 && [[ -f $lib ]]; then
-  echo "=== the SM90 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm90)" >> "$logs/tests.log"
-  FLASHATTN_CUDA_FWD_KERNEL=sm90 run_tests "$lib" >> "$logs/tests.log" 2>&1
-fi
-
-# Experimental: the warp-specialised Hopper schedule (kernels/fwd_kernel_sm90_ws.cuh) at every head dim.
-# A barrier-protocol error deadlocks rather than fails, so one short CLI problem runs first under a
-# 60 s timeout and the suite runs only if it finished.
-if wants pytest_ws && [[ -f $lib ]]; then
-  echo "=== the warp-specialised sm90 schedule (FLASHATTN_CUDA_FWD_KERNEL=sm90 FLASHATTN_CUDA_SM90_SCHEDULE=ws)" >> "$logs/tests.log"
-  if FLASHATTN_CUDA_FWD_KERNEL=sm90 FLASHATTN_CUDA_SM90_SCHEDULE=ws timeout $(cap 60) "$cli" --backend cuda \
-       --seqlen 1024 --head-dim 128 --heads 4 --batch 2 --check --iters 1 --warmup 0 >> "$logs/tests.log" 2>&1; then
-    FLASHATTN_CUDA_FWD_KERNEL=sm90 FLASHATTN_CUDA_SM90_SCHEDULE=ws run_tests "$lib" >> "$logs/tests.log" 2>&1
-  else
-    echo "=== ws smoke problem failed or hung (rc=$?): ws suite skipped" >> "$logs/tests.log"
-  fi
 fi
 
 # C++ suites: every CUDA case of the gtest binaries (label gpu), against the fp64 reference.

@@ -49,34 +49,20 @@ int tile_head_dim(int head_dim) {
          FLASHATTN_CUDA_HEADDIMS_STRING, "); rebuild with a head dim >= ", head_dim);
 }
 
-// Which forward kernel runs on compute capability 9.0: the Hopper (wgmma) kernel for tile head
-// dims >= 96 with enough keys per query row, the mma.sync kernel otherwise: at d <= 64 it measured
-// faster on the H200 at every benchmark shape (the wgmma kernel's two warpgroups run their softmax
-// in lockstep, and at d <= 64 the softmax is half the work; bench/results/h200-2026-11-30-s2-sm90/),
-// and on short problems (docs/perf-log.md, session 3). FLASHATTN_CUDA_FWD_KERNEL = sm80 or sm90
-// overrides the choice (benchmarks time both).
-bool use_sm90_kernel(int major, int minor, int tile_dim, const FwdArgs& args) {
+// Which forward kernel runs on compute capability 9.0: the Hopper kernel (wgmma, warp-specialised;
+// kernels/fwd_kernel_sm90.cuh) at every head dim and problem size: on the H200 it measured 1.02-1.61x
+// torch's FA2 where the mma.sync kernel measured 0.94-1.21x, down to 1k keys causal
+// (bench/results/, docs/perf-log.md, session 4). FLASHATTN_CUDA_FWD_KERNEL=sm80 runs the portable
+// mma.sync kernel instead (tests and benchmarks time both).
+bool use_sm90_kernel(int major, int minor) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
     // Read per call (benchmarks switch it in one process): a getenv, no allocation.
-    if (const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL")) {
-        if (std::strcmp(choice, "sm80") == 0) return false;
-        if (std::strcmp(choice, "sm90") == 0) return true;
-    }
-    if (tile_dim < 96) return false;
-    // Short problems: the wgmma kernel holds one CTA per SM, whose load prologue and O epilogue
-    // nothing overlaps, so it needs enough K/V blocks per query block to win. Keys per query row,
-    // measured at the middle row (causal: about half the keys); the thresholds sit between the
-    // shapes measured on the H200 (d128: the mma.sync kernel wins up to 1k keys, the wgmma kernel
-    // from 2k; d256: mma.sync at 513 keys, wgmma at 1k).
-    const KeyRange middle = args.mask.keys_for_row(args.seqlen_q / 2, args.seqlen_q, args.seqlen_k);
-    const int64_t keys = middle.end > middle.begin ? middle.end - middle.begin : 0;
-    return keys > (tile_dim <= 128 ? 1024 : 768);
+    const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL");
+    return !(choice && std::strcmp(choice, "sm80") == 0);
 #else
     (void)major;
     (void)minor;
-    (void)tile_dim;
-    (void)args;
     return false;
 #endif
 }
@@ -253,7 +239,7 @@ void forward(const Problem& problem) {
     if (!run_fwd_tile_variant(args, p.dtype, tile_dim, stream))
 #endif
     {
-        const bool sm90 = use_sm90_kernel(major, minor, tile_dim, args);
+        const bool sm90 = use_sm90_kernel(major, minor);
         if (p.dtype == FA_FLOAT16) {
             run_forward_kernel<FA_FLOAT16>(tile_dim, sm90, args, stream);
         } else {

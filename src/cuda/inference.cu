@@ -7,12 +7,12 @@
 // logsumexp into out and softmax_lse. num_splits = 0 asks for the heuristic below.
 //
 // FLASHATTN_CUDA_DECODE (read per call, so that one process can time the variants) picks the
-// kernel's tile and K/V load schedule (InferenceSchedule) and the split rule: unset: the narrow
-// 16-row tile where a tile holds at most 16 rows (decode), else the 64-row tile, both with rings of
-// K/V stages, and FlashAttention-2's split rule; "wide": the 64-row tile everywhere (the schedule
-// of session 3's measurements); "baseline": the 64-row tile with single K/V buffers (as before the
-// ring); "wave_splits": a rule that aims at two waves of CTAs (measured slower at batch 1,
-// 0.58-0.84x: docs/perf-log.md, session 3).
+// kernel's tile and K/V load schedule (InferenceSchedule) and the split rule: unset: the 64-row tile
+// with a ring of K/V stages and FlashAttention-2's split rule; "narrow": the 16-row one-warp tile
+// where a tile holds at most 16 rows (decode; measured 0.6-1.05x the 64-row tile on the H200, slower
+// paged and at batch 64: docs/perf-log.md, session 4); "baseline": the 64-row tile with single K/V
+// buffers (as before the ring); "wave_splits": a rule that aims at two waves of CTAs (measured
+// slower at batch 1, 0.58-0.84x: session 3).
 #include "inference.h"
 
 #include "build_config.h"
@@ -41,9 +41,8 @@ struct DecodeVariant {
 // tile_rows: rows one tile must hold (the packed GQA heads, else seqlen_q).
 DecodeVariant decode_variant(int64_t tile_rows) {
     DecodeVariant v;
-    if (tile_rows <= 16) v.schedule = InferenceSchedule::narrow;
     if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE")) {
-        if (std::strcmp(choice, "wide") == 0) v.schedule = InferenceSchedule::pipelined;
+        if (std::strcmp(choice, "narrow") == 0 && tile_rows <= 16) v.schedule = InferenceSchedule::narrow;
         if (std::strcmp(choice, "baseline") == 0) v.schedule = InferenceSchedule::single_buffer;
         if (std::strcmp(choice, "wave_splits") == 0) v.fa2_splits = false;
     }

@@ -187,7 +187,7 @@ def test_kvcache_long_caches(page, num_splits):
     check_kvcache(kp, causal=True, num_splits=num_splits, compare_cpu=page == 16 and num_splits == 0)
 
 
-@pytest.mark.parametrize("variant", ["default", "wide", "baseline", "wave_splits"])
+@pytest.mark.parametrize("variant", ["default", "narrow", "baseline", "wave_splits"])
 @pytest.mark.parametrize("page", [0, 16, 64])
 @pytest.mark.parametrize("d", [64, 128])
 def test_kvcache_decode_variants(variant, page, d, monkeypatch):

@@ -1,16 +1,20 @@
-// The FlashAttention-2 forward on Hopper's warpgroup MMA (sm_90a): one CTA (two warpgroups) per
-// (128-row query block, sequence, head). The algorithm, the phases and every score policy are
-// those of fwd_kernel.cuh; only the products change:
+// The Hopper (sm_90a) forward: FlashAttention-2's algorithm with wgmma products, scheduled
+// FlashAttention-3's way (warp specialisation). Tiles and the CuTe objects: fwd_traits_sm90.cuh.
 //
-//   S = Q K^T     wgmma, both operands read by the tensor cores from swizzled shared memory
-//   O += P V      wgmma, P from registers (S's accumulator in 16 bits), V^T from shared memory
+//   warpgroup 0 (producer)     cp.async of Q once, then K[j] and V[j] into a ring of stages; each
+//                              stage's arrival is signalled on an mbarrier (cp.async.mbarrier.arrive),
+//                              its reuse waits for both consumers to release it (another mbarrier)
+//   warpgroups 1, 2 (consumer) 64 query rows each: S = Q K^T, softmax, O += P V (wgmma)
 //
-// wgmma is asynchronous, so the P V product of one block and the next block's S = Q K^T are
-// issued back to back and the softmax of S runs while P V is still on the tensor cores (the output
-// rescale waits for it). K and V blocks stream through two-stage rings in shared memory (cp.async,
-// issued a full block ahead of use). cp.async writes through the generic proxy and
-// wgmma reads through the async proxy, so each wait for a load is followed by fence.proxy.async
-// before the barrier that publishes the tile.
+// Nothing in the main loop synchronises the whole CTA, so the two consumers can drift apart, and a
+// pair of named barriers makes them alternate ("ping-pong"): one issues its two products while the
+// other runs its softmax, so the tensor cores are busy during the exp2s (the softmax of one
+// warpgroup is a third of its block time at d128, half at d64).
+//
+// Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
+// size of 0 where rows or columns lie outside the tensor), so the mbarrier that tracks its cp.asyncs
+// covers every byte. A consumer that waited on it runs fence.proxy.async before its wgmma reads the
+// stage (cp.async writes through the generic proxy, wgmma reads through the async proxy).
 #pragma once
 
 #include "fwd_args.h"
@@ -22,29 +26,51 @@
 #include "kernels/wgmma_ops.cuh"
 
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-// All of this thread's cp.async copies have landed and are visible to every thread's wgmma.
-__device__ __forceinline__ void publish_async_copies() {
-    cp_async_wait<0>();
-    cutlass::arch::fence_view_async_shared();
-    __syncthreads();
+// 16 bytes global -> shared, or 16 zero bytes when !valid (source size 0: nothing is read, but the
+// address must still be a valid one, so the caller passes a safe pointer then).
+__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
+    const uint32_t dst = cast_smem_ptr_to_uint(smem);
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+
+// One tile global -> shared by the producer's threads, every 16-byte chunk through cp.async.
+// rows_valid / column_ok as load_tile (tile_ops.cuh); `safe` is any readable address.
+template <typename Src, typename Dst, typename Coords, typename ColumnOk, typename Element>
+__device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords const& coords, ColumnOk const& column_ok,
+                                             int rows_valid, const Element* safe) {
+    const int row0 = get<0>(coords(0, 0, 0));
+    const int rows_left = rows_valid - row0;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(dst); ++m) {
+        const bool row_ok = get<0>(coords(0, m, 0)) - row0 < rows_left;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(dst); ++k) {
+            const bool ok = row_ok && column_ok(k);
+            const Element* from = ok ? &src(0, m, k) : safe;
+            cp_async_16_or_zero(raw_pointer_cast(&dst(0, m, k)), from, ok);
+        }
+    }
 }
 
 template <typename Traits, bool kExtras>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
-    const int tid = threadIdx.x;
+    constexpr int kStages = Traits::kStages;
+    constexpr int kConsumerThreads = Traits::kThreads; // two warpgroups
+    const int warpgroup = int(threadIdx.x) / 128;
 
-    // Work item: heaviest query blocks first (tile_order.cuh).
     const TileCoord tile = tile_of_block(blockIdx.x, args.num_m_blocks, args.batch * args.num_heads,
                                          args.section_heads);
     const int m_block = tile.m_block;
@@ -55,11 +81,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     const SequenceBounds seq = sequence_bounds(args, b);
     const int m0 = m_block * kBlockM;
-    if (m0 >= seq.q_len) return;
+    if (m0 >= seq.q_len) return; // the whole CTA: no barrier has been touched yet
     const KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
+    const int e = range.n_end;
+    const int num_blocks = max(e - range.n_begin, 0);
 
     const bool varlen = args.cu_seqlens_q != nullptr;
-    // (Dense sequences start at row 0 of their batch entry: sequence_bounds.)
     auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
         return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
     };
@@ -67,58 +94,85 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor mK = rows_of(args.k, seq.k_row0, h_kv, seq.k_len);
     Tensor mV = rows_of(args.v, seq.k_row0, h_kv, seq.k_len);
     Tensor mO = rows_of(args.out, seq.q_row0, h, seq.q_len);
-    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
-    Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
-    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
-    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
 
-    // Shared memory: Q, then kStages K blocks, then kStages V blocks. K/V block j lives in stage
-    // j % kStages (a ring).
-    extern __shared__ __align__(1024) char smem[]; // 1024: the 128-byte swizzle repeats every 8 rows
-    constexpr int kStages = Traits::kStages;
+    // Shared memory: Q, kStages K blocks, kStages V blocks, then the barriers.
+    extern __shared__ __align__(1024) char smem[];
     constexpr int kKvElems = cosize(typename Traits::SmemLayoutKV{});
     Element* smem_q = reinterpret_cast<Element*>(smem);
     Element* smem_k = smem_q + cosize(typename Traits::SmemLayoutQ{});
     Element* smem_v = smem_k + kStages * kKvElems;
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kKvElems);
+    // K and V have separate rings, so a K stage is refilled as soon as S = Q K^T is done with it,
+    // a full P V earlier than its V.
+    uint64_t* q_full = bar;                     // Q landed (producer threads)
+    uint64_t* k_full = bar + 1;                 // [kStages] K[j] landed
+    uint64_t* v_full = bar + 1 + kStages;       // [kStages] V[j] landed
+    uint64_t* k_empty = bar + 1 + 2 * kStages;  // [kStages] both consumers are done with K[j]
+    uint64_t* v_empty = bar + 1 + 3 * kStages;  // [kStages] ... with V[j]
     Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+    auto k_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_k + s * kKvElems), typename Traits::SmemLayoutKV{}); };
+    auto v_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutKV{}); };
+    auto vt_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutVt{}); };
 
-    typename Traits::GmemLoad gmem_load;
-    auto load_thr = gmem_load.get_thread_slice(tid);
-    Tensor tQg = load_thr.partition_S(gQ);
-    Tensor tQs = load_thr.partition_D(sQ);
-    Tensor tKg = load_thr.partition_S(gK);
-    Tensor tVg = load_thr.partition_S(gV);
-    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
-    CUTE_UNROLL
-    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
-    auto stage_of = [&](int j) { return j % kStages; }; // j >= 0
-    auto k_stage = [&](int stage) {
-        return make_tensor(make_smem_ptr(smem_k + stage * kKvElems), typename Traits::SmemLayoutKV{});
-    };
-    auto v_stage = [&](int stage) {
-        return make_tensor(make_smem_ptr(smem_v + stage * kKvElems), typename Traits::SmemLayoutKV{});
-    };
-    auto vt_stage = [&](int stage) {
-        return make_tensor(make_smem_ptr(smem_v + stage * kKvElems), typename Traits::SmemLayoutVt{});
-    };
-    // Loads of K/V block j (when it is one this CTA visits). Every call commits one cp.async group,
-    // empty or not, so that the wait counts below are the same in every iteration.
-    auto load_k = [&](int j) {
-        if (j >= range.n_begin)
-            load_tile(gmem_load, tKg(_, _, _, j), load_thr.partition_D(k_stage(stage_of(j))), tKVc, column_ok,
-                      seq.k_len - j * kBlockN);
-        cp_async_fence();
-    };
-    auto load_v = [&](int j) {
-        if (j >= range.n_begin)
-            load_tile(gmem_load, tVg(_, _, _, j), load_thr.partition_D(v_stage(stage_of(j))), tKVc, column_ok,
-                      seq.k_len - j * kBlockN);
-        cp_async_fence();
-    };
+    if (threadIdx.x == 0) {
+        cutlass::arch::ClusterBarrier::init(q_full, 128);
+        for (int s = 0; s < kStages; ++s) {
+            cutlass::arch::ClusterBarrier::init(k_full + s, 128);
+            cutlass::arch::ClusterBarrier::init(v_full + s, 128);
+            cutlass::arch::ClusterBarrier::init(k_empty + s, kConsumerThreads);
+            cutlass::arch::ClusterBarrier::init(v_empty + s, kConsumerThreads);
+        }
+        cutlass::arch::fence_barrier_init();
+    }
+    __syncthreads(); // the last CTA-wide barrier
 
-    // Tensor-core partitions: descriptors of the shared-memory operands, the accumulators.
+    // Block j of the visit order (e - 1 down to n_begin) is the idx-th: stage idx % kStages, the
+    // (idx / kStages)-th use of that stage (the parity its barriers complete with).
+    if (warpgroup == 0) {
+        // ---------------- producer ----------------
+        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+        if (num_blocks == 0) return;
+        const int ptid = int(threadIdx.x);
+        typename Traits::GmemLoadProducer gmem_load;
+        auto load_thr = gmem_load.get_thread_slice(ptid);
+        Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+        Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
+        CUTE_UNROLL
+        for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
+        Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+        Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+        Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+        const Element* safe = &mK(0, 0); // k_len > 0 whenever a block is visited
+
+        produce_tile(load_thr.partition_S(gQ), load_thr.partition_D(sQ), tQc, column_ok, seq.q_len - m0, safe);
+        cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
+        Tensor tKg = load_thr.partition_S(gK);
+        Tensor tVg = load_thr.partition_S(gV);
+        for (int idx = 0; idx < num_blocks; ++idx) {
+            const int j = e - 1 - idx;
+            const int s = idx % kStages;
+            const int reuse_parity = ((idx / kStages) - 1) & 1;
+            const int rows_valid = seq.k_len - j * kBlockN;
+            if (idx >= kStages) cutlass::arch::ClusterBarrier::wait(k_empty + s, reuse_parity);
+            produce_tile(tKg(_, _, _, j), load_thr.partition_D(k_stage(s)), tKVc, column_ok, rows_valid, safe);
+            cutlass::arch::cpasync_barrier_arrive_noinc(k_full + s);
+            if (idx >= kStages) cutlass::arch::ClusterBarrier::wait(v_empty + s, reuse_parity);
+            produce_tile(tVg(_, _, _, j), load_thr.partition_D(v_stage(s)), tKVc, column_ok, rows_valid, safe);
+            cutlass::arch::cpasync_barrier_arrive_noinc(v_full + s);
+        }
+        cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
+        return;
+    }
+
+    // ---------------- consumers ----------------
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+    const int tid = int(threadIdx.x) - 128; // 0..255 over the two consumer warpgroups
+    const int consumer = warpgroup - 1;
+    // Named barriers (cutlass::arch::NamedBarrier adds its reserved offset): the ping-pong pair,
+    // and one for the two consumers' epilogue.
+    constexpr uint32_t kTurnBarrier0 = 0, kEpilogueBarrier = 2;
+
     typename Traits::TiledMmaS mma_s;
     typename Traits::TiledMmaO mma_o;
     auto mma_s_thr = mma_s.get_thread_slice(tid);
@@ -127,17 +181,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     clear(acc_o);
     Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    // P of the block whose P V product is next, already in the A-operand layout.
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
-    auto issue_s = [&](int j) {
-        Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(stage_of(j)));
+    auto issue_s = [&](int s) {
+        Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
     };
-    auto issue_pv = [&](int j) {
-        Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(stage_of(j)));
+    auto issue_pv = [&](int s) {
+        Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
         wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o);
     };
+    auto wait_full = [&](uint64_t* barrier, int idx) {
+        cutlass::arch::ClusterBarrier::wait(barrier + idx % kStages, (idx / kStages) & 1);
+        cutlass::arch::fence_view_async_shared();
+    };
+    auto release = [&](uint64_t* barrier, int idx) { cutlass::arch::ClusterBarrier::arrive(barrier + idx % kStages); };
 
     Tensor tScS = mma_s_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
     Tensor s_coords = make_tensor(tScS.data(), wgmma_rows_cols(tScS.layout()));
@@ -149,13 +207,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     float alibi_slope = 0.0f;
     DropoutKey dropout_key{};
     if constexpr (kExtras) {
-        if (args.transform_scores) exp_scale = 1.4426950408889634f; // scores already carry the scale
+        if (args.transform_scores) exp_scale = 1.4426950408889634f;
         if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
         if (args.dropout) dropout_key = args.dropout_key();
     }
-
-    // Softmax of block j's scores (in acc_s) into P; returns through `correction` how much the
-    // running output must shrink, which the caller applies once the previous P V is done.
     auto softmax_block = [&](int j, auto masked_tag, auto& correction) __attribute__((always_inline)) {
         constexpr bool kMasked = decltype(masked_tag)::value;
         const int n0 = j * kBlockN;
@@ -175,89 +230,79 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         for (int i = 0; i < size(p); ++i) p_storage(i) = p(i);
     };
 
-    // Pipeline over the K/V blocks e - 1 = range.n_end - 1 down to range.n_begin. Step j:
-    //   issue S = Q K[j]^T and O += P[j+1] V[j+1]      (tensor cores, back to back)
-    //   wait for S; softmax of S                        (while P V runs)
-    //   wait for P V; rescale O; P[j] = S in 16 bits
-    //   the stages of K[j] and V[j+1] are free: load K[j-2] and V[j-1] into them, a full step
-    //   ahead of their use.
-    // cp.async groups, in issue order: {Q, K[e-1]}, V[e-1], K[e-2], V[e-2], K[e-3] (once S[e-1] is
-    // done with its stage), then per step K[j-2], V[j-1]. At the top of step j the groups newer
-    // than the ones it needs (K[j], V[j+1]) are the two of step j+1: wait until at most 2 remain.
-    const int e = range.n_end;
-    if (e > range.n_begin) {
-        load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
-        load_k(e - 1); // commits Q with K[e-1]
-        load_v(e - 1);
-        load_k(e - 2);
-        load_v(e - 2);
-        cp_async_wait<3>(); // Q, K[e-1]
-        cutlass::arch::fence_view_async_shared();
-        __syncthreads();
-        issue_s(e - 1);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc_s);
-        float unused[kRows];
-        softmax_block(e - 1, cute::true_type{}, unused); // O is still zero: nothing to rescale
-        scores_to_p();
-        __syncthreads(); // every warpgroup is done with K[e-1]'s stage
-        load_k(e - 3);
-    }
-
-    auto step = [&](int j, auto masked_tag) __attribute__((always_inline)) {
-        cp_async_wait<2>(); // K[j] and V[j+1] have landed (this thread's copies) ...
-        cutlass::arch::fence_view_async_shared();
-        __syncthreads(); // ... everyone's, visible to wgmma
-        issue_s(j);
-        issue_pv(j + 1);
-        warpgroup_wait<1>(); // S (committed first) is done
-        warpgroup_fence_operand(acc_s);
-        float correction[kRows];
-        softmax_block(j, masked_tag, correction);
-        warpgroup_wait<0>(); // P V is done
-        warpgroup_fence_operand(acc_o);
-        OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
-        scores_to_p();
-        __syncthreads(); // every warpgroup is done with K[j] and V[j+1]
-        load_k(j - 2);
-        load_v(j - 1);
+    // Ping-pong: consumer c issues its products after the other has issued its own (barrier
+    // kTurnBarrier0 + c: 128 threads wait, the other warpgroup's 128 arrive). Consumer 0 goes
+    // first. Every wait is matched by exactly one arrive: consumer 1 opens the first turn and
+    // skips its last arrive.
+    const int steps = num_blocks - 1; // loop iterations, each with one turn per consumer
+    auto take_turn = [&]() { cutlass::arch::NamedBarrier::sync(2 * 128, kTurnBarrier0 + consumer); };
+    auto pass_turn = [&](int step) {
+        if (consumer == 0 || step + 1 < steps) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 1 - consumer);
     };
 
-    // Blocks e - 2 down: masked ones at the two ends of the range, unmasked in between (block
-    // e - 1 went through the masked path in the prologue).
-    for (int j = range.n_end - 2; j >= range.n_begin;) {
-        for (; j >= range.n_begin && (j >= range.unmasked_end || j < range.unmasked_begin); --j)
-            step(j, cute::true_type{});
-        for (; j >= range.n_begin && j >= range.unmasked_begin && j < range.unmasked_end; --j)
-            step(j, cute::false_type{});
+    if (num_blocks > 0) {
+        if (consumer == 1 && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
+        cutlass::arch::ClusterBarrier::wait(q_full, 0);
+        wait_full(k_full, 0);
+        issue_s(0);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        release(k_empty, 0);
+        float unused[kRows];
+        softmax_block(e - 1, cute::true_type{}, unused);
+        scores_to_p();
     }
-    if (e > range.n_begin) { // the last block's P V
-        cp_async_wait<0>();
-        cutlass::arch::fence_view_async_shared();
-        __syncthreads();
-        issue_pv(range.n_begin);
+
+    // Step idx (block j = e - 1 - idx): S = Q K[j]^T and O += P[j+1] V[j+1] in one turn, then the
+    // softmax of S while P V runs. K[j]'s stage is released once S is done, V[j+1]'s once P V is.
+    auto step = [&](int idx, auto masked_tag) __attribute__((always_inline)) {
+        const int j = e - 1 - idx;
+        wait_full(k_full, idx);
+        wait_full(v_full, idx - 1);
+        take_turn();
+        issue_s(idx % kStages);
+        issue_pv((idx - 1) % kStages);
+        pass_turn(idx - 1);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc_s);
+        release(k_empty, idx);
+        float correction[kRows];
+        softmax_block(j, masked_tag, correction);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        release(v_empty, idx - 1);
+        OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
+        scores_to_p();
+    };
+    for (int j = e - 2; j >= range.n_begin;) {
+        for (; j >= range.n_begin && (j >= range.unmasked_end || j < range.unmasked_begin); --j)
+            step(e - 1 - j, cute::true_type{});
+        for (; j >= range.n_begin && j >= range.unmasked_begin && j < range.unmasked_end; --j)
+            step(e - 1 - j, cute::false_type{});
+    }
+    if (num_blocks > 0) { // the last block's P V
+        wait_full(v_full, num_blocks - 1);
+        issue_pv((num_blocks - 1) % kStages);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
     }
 
-    // Epilogue: normalise, lse, O through shared memory (Q's buffer) to 16-byte global stores.
+    // Epilogue, as fwd_kernel_sm90.cuh, with the consumers' own barrier instead of __syncthreads.
     float row_lse[kRows];
     softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
-
     Tensor o = convert_fragment<Element>(acc_o);
     Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});
     auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);
     auto copy_o_thr = copy_o.get_thread_slice(tid);
     Tensor tOrO_view = copy_o_thr.retile_S(o);
     Tensor tOsO = copy_o_thr.partition_D(sO);
-    cp_async_wait<0>();
-    __syncthreads(); // every warp is done with sQ
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier); // both consumers are done with sQ
     copy(copy_o, tOrO_view, tOsO);
 
     if (args.lse) {
         Tensor tOcO = mma_o_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
         Tensor o_coords = make_tensor(tOcO.data(), wgmma_rows_cols(tOcO.layout()));
-        if (get<1>(o_coords(0, 0)) == 0) { // one lane of each quad writes its rows
+        if (get<1>(o_coords(0, 0)) == 0) {
             CUTE_UNROLL
             for (int r = 0; r < kRows; ++r) {
                 const int i = m0 + get<0>(o_coords(r, 0));
@@ -269,9 +314,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             }
         }
     }
-
-    __syncthreads();
-    store_tile<typename Traits::GmemStore>(tid, sO, gO, column_ok, seq.q_len - m0);
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier);
+    Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+    // The store's column predicate: chunks whose first column is past the real head dim.
+    typename Traits::GmemStore gmem_store;
+    auto store_thr = gmem_store.get_thread_slice(tid);
+    Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor store_column_ok = make_tensor<bool>(make_shape(size<2>(tOc)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(store_column_ok); ++k) store_column_ok(k) = get<1>(tOc(0, 0, k)) < args.head_dim;
+    store_tile<typename Traits::GmemStore>(tid, sO, gO, store_column_ok, seq.q_len - m0);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -5,10 +5,8 @@
 #include "fwd_launch.h"
 #include "kernels/tile_order.cuh"
 #include "kernels/fwd_kernel_sm90.cuh"
-#include "kernels/fwd_kernel_sm90_ws.cuh"
 
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -18,22 +16,8 @@ void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     const int64_t ctas = plan_forward_grid<Traits>(args);
     if (ctas == 0) return;
     auto launch = [&](auto kernel) {
-        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "forward");
+        launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, args, stream, "forward");
     };
-    // Experimental: $FLASHATTN_CUDA_SM90_SCHEDULE=ws runs the warp-specialised schedule.
-    const char* schedule = std::getenv("FLASHATTN_CUDA_SM90_SCHEDULE");
-    if (schedule && std::strcmp(schedule, "ws") == 0) {
-        auto launch_ws = [&](auto kernel) {
-            launch_on_grid(kernel, ctas, Traits::kThreads + Traits::kProducerThreads, Traits::kSmemBytesWs, args,
-                           stream, "forward");
-        };
-        if (args.dropout || args.transform_scores) {
-            launch_ws(kernels::fwd_kernel_sm90_ws<Traits, true>);
-        } else {
-            launch_ws(kernels::fwd_kernel_sm90_ws<Traits, false>);
-        }
-        return;
-    }
     if (args.dropout || args.transform_scores) {
         launch(kernels::fwd_kernel_sm90<Traits, true>);
     } else {

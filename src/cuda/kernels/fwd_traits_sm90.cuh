@@ -1,14 +1,16 @@
 // Tiling of the Hopper (sm_90a) forward kernel and the CuTe objects derived from it.
 //
 // Same algorithm as fwd_kernel.cuh; the difference is the instruction that does the matrix
-// products. wgmma (warpgroup MMA) reads its B operand, and for S = Q K^T also its A operand,
-// straight from shared memory, so the ldmatrix traffic and the register fragments of Q, K and V
-// disappear, and one instruction covers a 64 x N x 16 product where mma.sync covers 16 x 8 x 16.
+// products and the schedule. wgmma (warpgroup MMA) reads its B operand, and for S = Q K^T also its
+// A operand, straight from shared memory, so the ldmatrix traffic and the register fragments of Q,
+// K and V disappear, and one instruction covers a 64 x N x 16 product where mma.sync covers
+// 16 x 8 x 16.
 //
-// A CTA is two warpgroups (8 warps, 256 threads) owning kBlockM = 128 query rows, 64 each (wgmma's
-// M); they share each K/V block in shared memory. Inside a warpgroup the rows split over its warps
-// exactly as in the SM80 kernel (warp w owns rows 16w..16w+15, a quad of lanes shares each row), so
-// the online softmax and the score policies are the same code.
+// A CTA is three warpgroups (384 threads): a producer that only loads, and two consumers owning
+// kBlockM = 128 query rows, 64 each (wgmma's M); they share each K/V block in shared memory.
+// Inside a consumer the rows split over its warps exactly as in the SM80 kernel (warp w owns rows
+// 16w..16w+15, a quad of lanes shares each row), so the online softmax and the score policies are
+// the same code.
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -35,10 +37,12 @@ template <int kHeadDim_, int kBlockN_, typename Element_>
 struct Sm90FwdTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kWarpGroups = 2; // each owns 64 query rows; they share the K/V blocks
+    static constexpr int kWarpGroups = 2; // consumers: each owns 64 query rows; they share the K/V blocks
     static constexpr int kBlockM = 64 * kWarpGroups;
     static constexpr int kBlockN = kBlockN_;
-    static constexpr int kThreads = 128 * kWarpGroups;
+    static constexpr int kThreads = 128 * kWarpGroups; // the consumers (the MMAs, the O store)
+    static constexpr int kProducerThreads = 128;       // one warpgroup that loads Q, K and V
+    static constexpr int kCtaThreads = kThreads + kProducerThreads;
     static constexpr int kStages = 2; // K and V blocks in flight (each a ring of this many)
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
@@ -66,33 +70,28 @@ struct Sm90FwdTraits {
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
     using SmemLayoutO = SmemLayoutQ; // O is staged in Q's buffer
 
-    static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * kHeadDim * int(sizeof(Element));
+    // Q, the K and V rings, and the mbarriers: one per K/V stage filled and one per stage released
+    // (4 * kStages) and Q's.
+    static constexpr int kSmemBytes =
+        (kBlockM + 2 * kStages * kBlockN) * kHeadDim * int(sizeof(Element)) + (4 * kStages + 1) * 8;
     static_assert(kSmemBytes <= 227 * 1024, "Q and two stages of K and V must fit in shared memory");
 
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
-    // Global <-> shared, 16-byte chunks (gmem_copies.cuh).
+    // Global <-> shared, 16-byte chunks (gmem_copies.cuh): loads by the producer's threads, the O
+    // store by the consumers'.
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    using GmemCopies = GmemTileCopies<Element, kSwizzleCols, kThreads>;
-    static_assert(kBlockM % GmemCopies::kRowsPerPass == 0 && kBlockN % GmemCopies::kRowsPerPass == 0);
-    using GmemLoad = typename GmemCopies::Load;
-    using GmemStore = typename GmemCopies::Store;
-
-    // The warp-specialised schedule (fwd_kernel_sm90_ws.cuh): a producer warpgroup of 128 threads
-    // does the loads (its own partition of the tiles), and 4 * kStages + 1 mbarriers follow K/V.
-    static constexpr int kProducerThreads = 128;
     using ProducerCopies = GmemTileCopies<Element, kSwizzleCols, kProducerThreads>;
     static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
     using GmemLoadProducer = typename ProducerCopies::Load;
-    static constexpr int kSmemBytesWs = kSmemBytes + (4 * kStages + 1) * 8;
+    using GmemStore = typename GmemTileCopies<Element, kSwizzleCols, kThreads>::Store;
     // Registers per thread after setmaxnreg (the 64K register file split 128 x producer + 256 x
     // consumer): at d <= 128 the producer keeps 40 (24 spills its addresses), above it the
     // consumers need 240 (232 spilled 124 B at d256); ptxas -v, bf16.
     static constexpr int kProducerRegs = kHeadDim <= 128 ? 40 : 24;
     static constexpr int kConsumerRegs = kHeadDim <= 128 ? 232 : 240;
     static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536);
-    static_assert(kSmemBytesWs <= 227 * 1024);
 };
 
 template <int kHeadDim, typename Element>

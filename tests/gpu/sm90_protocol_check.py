@@ -1,4 +1,4 @@
-"""Host-side model of the synchronisation of src/cuda/kernels/fwd_kernel_sm90_ws.cuh.
+"""Host-side model of the synchronisation of src/cuda/kernels/fwd_kernel_sm90.cuh.
 
 The producer and the two consumer warpgroups are generators; mbarriers complete phases (waits are
 by parity, as mbarrier.try_wait.parity), named barriers gather sync + arrive. Copies land after a
