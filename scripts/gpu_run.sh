@@ -13,6 +13,7 @@
 # most eight.
 #   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
 #   FLASHATTN_TUNING=1       quick mode plus the tuning variants (built and timed with --tiles)
+#   FLASHATTN_BENCH_GRID=full  quick mode's build, the forward/backward benchmarks' whole seqlen grid
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
@@ -49,6 +50,10 @@ esac
 # FLASHATTN_TUNING=1 with quick: the tile-tuning variants too (built, and timed by both benchmarks'
 # --tiles), on quick's head dims and seqlens: a sweep that fits one device call.
 if [[ ${FLASHATTN_TUNING:-0} == 1 && $mode == quick ]]; then tuning=ON; bench_args+=(--tiles); fi
+# FLASHATTN_BENCH_GRID=full with quick: quick's build, the benchmarks' whole seqlen grid (512..16k).
+if [[ ${FLASHATTN_BENCH_GRID:-} == full && $mode == quick ]]; then
+  kept=(); for a in "${bench_args[@]}"; do [[ $a == --quick ]] || kept+=("$a"); done; bench_args=("${kept[@]}")
+fi
 
 {
   date -u
@@ -172,7 +177,7 @@ sanitize_bwd_cases=(
 if wants sanitize_bwd && can_sanitize; then sanitize "" "${sanitize_bwd_cases[@]}" > "$logs/sanitize_bwd.log" 2>&1; fi
 if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
-  [[ $mode == quick ]] && bwd_bench_args=(--quick)
+  [[ $mode == quick && ${FLASHATTN_BENCH_GRID:-} != full ]] && bwd_bench_args=(--quick)
   [[ $tuning == ON ]] && bwd_bench_args+=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
     "${bwd_bench_args[@]}" > "$logs/bench_bwd.log" 2>&1
