@@ -16,7 +16,7 @@
 #   FLASHATTN_BENCH_GRID=full  quick mode's build, the forward/backward benchmarks' whole seqlen grid
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
-#   FLASHATTN_STEPS="build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
+#   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, profile = Nsight Compute, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
@@ -30,7 +30,7 @@ out=${1:?usage: scripts/gpu_run.sh OUTDIR [quick|full]}
 mode=${2:-full}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
-steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
+steps=" ${FLASHATTN_STEPS:-build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode} "
 logs=$out/logs
 mkdir -p "$logs"
 wants() { [[ $steps == *" $1 "* ]]; }
@@ -114,11 +114,16 @@ elif wants build; then
 fi
 
 if wants pytest && [[ -f $lib ]]; then run_tests "$lib" > "$logs/tests.log" 2>&1; fi
-# On Hopper the library runs the wgmma kernel (kernels/fwd_kernel_sm90.cuh); the portable mma.sync
-# kernel (what sm_80/sm_89 GPUs run) gets the same tests forced.
+# On Hopper the library runs the wgmma kernel (kernels/fwd_kernel_sm90.cuh) except on short d <= 64
+# problems (use_sm90_kernel); each kernel gets the same tests forced: the portable mma.sync kernel
+# is what sm_80/sm_89 GPUs run.
 if wants pytest_sm80 && [[ -f $lib ]]; then
   echo "=== the SM80 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm80)" >> "$logs/tests.log"
   FLASHATTN_CUDA_FWD_KERNEL=sm80 run_tests "$lib" >> "$logs/tests.log" 2>&1
+fi
+if wants pytest_sm90 && [[ -f $lib ]]; then
+  echo "=== the SM90 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm90)" >> "$logs/tests.log"
+  FLASHATTN_CUDA_FWD_KERNEL=sm90 run_tests "$lib" >> "$logs/tests.log" 2>&1
 fi
 
 # C++ suites: every CUDA case of the gtest binaries (label gpu), against the fp64 reference.

@@ -50,19 +50,26 @@ int tile_head_dim(int head_dim) {
 }
 
 // Which forward kernel runs on compute capability 9.0: the Hopper kernel (wgmma, warp-specialised;
-// kernels/fwd_kernel_sm90.cuh) at every head dim and problem size: on the H200 it measured 1.02-1.61x
-// torch's FA2 where the mma.sync kernel measured 0.94-1.21x, down to 1k keys causal
-// (bench/results/, docs/perf-log.md, session 4). FLASHATTN_CUDA_FWD_KERNEL=sm80 runs the portable
-// mma.sync kernel instead (tests and benchmarks time both).
-bool use_sm90_kernel(int major, int minor) {
+// kernels/fwd_kernel_sm90.cuh), which measured 1.03-1.91x torch's FA2 on the H200 from 1k keys on
+// where the mma.sync kernel measured 0.94-1.21x (bench/results/, docs/perf-log.md, session 4);
+// except at d <= 64 with at most 512 keys, where the mma.sync kernel measured 5-10% faster (its
+// 128-row CTAs are two per SM; the Hopper kernel's one CTA per SM has little to overlap its
+// prologue and epilogue with). FLASHATTN_CUDA_FWD_KERNEL=sm80 / sm90 forces one (tests and
+// benchmarks run both).
+bool use_sm90_kernel(int major, int minor, int tile_dim, const FwdArgs& args) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
     // Read per call (benchmarks switch it in one process): a getenv, no allocation.
-    const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL");
-    return !(choice && std::strcmp(choice, "sm80") == 0);
+    if (const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL")) {
+        if (std::strcmp(choice, "sm80") == 0) return false;
+        if (std::strcmp(choice, "sm90") == 0) return true;
+    }
+    return !(tile_dim <= 64 && args.seqlen_k <= 512);
 #else
     (void)major;
     (void)minor;
+    (void)tile_dim;
+    (void)args;
     return false;
 #endif
 }
@@ -239,7 +246,7 @@ void forward(const Problem& problem) {
     if (!run_fwd_tile_variant(args, p.dtype, tile_dim, stream))
 #endif
     {
-        const bool sm90 = use_sm90_kernel(major, minor);
+        const bool sm90 = use_sm90_kernel(major, minor, tile_dim, args);
         if (p.dtype == FA_FLOAT16) {
             run_forward_kernel<FA_FLOAT16>(tile_dim, sm90, args, stream);
         } else {
