@@ -64,6 +64,23 @@ __device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& f
     return to;
 }
 
+// Visits one thread's 16-byte chunks of a global -> shared tile copy: chunk(m, k, in_bounds), where
+// in_bounds says the chunk's row is before `rows_valid` and its columns are real head-dim columns
+// (column_ok(k)). Rows are compared relative to this thread's first row: compile-time offsets
+// (see apply_key_mask).
+template <typename Dst, typename Coords, typename ColumnOk, typename Chunk>
+__device__ __forceinline__ void for_each_tile_chunk(Dst const& dst, Coords const& coords, ColumnOk const& column_ok,
+                                                    int rows_valid, Chunk&& chunk) {
+    const int row0 = get<0>(coords(0, 0, 0));
+    const int rows_left = rows_valid - row0;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(dst); ++m) {
+        const bool row_ok = get<0>(coords(0, m, 0)) - row0 < rows_left;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(dst); ++k) chunk(m, k, row_ok && column_ok(k));
+    }
+}
+
 // Global -> shared copy of one tile, 16 bytes per cp.async. Rows at or past `rows_valid` and
 // chunks whose columns lie past the real head dim are zero-filled with plain shared stores and
 // never addressed in global memory: the ragged tail of a sequence reads nothing out of bounds,
@@ -71,21 +88,13 @@ __device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& f
 template <typename TiledCopy, typename Src, typename Dst, typename Coords, typename ColumnOk>
 __device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst, Coords const& coords,
                                           ColumnOk const& column_ok, int rows_valid) {
-    // Rows relative to this thread's first row: compile-time offsets (see apply_key_mask).
-    const int row0 = get<0>(coords(0, 0, 0));
-    const int rows_left = rows_valid - row0;
-    CUTE_UNROLL
-    for (int m = 0; m < size<1>(dst); ++m) {
-        const bool row_ok = get<0>(coords(0, m, 0)) - row0 < rows_left;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(dst); ++k) {
-            if (row_ok && column_ok(k)) {
-                copy(tiled_copy, src(_, m, k), dst(_, m, k));
-            } else {
-                clear(dst(_, m, k));
-            }
+    for_each_tile_chunk(dst, coords, column_ok, rows_valid, [&](int m, int k, bool in_bounds) {
+        if (in_bounds) {
+            copy(tiled_copy, src(_, m, k), dst(_, m, k));
+        } else {
+            clear(dst(_, m, k));
         }
-    }
+    });
 }
 
 // Where a row of one sequence's K or V lives in a paged pool: row r (counted from the sequence's
