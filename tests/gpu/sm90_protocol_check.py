@@ -4,7 +4,7 @@ The producer and the two consumer warpgroups are generators; mbarriers complete 
 by parity, as mbarrier.try_wait.parity), named barriers gather sync + arrive. Copies land after a
 random delay, the three run in random interleavings. Checks, for 0..8 K/V blocks, 2 and 3 stages:
 no deadlock, every product reads the block it expects from its stage, and the ping-pong barriers
-end balanced (every wait matched by one arrive). Run: python3 tests/gpu/ws_protocol_check.py
+end balanced (every wait matched by one arrive). Run: python3 tests/gpu/sm90_protocol_check.py (ctest: sm90_protocol_check)
 """
 import random
 
