@@ -16,7 +16,8 @@
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
-#                                               (also: pytest_python, profile = Nsight Compute, see below)
+#                                               (also: pytest_python, profile = Nsight Compute, pytest_ws,
+#                                               decode_split_keys, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
 #   FLASHATTN_PREBUILT_LIB=path/libflashattn.so  test and benchmark that library (built elsewhere with
@@ -217,6 +218,29 @@ if wants decode && [[ -f $lib ]]; then
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
     > "$logs/bench_decode.log" 2>&1
 fi
+# Experimental: the split-keys decode kernel (kernels/fwd_decode_kernel.cuh), forced onto every
+# inference call (FLASHATTN_CUDA_DECODE=split_keys, then =split_keys_deep). Step decode_split_keys
+# (not in the default list): the decode test groups and compute-sanitizer (memcheck, racecheck: the
+# warps' rings are guarded by per-warp waits and __syncwarp only) on the decode CLI problems. A
+# protocol error would hang rather than fail, so a short CLI problem runs first under a 60 s timeout
+# and the rest runs only if it finished. Logs: tests_decode_sk.log, sanitize_decode_sk.log.
+if wants decode_split_keys && [[ -f $lib ]]; then
+  for variant in split_keys split_keys_deep; do
+    echo "=== the split-keys decode kernel (FLASHATTN_CUDA_DECODE=$variant)" >> "$logs/tests_decode_sk.log"
+    if FLASHATTN_CUDA_DECODE=$variant timeout $(cap 60) "$cli" --backend cuda --kvcache --paged --page-size 16 \
+         --batch 3 --seqlen-q 1 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128 --causal --check --iters 1 \
+         --warmup 0 >> "$logs/tests_decode_sk.log" 2>&1; then
+      FLASHATTN_CUDA_DECODE=$variant pytest_groups "inference $variant " test_inference.py 600 \
+        "${decode_test_groups[@]}" >> "$logs/tests_decode_sk.log" 2>&1
+      if can_sanitize; then
+        echo "=== $variant" >> "$logs/sanitize_decode_sk.log"
+        FLASHATTN_CUDA_DECODE=$variant sanitize --check "${sanitize_decode_cases[@]}" >> "$logs/sanitize_decode_sk.log" 2>&1
+      fi
+    else
+      echo "=== $variant smoke problem failed or hung (rc=$?): its suite skipped" >> "$logs/tests_decode_sk.log"
+    fi
+  done
+fi
 # ---- end of the inference block -----------------------------------------------------------------
 
 {
@@ -241,5 +265,7 @@ fi
   grep -hE '^FAILED|^ERROR' "$logs/tests_decode.log" 2>/dev/null | head -20
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode.log" 2>/dev/null
   sed -n '/^decode TB\/s/,$p' "$logs/bench_decode.log" 2>/dev/null
+  grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation|^FAILED|^ERROR' "$logs/tests_decode_sk.log" 2>/dev/null | head -30
+  grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode_sk.log" 2>/dev/null
 } | tee "$out/summary.txt"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
