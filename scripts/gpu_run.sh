@@ -17,7 +17,7 @@
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, profile = Nsight Compute, pytest_ws,
-#                                               decode_split_keys, see below)
+#                                               decode_split_keys, profile_decode, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
 #   FLASHATTN_PREBUILT_LIB=path/libflashattn.so  test and benchmark that library (built elsewhere with
@@ -240,6 +240,19 @@ if wants decode_split_keys && [[ -f $lib ]]; then
       echo "=== $variant smoke problem failed or hung (rc=$?): its suite skipped" >> "$logs/tests_decode_sk.log"
     fi
   done
+fi
+# Nsight Compute over one decode call per implementation (bench/profile_decode.py: ours under each
+# FLASHATTN_CUDA_DECODE variant, cuDNN) on FLASHATTN_PROFILE_DECODE_SHAPES (default: its own list).
+# Step profile_decode (not in the default list). Log: profile_decode.log.
+if wants profile_decode && [[ -f $lib ]] && command -v ncu > /dev/null; then
+  decode_shapes=(${FLASHATTN_PROFILE_DECODE_SHAPES:-L32k_b1 L8k_b64 L8k_b64p L128k_b16})
+  decode_impls=(${FLASHATTN_PROFILE_DECODE_VARIANTS:-built wide split_keys split_keys_deep} cudnn)
+  nvtx=()
+  for s in "${decode_shapes[@]}"; do for i in "${decode_impls[@]}"; do nvtx+=(--nvtx-include "$s.$i/"); done; done
+  FLASHATTN_LIB=$lib timeout $(cap 400) ncu --clock-control none --nvtx "${nvtx[@]}" --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section SchedulerStats \
+    --section WarpStateStats ${FLASHATTN_PROFILE_EXTRA:-} \
+    python3 bench/profile_decode.py "${decode_shapes[@]}" > "$logs/profile_decode.log" 2>&1
 fi
 # ---- end of the inference block -----------------------------------------------------------------
 
