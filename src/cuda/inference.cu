@@ -147,9 +147,9 @@ int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
 // fill less than 80% of the CTA slots, like FlashAttention-2, then take as many splits as fill one
 // wave (FlashAttention-2's rule takes the fewest within 85% of the best wave, e.g. 29 of 33 at
 // batch 1, 8 KV heads, two CTAs per SM: 12% of the slots idle; combine.cu now loads 16 splits at a
-// time, so the extra splits cost little), each split at least kSplitKeysMinBlocks blocks (two per
-// warp), equal shares.
-constexpr int64_t kSplitKeysMinBlocks = 8;
+// time, so the extra splits cost little), each split at least kSplitKeysMinBlocks blocks (one per
+// warp: on short caches parallelism matters more than each warp's pipeline), equal shares.
+constexpr int64_t kSplitKeysMinBlocks = 4;
 
 int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
     if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
