@@ -1,0 +1,83 @@
+"""One decode call of each implementation on a few shapes, for Nsight Compute to profile.
+
+    ncu --clock-control none --nvtx --nvtx-include "L32k_b1.split_keys/" --section ... \
+        python3 bench/profile_decode.py [SHAPE ...]
+
+A shape is "L32k_b1" style: cache length in k, batch; 32 query / 8 KV heads, d 128, bf16, one query
+token, contiguous cache, num_splits = 0 (the library's split rule), as in bench/gpu_decode.py; a
+"p" suffix ("L32k_b1p") reads a pool of 16-row pages instead. Each shape runs ours under every
+FLASHATTN_CUDA_DECODE value named in FLASHATTN_PROFILE_DECODE_VARIANTS (default: built, narrow,
+split_keys, split_keys_deep) and, for contiguous caches, torch SDPA's cuDNN backend, once each after
+an unprofiled warm-up, inside NVTX ranges named after the shape and the implementation. Our ranges
+hold the forward kernel and, when the call splits, the combine kernel.
+"""
+import os
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+import fa_ctypes as fa  # noqa: E402
+
+HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
+DEFAULT_SHAPES = ["L32k_b1", "L8k_b64", "L8k_b64p", "L128k_b16"]
+
+
+def parse(shape):
+    m = re.fullmatch(r"L(\d+)k_b(\d+)(p?)", shape)
+    if not m:
+        raise SystemExit(f"shape {shape!r}: expected e.g. L32k_b1 or L8k_b64p (cache length in k, batch, paged)")
+    return int(m.group(1)) * 1024, int(m.group(2)), m.group(3) == "p"
+
+
+def main():
+    shapes = sys.argv[1:] or DEFAULT_SHAPES
+    variants = os.environ.get("FLASHATTN_PROFILE_DECODE_VARIANTS", "built narrow split_keys split_keys_deep").split()
+    for shape in shapes:
+        cache_len, batch, paged = parse(shape)
+        q = torch.randn(batch, 1, HEADS, HDIM, device="cuda", dtype=torch.bfloat16)
+        lengths = torch.full((batch,), cache_len, dtype=torch.int32, device="cuda")
+        table = None
+        if paged:
+            blocks = batch * cache_len // PAGE
+            k = torch.randn(blocks, PAGE, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16)
+            table = torch.randperm(blocks, device="cuda").to(torch.int32).view(batch, cache_len // PAGE)
+        else:
+            k = torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        params, out, lse = fa.make_kvcache_params(q, k, v, lengths, block_table=table, num_splits=0,
+                                                  backend=fa.FA_BACKEND_CUDA,
+                                                  stream=torch.cuda.current_stream().cuda_stream)
+        runs = {}
+        for variant in variants:
+            def ours(variant=variant):
+                if variant != "built":
+                    os.environ["FLASHATTN_CUDA_DECODE"] = variant
+                fa._raise_on(fa.lib().fa_kvcache_forward(fa.ctypes.byref(params)))
+                os.environ.pop("FLASHATTN_CUDA_DECODE", None)
+            runs[variant] = ours
+        if not paged:
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+            def cudnn():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+            runs["cudnn"] = cudnn
+        for name, fn in runs.items():
+            fn()  # warm-up (cuDNN builds its plan here)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(f"{shape}.{name}")
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+        print(f"{shape}: L={cache_len} batch={batch} paged={paged}: ran {', '.join(runs)}", flush=True)
+        del k, v, table, params, out, lse
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+// The split-keys decode kernel: the inference variant's algorithm (fwd_kernel.cuh) for tiles of at
+// most 16 query rows, with the keys of a CTA's range split across its warps.
+//
+// Decoding reads the whole KV cache once and computes little on it (packed GQA: 4 query heads per
+// KV head fill 4 of a tile's 16 rows), so its speed is how many bytes of K and V every SM keeps in
+// flight, all the time. The 64-row tile (4 warps on one query tile) spends 3/4 of its MMAs on
+// empty rows and stops all four warps at a CTA barrier per block; the narrow tile (one warp) left
+// one SM sub-partition idle and few loads in flight. Here:
+//
+//   one CTA per (16-row query block, split, sequence, KV head when packed), kWarps warps;
+//   Q -> shared once (warp 0) -> registers of every warp up to d128 (one CTA barrier, at the start);
+//   warp w visits the blocks n_end - 1 - w, n_end - 1 - w - kWarps, ... of the CTA's range, each
+//     through its own ring of kKvStages (K, V) stages: block i + kKvStages - 1 of the warp is
+//     fetched (cp.async, one group per block) while block i is computed; a warp waits only for its
+//     own groups (cp.async.wait_group + __syncwarp), never for the other warps;
+//   per block, exactly the ordinary kernel's steps: S = Q K^T, [transform] [mask], online softmax,
+//     [dropout], O += P V (score_policies.cuh, online_softmax.cuh, tile_ops.cuh);
+//   at the end each warp normalises its (O, lse) (OnlineSoftmax::finish) and the kWarps partial
+//     results meet in shared memory (over the rings, now idle), merged by their logsumexp as
+//     combine.cu merges splits; the CTA writes out and lse, or one split's fp32 partial.
+//
+// Paged K/V: a warp resolves the page slots of its next block one step ahead (PageTable::slots),
+// so the table read is not on the path from a stage's release to its refill.
+#pragma once
+
+#include "fwd_args.h"
+#include "kernels/fwd_traits.cuh"
+#include "kernels/online_softmax.cuh"
+#include "kernels/score_policies.cuh"
+#include "kernels/tile_ops.cuh"
+#include "kernels/tile_order.cuh"
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Which of a CTA's K/V blocks a warp visits and the ring stage each lands in. The warp's blocks are
+// top, top - kWarps, ... down to the range's first (top = n_end - 1 - warp); its i-th block uses
+// stage i % kStages; the step of block n fetches the warp's block kStages - 1 steps later, into the
+// stage of the warp's previous block (which the warp is done with by this step's __syncwarp).
+// tests/gpu/layout_check.cu replays it with the kernel's cp.async group counts.
+template <int kWarps, int kStages>
+struct WarpBlockRing {
+    int top;
+
+    __host__ __device__ __forceinline__ int stage(int n) const {
+        return int(unsigned(top - n) / unsigned(kWarps)) % kStages;
+    }
+    __host__ __device__ __forceinline__ int prologue_block(int i) const { return top - i * kWarps; } // i < kStages - 1
+    __host__ __device__ __forceinline__ static int fetched_during(int n) { return n - (kStages - 1) * kWarps; }
+};
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const __grid_constant__ FwdArgs args) {
+    using Warp = typename Traits::Warp; // one warp's tile, MMA, copies and ring stage
+    using Element = typename Warp::Element;
+    constexpr int kWarps = Traits::kWarps;
+    constexpr int kBlockM = Warp::kBlockM;
+    constexpr int kBlockN = Warp::kBlockN;
+    constexpr int kHeadDim = Warp::kHeadDim;
+    constexpr int kStages = Warp::kKvStages;
+    static_assert(kStages >= 2 && kBlockM == 16);
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+
+    const InferenceWorkItem item = inference_work_item(blockIdx.x, args);
+    const int b = item.b, h = item.h, h_kv = item.h_kv, split = item.split;
+    const bool packed = item.packed;
+    const SequenceBounds seq = sequence_bounds<true>(args, b);
+    const int m0 = item.m_block * kBlockM;
+    if (m0 >= seq.q_len) return;
+    const bool write_partials = args.num_splits > 1;
+    KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
+    if (write_partials) range = split_share(range, split, args.num_splits);
+
+    // Global tensors, as in fwd_kernel (packed heads: Q and O rows are the group's heads).
+    const bool varlen = args.cu_seqlens_q != nullptr;
+    auto rows_of = [&](const fa_tensor& t, int64_t batch, int64_t row0, int head, int rows, int64_t row_stride) {
+        return head_rows<Element, kHeadDim>(t, varlen, batch, row0, head, rows, row_stride);
+    };
+    Tensor mQ = rows_of(args.q, b, seq.q_row0, h, seq.q_len, packed ? args.q.head_stride : args.q.row_stride);
+    Tensor mK = rows_of(args.k, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.k.row_stride);
+    Tensor mV = rows_of(args.v, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.v.row_stride);
+    Tensor mO = rows_of(args.out, b, seq.q_row0, h, seq.q_len, packed ? args.out.head_stride : args.out.row_stride);
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(item.m_block, 0));
+    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
+    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+
+    // Shared memory (SplitKeysDecodeTraits): Q, then this warp's ring (K stages, then V stages).
+    extern __shared__ __align__(128) char smem[];
+    Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Warp::SmemLayoutQ{});
+    Tensor sK = make_tensor(sQ.data() + size(sQ) + warp * Traits::kWarpRingElems, typename Warp::SmemLayoutKV{});
+    Tensor sV = make_tensor(sK.data() + kStages * size(sK), typename Warp::SmemLayoutKV{});
+    Tensor sVt = make_tensor(sV.data(), typename Warp::SmemLayoutVt{});
+
+    // Global -> shared, by the lanes of this warp.
+    typename Warp::GmemLoad gmem_load;
+    auto load_thr = gmem_load.get_thread_slice(lane);
+    Tensor tQg = load_thr.partition_S(gQ);
+    Tensor tQs = load_thr.partition_D(sQ);
+    Tensor tKg = load_thr.partition_S(gK);
+    Tensor tKs = load_thr.partition_D(sK);
+    Tensor tVg = load_thr.partition_S(gV);
+    Tensor tVs = load_thr.partition_D(sV);
+    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
+
+    // Tensor cores, one warp. Up to d128 Q stays in registers (A of S = Q K^T) for the whole loop;
+    // above, with O's accumulator twice as large, that spills, and Q is read from shared memory per
+    // block as in fwd_kernel. P stays in registers (A of O += P V).
+    constexpr bool kQInRegisters = kHeadDim <= 128;
+    typename Warp::TiledMma tiled_mma;
+    auto mma_thr = tiled_mma.get_thread_slice(lane);
+    Tensor tSrQ = mma_thr.partition_fragment_A(sQ);
+    Tensor tSrK = mma_thr.partition_fragment_B(sK);
+    Tensor tOrVt = mma_thr.partition_fragment_B(sVt);
+    Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    clear(acc_o);
+    auto copy_q = make_tiled_copy_A(typename Warp::SmemCopyQK{}, tiled_mma);
+    auto copy_q_thr = copy_q.get_thread_slice(lane);
+    auto copy_k = make_tiled_copy_B(typename Warp::SmemCopyQK{}, tiled_mma);
+    auto copy_k_thr = copy_k.get_thread_slice(lane);
+    Tensor tSsQ = copy_q_thr.partition_S(sQ);
+    Tensor tSsK = copy_k_thr.partition_S(sK);
+    auto copy_v = make_tiled_copy_B(typename Warp::SmemCopyVt{}, tiled_mma);
+    auto copy_v_thr = copy_v.get_thread_slice(lane);
+    Tensor tOsVt = copy_v_thr.partition_S(sVt);
+
+    Tensor tScS = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
+    Tensor acc_o_rows = make_tensor(acc_o.data(), rows_cols(acc_o.layout()));
+    constexpr int kRows = decltype(size<0>(acc_o_rows))::value;
+    OnlineSoftmax<kRows> softmax;
+
+    float exp_scale = args.scale_log2;
+    float alibi_slope = 0.0f;
+    DropoutKey dropout_key{};
+    if (args.transform_scores) exp_scale = 1.4426950408889634f; // scores already carry the scale
+    if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
+    if (args.dropout) dropout_key = args.dropout_key();
+
+    // This warp's blocks and their stages.
+    const WarpBlockRing<kWarps, kStages> ring{range.n_end - 1 - warp};
+    auto in_stage = [&](auto&& t, int n) __attribute__((always_inline)) {
+        return make_tensor(t.data() + ring.stage(n) * Warp::kSmemKVElems, t.layout());
+    };
+
+    const PageTable page_table{args.block_table ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
+                               uint32_t(args.page_size)};
+    using Pages = PageSlots<decltype(size<1>(tKVc))::value>;
+    auto pages_of = [&](int n) __attribute__((always_inline)) {
+        Pages pages{};
+        if (args.block_table && n >= range.n_begin)
+            pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
+        return pages;
+    };
+    // K and V of block n into its stage; `pages`: its rows' page slots (paged K/V only).
+    auto load_kv_block = [&](int n, Pages const& pages) __attribute__((always_inline)) {
+        const int rows_valid = seq.k_len - n * kBlockN;
+        if (args.block_table) {
+            load_tile_paged(gmem_load, in_stage(tKs, n), tKVc, column_ok, rows_valid,
+                            static_cast<Element*>(args.k.data) + int64_t(h_kv) * args.k.head_stride,
+                            args.k.batch_stride, args.k.row_stride, pages);
+            load_tile_paged(gmem_load, in_stage(tVs, n), tKVc, column_ok, rows_valid,
+                            static_cast<Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride,
+                            args.v.batch_stride, args.v.row_stride, pages);
+        } else {
+            load_tile(gmem_load, tKg(_, _, _, n), in_stage(tKs, n), tKVc, column_ok, rows_valid);
+            load_tile(gmem_load, tVg(_, _, _, n), in_stage(tVs, n), tKVc, column_ok, rows_valid);
+        }
+    };
+
+    // Prologue. Every thread commits the same groups: Q's (loaded by warp 0), then one per stage of
+    // its warp's first kStages - 1 blocks (empty past the range), so that the waits below count
+    // alike in every warp.
+    if (warp == 0) load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
+    cp_async_fence();
+    CUTE_UNROLL
+    for (int i = 0; i < kStages - 1; ++i) {
+        const int n = ring.prologue_block(i);
+        if (n >= range.n_begin) load_kv_block(n, pages_of(n));
+        cp_async_fence();
+    }
+    Pages next_pages = pages_of(ring.fetched_during(ring.top)); // the first block the loop fetches
+    cp_async_wait<kStages - 1>(); // Q has landed (the prologue's blocks may still be in flight) ...
+    __syncthreads();              // ... for every warp: the only CTA barrier before the merge
+    if constexpr (kQInRegisters) {
+        Tensor q_view = copy_q_thr.retile_D(tSrQ);
+        copy(copy_q, tSsQ, q_view);
+    }
+
+    // One block of this warp; kMasked as in fwd_kernel (a compile-time tag: unmasked blocks carry no
+    // mask instructions).
+    auto process_block = [&](int n, auto masked_tag) __attribute__((always_inline)) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
+        const int n0 = n * kBlockN;
+        cp_async_wait<kStages - 2>(); // block n has landed for this thread ...
+        __syncwarp();                 // ... and for the warp, which is also done with the stage of its
+                                      // previous block, where block n - (kStages - 1) kWarps goes
+        const int fetch = ring.fetched_during(n);
+        if (fetch >= range.n_begin) load_kv_block(fetch, next_pages);
+        cp_async_fence();
+        next_pages = pages_of(ring.fetched_during(n - kWarps)); // read during this block's math, used next step
+
+        Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_s);
+        if constexpr (kQInRegisters) {
+            gemm_regs_smem(tiled_mma, acc_s, tSrQ, tSrK, in_stage(tSsK, n), copy_k, copy_k_thr);
+        } else {
+            gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, n), copy_q, copy_k, copy_q_thr, copy_k_thr);
+        }
+
+        Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
+        if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, seq, m0, n0);
+        if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
+        softmax.absorb(scores, acc_o_rows, exp_scale);
+        if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, b, h, m0, n0);
+
+        Tensor p = convert_fragment<Element>(acc_s);
+        Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
+        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, n), copy_v, copy_v_thr);
+    };
+
+    // As in fwd_kernel: the masked blocks sit at the two ends of the range.
+    for (int n = ring.top; n >= range.n_begin;) {
+        for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); n -= kWarps)
+            process_block(n, cute::true_type{});
+        for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; n -= kWarps)
+            process_block(n, cute::false_type{});
+    }
+
+    // Each warp's normalised O and lse (a warp that saw no allowed key: O = 0, lse = -inf).
+    float row_lse[kRows];
+    softmax.finish(acc_o_rows, exp_scale, args.dropout ? args.keep_rescale : 1.0f, row_lse);
+
+    // The merge, over the rings (Q's buffer is left alone): lse (kWarps x kBlockM), then O (kWarps x
+    // kBlockM x kMergeRowFloats).
+    const int rows_valid = min(seq.q_len - m0, kBlockM);
+    float* merge_lse = reinterpret_cast<float*>(smem + Warp::kSmemQElems * sizeof(Element));
+    float* merge_o = merge_lse + kWarps * kBlockM;
+    cp_async_wait<0>(); // (only empty groups are left)
+    __syncthreads();    // every warp is done with its ring
+    {
+        Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            const int row = get<0>(o_coords(r, 0));
+            if (row >= rows_valid) continue;
+            if (get<1>(o_coords(r, 0)) == 0) merge_lse[warp * kBlockM + row] = row_lse[r];
+            float* o_row = merge_o + (warp * kBlockM + row) * Traits::kMergeRowFloats;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(o_coords); c += 2) // neighbouring column pairs
+                *reinterpret_cast<float2*>(o_row + get<1>(o_coords(r, c))) =
+                    make_float2(acc_o_rows(r, c), acc_o_rows(r, c + 1));
+        }
+    }
+    __syncthreads();
+
+    // Merge by logsumexp (combine.cu's math) and write, 4 columns per thread and step: out and lse,
+    // or this split's fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch, heads, seqlen_q).
+    constexpr int kChunks = kHeadDim / 4;
+    for (int index = tid; index < kBlockM * kChunks; index += Traits::kThreads) {
+        const int row = index / kChunks, col = (index % kChunks) * 4;
+        if (row >= rows_valid) break; // rows grow with index
+        if (col >= args.head_dim) continue;
+        float lse_w[kWarps];
+        float lse_max = -INFINITY;
+        CUTE_UNROLL
+        for (int w = 0; w < kWarps; ++w) {
+            lse_w[w] = merge_lse[w * kBlockM + row];
+            lse_max = fmaxf(lse_max, lse_w[w]);
+        }
+        float lse = -INFINITY;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (lse_max > -INFINITY) {
+            float sum = 0.0f;
+            CUTE_UNROLL
+            for (int w = 0; w < kWarps; ++w) sum += expf(lse_w[w] - lse_max); // exp(-inf) = 0
+            lse = lse_max + logf(sum);
+            CUTE_UNROLL
+            for (int w = 0; w < kWarps; ++w) {
+                const float weight = expf(lse_w[w] - lse);
+                const float4 part =
+                    *reinterpret_cast<const float4*>(merge_o + (w * kBlockM + row) * Traits::kMergeRowFloats + col);
+                o.x += weight * part.x;
+                o.y += weight * part.y;
+                o.z += weight * part.z;
+                o.w += weight * part.w;
+            }
+        }
+        const int i = m0 + row;
+        const int head = packed ? h + i : h, q_row = packed ? 0 : i;
+        if (write_partials) {
+            const int64_t at = ((int64_t(split) * args.batch + b) * args.seqlen_q + q_row) * args.num_heads + head;
+            *reinterpret_cast<float4*>(args.out_accum + at * args.head_dim + col) = o;
+            if (col == 0)
+                args.lse_accum[((int64_t(split) * args.batch + b) * args.num_heads + head) * args.seqlen_q + q_row] =
+                    lse;
+        } else {
+            auto pack = [](float lo, float hi) {
+                return uint32_t(Element(lo).raw()) | uint32_t(Element(hi).raw()) << 16;
+            };
+            *reinterpret_cast<uint2*>(raw_pointer_cast(&mO(i, col))) = make_uint2(pack(o.x, o.y), pack(o.z, o.w));
+            if (args.lse && col == 0) {
+                const int64_t at = varlen ? int64_t(head) * args.total_q + seq.q_row0 + q_row
+                                          : (int64_t(b) * args.num_heads + head) * args.seqlen_q + q_row;
+                args.lse[at] = lse;
+            }
+        }
+    }
+}
+
+} // namespace flashattn::cuda::kernels
