@@ -14,6 +14,7 @@
 #   FLASHATTN_DEADLINE_S=N   stop every step by N seconds after the start (default 3600)
 #   FLASHATTN_TUNING=1       quick mode plus the tuning variants (built and timed with --tiles)
 #   FLASHATTN_BENCH_GRID=full  quick mode's build, the forward/backward benchmarks' whole seqlen grid
+#   FLASHATTN_SANITIZE_MAX=N   compute-sanitizer on the first N problems of each list only
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
@@ -86,9 +87,11 @@ pytest_groups() {
   done
 }
 # sanitize EXTRA_FLAGS CASE...: memcheck and racecheck over CLI problems.
+# FLASHATTN_SANITIZE_MAX=N: only the first N problems of each list (short device calls).
 sanitize() {
   local extra=$1 tool c
   shift
+  (($# > ${FLASHATTN_SANITIZE_MAX:-99})) && set -- "${@:1:${FLASHATTN_SANITIZE_MAX}}"
   for tool in memcheck racecheck; do
     for c in "$@"; do
       echo "=== $tool: $c"
