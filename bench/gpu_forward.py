@@ -76,9 +76,9 @@ def sdpa_fn(q, k, v, causal, backend):
     return run
 
 
-def measure(shapes, tiles=False, variants=(), rounds=1):
+def measure(shapes, tiles=False, variants=(), rounds=1, hdims=HDIMS):
     rows, tile_rows = [], []
-    for hdim in HDIMS:
+    for hdim in hdims:
         nheads = HIDDEN // hdim
         for causal in (False, True):
             for seqlen in shapes:
@@ -186,6 +186,8 @@ def main():
                     help="also time ours with these variables set (column ours_LABEL_tflops); repeatable")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
+    ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256)")
+    ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
@@ -204,8 +206,11 @@ def main():
     for v in args.variant:
         label, _, assignments = v.partition(":")
         variants.append((label, dict(a.split("=", 1) for a in assignments.split(","))))
-    rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles, variants=variants,
-                              rounds=args.rounds)
+    seqlens = (1024, 4096, 16384) if args.quick else SEQLENS
+    if args.seqlens:
+        seqlens = tuple(int(s) for s in args.seqlens.split(","))
+    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
+    rows, tile_rows = measure(seqlens, tiles=args.tiles, variants=variants, rounds=args.rounds, hdims=hdims)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops",

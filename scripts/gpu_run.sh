@@ -15,6 +15,7 @@
 #   FLASHATTN_TUNING=1       quick mode plus the tuning variants (built and timed with --tiles)
 #   FLASHATTN_BENCH_GRID=full  quick mode's build, the forward/backward benchmarks' whole seqlen grid
 #   FLASHATTN_SANITIZE_MAX=N   compute-sanitizer on the first N problems of each list only
+#   FLASHATTN_BENCH_ARGS / FLASHATTN_DECODE_BENCH_ARGS   extra arguments of gpu_forward.py / gpu_decode.py
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
@@ -137,8 +138,8 @@ fi
 
 # compute-sanitizer on a small grid of CLI problems (plain, causal ragged, GQA varlen, extras).
 sanitize_cases=(
-  "--seqlen-q 113 --seqlen-k 203 --head-dim 64 --heads 2 --batch 2"
   "--seqlen-q 128 --seqlen-k 217 --head-dim 128 --causal --dtype fp16"
+  "--seqlen-q 113 --seqlen-k 203 --head-dim 64 --heads 2 --batch 2"
   "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 96 --window 32,8"
   "--seqlen 130 --head-dim 256 --softcap 30 --alibi --dropout 0.1"
   "--seqlen 77 --head-dim 32 --causal --backward"
@@ -234,7 +235,7 @@ if wants decode && [[ -f $lib ]]; then
   pytest_groups "inference " test_inference.py 600 "${decode_test_groups[@]}" > "$logs/tests_decode.log" 2>&1
   if can_sanitize; then sanitize --check "${sanitize_decode_cases[@]}" > "$logs/sanitize_decode.log" 2>&1; fi
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
-    "${decode_bench_skip[@]}" > "$logs/bench_decode.log" 2>&1
+    "${decode_bench_skip[@]}" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode.log" 2>&1
 fi
 # Nsight Compute over one decode call per implementation (bench/profile_decode.py: ours under each
 # FLASHATTN_CUDA_DECODE variant, cuDNN) on FLASHATTN_PROFILE_DECODE_SHAPES (default: its own list).
