@@ -10,17 +10,16 @@ num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a
 (shuffled blocks); torch SDPA (enable_gqa=True) reads the contiguous cache through (b, h, s, d) views.
 
 Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape times ours
-as built (the 64-row tile with a ring of K/V stages) and with the split-keys decode kernel
-(=split_keys and =split_keys_deep, columns ours_split_keys_tbps / ours_split_keys_deep_tbps);
---variants adds "narrow" (the 16-row one-warp tile), "baseline" (single K/V buffers) and
-"wave_splits" (the two-wave split rule) to the printed table.
+twice, as built (the narrow 16-row tile for decode) and with the 64-row tile of session 3
+(FLASHATTN_CUDA_DECODE=narrow, the 16-row one-warp tile, column ours_narrow_tbps); --variants adds "baseline" (single K/V
+buffers) and "wave_splits" (the two-wave split rule) to the printed table.
 
 Timing: triton's do_bench (CUDA events around each call, median, L2 flushed in between), and each
 timed function rotates over several copies of the cache (as many as make 256 MB and fit) so that
 neither the L2 nor a warm TLB is measured. The copy bandwidth (y.copy_(x), 2 GB) is the ceiling.
 
 Writes DIR/h200-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
-torch_fa2_tbps, cudnn_tbps, ours_split_keys_tbps, ours_split_keys_deep_tbps; the torch columns are their contiguous-cache figures
+torch_fa2_tbps, cudnn_tbps, ours_narrow_tbps; the torch columns are their contiguous-cache figures
 on both rows of a shape) and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
 """
 import argparse
@@ -84,17 +83,11 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None):
     return run
 
 
-SKIPPED = set()  # --skip: variants reported as nan
-
-
 def time_variants(fns, kv_bytes, variants):
     """{variant: TB/s} of the rotating fns under each FLASHATTN_CUDA_DECODE value. The variable is set
     around the whole timed loop (do_bench times many calls), not per call."""
     rates = {}
     for variant in variants:
-        if variant in SKIPPED:  # its smoke problem failed (gpu_run.sh): not timed
-            rates[variant] = float("nan")
-            continue
         old = os.environ.pop("FLASHATTN_CUDA_DECODE", None)
         if variant:
             os.environ["FLASHATTN_CUDA_DECODE"] = variant
@@ -192,12 +185,9 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
-                    help="also time FLASHATTN_CUDA_DECODE=narrow, =baseline and =wave_splits")
-    ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
-                    help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
+                    help="also time FLASHATTN_CUDA_DECODE=baseline and =wave_splits")
     args = ap.parse_args()
-    SKIPPED.update(args.skip)
-    variants = [None, "split_keys", "split_keys_deep"] + (["narrow", "baseline", "wave_splits"] if args.variants else [])
+    variants = [None, "narrow"] + (["baseline", "wave_splits"] if args.variants else [])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -216,14 +206,12 @@ def main():
             rows.append(row)
             print(f"L={cache_len:6d} b={batch:3d} ({row['copies']} copies): ours {row['ours_tbps']:5.2f} "
                   f"paged {row['ours_paged_tbps']:5.2f} fa2 {row['torch_fa2_tbps']:5.2f} "
-                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g}); split_keys "
-                  f"{row['variants']['split_keys']:5.2f} paged {row['paged_variants']['split_keys']:5.2f}; deep "
-                  f"{row['variants']['split_keys_deep']:5.2f} paged {row['paged_variants']['split_keys_deep']:5.2f}",
-                  flush=True)
+                  f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g}); narrow "
+                  f"{row['variants']['narrow']:5.2f} paged {row['paged_variants']['narrow']:5.2f}", flush=True)
 
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
-              "cudnn_tbps", "ours_split_keys_tbps", "ours_split_keys_deep_tbps"]
+              "cudnn_tbps", "ours_narrow_tbps"]
     with open(out / "h200-decode.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -233,8 +221,7 @@ def main():
                             "batch": r["batch"], "paged": paged, "page_size": PAGE if paged else 0,
                             "ours_tbps": round(r["ours_paged_tbps" if paged else "ours_tbps"], 3),
                             "torch_fa2_tbps": round(r["torch_fa2_tbps"], 3), "cudnn_tbps": round(r["cudnn_tbps"], 3),
-                            **{f"ours_{v}_tbps": round(r["paged_variants" if paged else "variants"][v], 3)
-                               for v in ("split_keys", "split_keys_deep")}})
+                            "ours_narrow_tbps": round(r["paged_variants" if paged else "variants"]["narrow"], 3)})
     try:
         plot(rows, copy, out / "h200-decode.png")
     except Exception as e:  # the numbers matter more than the chart
@@ -253,23 +240,12 @@ def main():
     print(f"\nours as built vs FLASHATTN_CUDA_DECODE variants, TB/s (contiguous | paged 16)")
     names = [v for v in variants if v]
     print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | "
-          f"{'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | built/split_keys contig paged")
+          f"{'built':>5} " + " ".join(f"{n:>13}" for n in names) + " | built/narrow contig paged")
     for r in rows:
         cv, pv = r["variants"], r["paged_variants"]
         print(f"{r['cache_len']:6d} {r['batch']:5d} | {cv[None]:5.2f} " + " ".join(f"{cv[n]:13.2f}" for n in names)
               + f" | {pv[None]:5.2f} " + " ".join(f"{pv[n]:13.2f}" for n in names)
-              + f" | {cv[None] / cv['split_keys']:5.2f} {pv[None] / pv['split_keys']:5.2f}")
-
-    print(f"\nthe split-keys decode kernel against the issue's goals (x cuDNN, % of copy, paged / contiguous)")
-    print(f"{'L':>6} {'batch':>5} | {'split_keys':>10} {'/cuDNN':>6} {'%copy':>5} {'paged/c':>7} | "
-          f"{'deep':>5} {'/cuDNN':>6} {'%copy':>5} {'paged/c':>7}")
-    for r in rows:
-        cells = []
-        for v in ("split_keys", "split_keys_deep"):
-            c, p = r["variants"][v], r["paged_variants"][v]
-            cells.append(f"{c:{10 if v == 'split_keys' else 5}.2f} {c / r['cudnn_tbps']:6.2f} {100 * c / copy:5.0f} "
-                         f"{p / c:7.2f}")
-        print(f"{r['cache_len']:6d} {r['batch']:5d} | " + " | ".join(cells))
+              + f" | {cv[None] / cv['narrow']:5.2f} {pv[None] / pv['narrow']:5.2f}")
 
 
 if __name__ == "__main__":

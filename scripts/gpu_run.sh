@@ -19,8 +19,7 @@
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
-#                                               (also: pytest_python, profile = Nsight Compute, pytest_ws,
-#                                               decode_split_keys, profile_decode, see below)
+#                                               (also: pytest_python, profile = Nsight Compute, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
 #   FLASHATTN_PREBUILT_LIB=path/libflashattn.so  test and benchmark that library (built elsewhere with
@@ -206,49 +205,11 @@ sanitize_decode_cases=(
   "--kvcache --batch 2 --seqlen-k 3000 --heads 8 --kv-heads 1 --head-dim 64 --num-splits 7"
   "--kvcache --paged --page-size 64 --batch 2 --seqlen-q 3 --seqlen-k 500 --heads 4 --kv-heads 2 --head-dim 128 --softcap 20 --causal"
 )
-# Experimental: the split-keys decode kernel (kernels/fwd_decode_kernel.cuh), forced onto every
-# inference call (FLASHATTN_CUDA_DECODE=split_keys, then =split_keys_deep). Step decode_split_keys
-# (not in the default list): the decode test groups and compute-sanitizer (memcheck, racecheck: the
-# warps' rings are guarded by per-warp waits and __syncwarp only) on the decode CLI problems. A
-# protocol error would hang rather than fail, so a short CLI problem runs first under a 60 s timeout
-# and the rest runs only if it finished. Logs: tests_decode_sk.log, sanitize_decode_sk.log.
-# It runs before step decode, whose benchmark leaves out a variant whose smoke problem failed.
-decode_bench_skip=()
-if wants decode_split_keys && [[ -f $lib ]]; then
-  for variant in split_keys split_keys_deep; do
-    echo "=== the split-keys decode kernel (FLASHATTN_CUDA_DECODE=$variant)" >> "$logs/tests_decode_sk.log"
-    if FLASHATTN_CUDA_DECODE=$variant timeout $(cap 60) "$cli" --backend cuda --kvcache --paged --page-size 16 \
-         --batch 3 --seqlen-q 1 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128 --causal --check --iters 1 \
-         --warmup 0 >> "$logs/tests_decode_sk.log" 2>&1; then
-      FLASHATTN_CUDA_DECODE=$variant pytest_groups "inference $variant " test_inference.py 600 \
-        "${decode_test_groups[@]}" >> "$logs/tests_decode_sk.log" 2>&1
-      if can_sanitize; then
-        echo "=== $variant" >> "$logs/sanitize_decode_sk.log"
-        FLASHATTN_CUDA_DECODE=$variant sanitize --check "${sanitize_decode_cases[@]}" >> "$logs/sanitize_decode_sk.log" 2>&1
-      fi
-    else
-      echo "=== $variant smoke problem failed or hung (rc=$?): its suite skipped" >> "$logs/tests_decode_sk.log"
-    fi
-  done
-fi
 if wants decode && [[ -f $lib ]]; then
   pytest_groups "inference " test_inference.py 600 "${decode_test_groups[@]}" > "$logs/tests_decode.log" 2>&1
   if can_sanitize; then sanitize --check "${sanitize_decode_cases[@]}" > "$logs/sanitize_decode.log" 2>&1; fi
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
-    "${decode_bench_skip[@]}" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode.log" 2>&1
-fi
-# Nsight Compute over one decode call per implementation (bench/profile_decode.py: ours under each
-# FLASHATTN_CUDA_DECODE variant, cuDNN) on FLASHATTN_PROFILE_DECODE_SHAPES (default: its own list).
-# Step profile_decode (not in the default list). Log: profile_decode.log.
-if wants profile_decode && [[ -f $lib ]] && command -v ncu > /dev/null; then
-  decode_shapes=(${FLASHATTN_PROFILE_DECODE_SHAPES:-L32k_b1 L8k_b64 L8k_b64p L128k_b16})
-  decode_impls=(${FLASHATTN_PROFILE_DECODE_VARIANTS:-built narrow split_keys split_keys_deep} cudnn)
-  nvtx=()
-  for s in "${decode_shapes[@]}"; do for i in "${decode_impls[@]}"; do nvtx+=(--nvtx-include "$s.$i/"); done; done
-  FLASHATTN_LIB=$lib timeout $(cap 400) ncu --clock-control none --nvtx "${nvtx[@]}" --section SpeedOfLight \
-    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section SchedulerStats \
-    --section WarpStateStats ${FLASHATTN_PROFILE_EXTRA:-} \
-    python3 bench/profile_decode.py "${decode_shapes[@]}" > "$logs/profile_decode.log" 2>&1
+    ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode.log" 2>&1
 fi
 # ---- end of the inference block -----------------------------------------------------------------
 
@@ -274,7 +235,5 @@ fi
   grep -hE '^FAILED|^ERROR' "$logs/tests_decode.log" 2>/dev/null | head -20
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode.log" 2>/dev/null
   sed -n '/^decode TB\/s/,$p' "$logs/bench_decode.log" 2>/dev/null
-  grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation|^FAILED|^ERROR' "$logs/tests_decode_sk.log" 2>/dev/null | head -30
-  grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode_sk.log" 2>/dev/null
 } | tee "$out/summary.txt"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"

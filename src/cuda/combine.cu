@@ -1,11 +1,8 @@
 // fa_combine on the device (docs/semantics.md, "Combining partial results"), also the last step of
-// split-KV. One warp per (output row, 32 columns): the lanes share the splits for the max and the
-// sum of exp(lse_s - max), then each lane accumulates its column over the non-empty splits, taking
-// the splits 32 at a time: lane j holds split s0 + j's weight, the others read it by shuffle, and
-// the partials of kSplitsInFlight splits are loaded before any is added (decode's combine reads a
-// few hundred KB that the forward has just written: what it costs is load latency, so the loads of
-// one lane must not wait for each other). A split with lse = -inf is never read (its output may be
-// uninitialised); a row with no non-empty split gets out = 0 and lse = -inf.
+// split-KV. One warp per output row (batch, row, head): the lanes share the splits for the max and
+// the sum of exp(lse_s - max), then each lane accumulates its columns over the non-empty splits.
+// A split with lse = -inf is never read (its output may be uninitialised); a row with no
+// non-empty split gets out = 0 and lse = -inf.
 #include "combine.h"
 
 #include "cuda_check.h"
@@ -24,7 +21,7 @@
 namespace flashattn::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 4;
+constexpr int kRowsPerBlock = 4; // warps per CTA
 
 __device__ __forceinline__ float warp_max(float x) {
     for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
@@ -35,17 +32,13 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) combine_kernel(const __grid_constant__ CombineArgs args) {
-    constexpr int kSplitsInFlight = 16;
+__global__ void __launch_bounds__(32 * kRowsPerBlock) combine_kernel(const __grid_constant__ CombineArgs args) {
     const int lane = threadIdx.x % 32;
-    const int64_t column_groups = (args.head_dim + 31) / 32;
-    const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    if (item >= args.batch * args.rows * args.heads * column_groups) return;
-    const int c = int(item % column_groups) * 32 + lane; // this lane's column
-    const int64_t row_item = item / column_groups;
-    const int64_t h = row_item % args.heads;
-    const int64_t i = (row_item / args.heads) % args.rows;
-    const int64_t b = row_item / (args.heads * args.rows);
+    const int64_t item = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    if (item >= args.batch * args.rows * args.heads) return;
+    const int64_t h = item % args.heads;
+    const int64_t i = (item / args.heads) % args.rows;
+    const int64_t b = item / (args.heads * args.rows);
 
     const float* lse_row = args.lse_partial + b * args.lse_batch_stride + h * args.lse_head_stride + i * args.lse_row_stride;
     auto split_lse = [&](int s) { return lse_row[int64_t(s) * args.lse_split_stride]; };
@@ -64,49 +57,36 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) combine_kernel(const __gr
 
     const float* partial_row = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
                                h * args.partial_head_stride;
-    float acc = 0.0f;
-    if (lse > -INFINITY) {
-        for (int s0 = 0; s0 < args.num_splits; s0 += 32) {
-            // Lane j: the weight of split s0 + j, or -1 for an empty split (and past the last).
-            const float l = s0 + lane < args.num_splits ? split_lse(s0 + lane) : -INFINITY;
-            const float weight = l > -INFINITY ? expf(l - lse) : -1.0f;
-            const int here = min(32, args.num_splits - s0);
-            for (int u0 = 0; u0 < here; u0 += kSplitsInFlight) {
-                float w[kSplitsInFlight], x[kSplitsInFlight];
-#pragma unroll
-                for (int u = 0; u < kSplitsInFlight; ++u) {
-                    w[u] = __shfl_sync(0xffffffffu, weight, (u0 + u) % 32);
-                    const bool read = u0 + u < here && w[u] >= 0.0f && c < args.head_dim;
-                    x[u] = read ? partial_row[int64_t(s0 + u0 + u) * args.partial_split_stride + c] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < kSplitsInFlight; ++u) {
-                    if (u0 + u < here && w[u] >= 0.0f) acc += w[u] * x[u]; // in split order, as before
-                }
+    const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
+    for (int c0 = 0; c0 < args.head_dim; c0 += 32) {
+        const int c = c0 + lane;
+        float acc = 0.0f;
+        if (lse > -INFINITY) {
+            for (int s = 0; s < args.num_splits; ++s) {
+                const float l = split_lse(s);
+                if (!(l > -INFINITY)) continue; // an empty split: its output is never read
+                if (c < args.head_dim) acc += expf(l - lse) * partial_row[int64_t(s) * args.partial_split_stride + c];
             }
         }
-    }
-    const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
-    if (c < args.head_dim) {
+        if (c >= args.head_dim) continue;
         switch (args.out_dtype) {
             case FA_FLOAT16: static_cast<__half*>(args.out)[out_at + c] = __float2half_rn(acc); break;
             case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[out_at + c] = __float2bfloat16_rn(acc); break;
             default: static_cast<float*>(args.out)[out_at + c] = acc; break;
         }
     }
-    if (args.lse && lane == 0 && item % column_groups == 0)
+    if (args.lse && lane == 0)
         args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] = lse;
 }
 
 } // namespace
 
 void launch_combine(const CombineArgs& args, cudaStream_t stream) {
-    const int64_t items = args.batch * args.rows * args.heads * ((args.head_dim + 31) / 32);
+    const int64_t items = args.batch * args.rows * args.heads;
     if (items == 0) return;
-    const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    if (blocks > INT_MAX)
-        fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", items, " (row, 32 columns) items are more than one launch covers");
-    combine_kernel<<<dim3(unsigned(blocks)), dim3(32 * kWarpsPerBlock), 0, stream>>>(args);
+    const int64_t blocks = (items + kRowsPerBlock - 1) / kRowsPerBlock;
+    if (blocks > INT_MAX) fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", items, " rows are more than one launch covers");
+    combine_kernel<<<dim3(unsigned(blocks)), dim3(32 * kRowsPerBlock), 0, stream>>>(args);
     check_cuda(cudaGetLastError(), "launching the combine kernel");
 }
 

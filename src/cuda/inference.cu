@@ -12,9 +12,7 @@
 // where a tile holds at most 16 rows (decode; measured 0.6-1.05x the 64-row tile on the H200, slower
 // paged and at batch 64: docs/perf-log.md, session 4); "baseline": the 64-row tile with single K/V
 // buffers (as before the ring); "wave_splits": a rule that aims at two waves of CTAs (measured
-// slower at batch 1, 0.58-0.84x: session 3); "split_keys" / "split_keys_deep": the
-// split-keys decode kernel (16 query rows, the CTA's K/V blocks split across 4 warps;
-// docs/cuda-backend.md) for every inference call, experimental.
+// slower at batch 1, 0.58-0.84x: session 3).
 #include "inference.h"
 
 #include "build_config.h"
@@ -47,9 +45,6 @@ DecodeVariant decode_variant(int64_t tile_rows) {
         if (std::strcmp(choice, "narrow") == 0 && tile_rows <= 16) v.schedule = InferenceSchedule::narrow;
         if (std::strcmp(choice, "baseline") == 0) v.schedule = InferenceSchedule::single_buffer;
         if (std::strcmp(choice, "wave_splits") == 0) v.fa2_splits = false;
-        // The split-keys decode kernel (kernels/fwd_decode_kernel.cuh), for every inference call.
-        if (std::strcmp(choice, "split_keys") == 0) v.schedule = InferenceSchedule::split_keys;
-        if (std::strcmp(choice, "split_keys_deep") == 0) v.schedule = InferenceSchedule::split_keys_deep;
     }
     return v;
 }
@@ -66,8 +61,6 @@ InferenceTiling tiling_of(InferenceSchedule schedule, int tile_dim, fa_dtype dty
     switch (schedule) {
         case InferenceSchedule::narrow: return tiling_of<InferenceSchedule::narrow>(tile_dim, dtype);
         case InferenceSchedule::single_buffer: return tiling_of<InferenceSchedule::single_buffer>(tile_dim, dtype);
-        case InferenceSchedule::split_keys: return tiling_of<InferenceSchedule::split_keys>(tile_dim, dtype);
-        case InferenceSchedule::split_keys_deep: return tiling_of<InferenceSchedule::split_keys_deep>(tile_dim, dtype);
         default: return tiling_of<InferenceSchedule::pipelined>(tile_dim, dtype);
     }
 }
@@ -88,9 +81,6 @@ void launch(InferenceSchedule schedule, int tile_dim, fa_dtype dtype, const FwdA
         case InferenceSchedule::narrow: return launch<InferenceSchedule::narrow>(tile_dim, dtype, args, stream);
         case InferenceSchedule::single_buffer:
             return launch<InferenceSchedule::single_buffer>(tile_dim, dtype, args, stream);
-        case InferenceSchedule::split_keys: return launch<InferenceSchedule::split_keys>(tile_dim, dtype, args, stream);
-        case InferenceSchedule::split_keys_deep:
-            return launch<InferenceSchedule::split_keys_deep>(tile_dim, dtype, args, stream);
         default: return launch<InferenceSchedule::pipelined>(tile_dim, dtype, args, stream);
     }
 }
@@ -142,25 +132,6 @@ int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
     return 1;
 }
 
-// The split-keys decode kernel's rule (FLASHATTN_CUDA_DECODE=split_keys*): split only when the items
-// fill less than 80% of the CTA slots, like FlashAttention-2, then take as many splits as fill one
-// wave (FlashAttention-2's rule takes the fewest within 85% of the best wave, e.g. 29 of 33 at
-// batch 1, 8 KV heads, two CTAs per SM: 12% of the slots idle; combine.cu now loads 16 splits at a
-// time, so the extra splits cost little), each split at least kSplitKeysMinBlocks blocks (one per
-// warp: on short caches parallelism matters more than each warp's pipeline), equal shares.
-constexpr int64_t kSplitKeysMinBlocks = 4;
-
-int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
-    if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
-    int s = int(std::clamp<int64_t>(std::min(slots / items, n_blocks / kSplitKeysMinBlocks), 1, 128));
-    while (s > 1 && !even_shares(n_blocks, s)) --s;
-    return s;
-}
-
-bool splits_keys(InferenceSchedule s) {
-    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
-}
-
 // The partial buffers of one split, at most this large (fewer splits beyond).
 constexpr int64_t kMaxAccumBytes = int64_t(1) << 30;
 
@@ -194,9 +165,7 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
             int sms = 132;
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
-            splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots)
-                     : variant.fa2_splits          ? fa2_splits(items, n_blocks, slots)
-                                                   : wave_splits(items, n_blocks, slots);
+            splits = variant.fa2_splits ? fa2_splits(items, n_blocks, slots) : wave_splits(items, n_blocks, slots);
         }
         const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
         while (splits > 1 && splits * rows * (args.head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;

@@ -15,11 +15,8 @@ namespace flashattn::cuda {
 //                  fill at most 16 rows, and the 64-row tile spent 3/4 of its MMAs and softmax on
 //                  empty rows while the kernel should be bound by reading K and V;
 //   single_buffer  the 64-row tile with single K and V buffers, the schedule before the ring, kept
-//                  so that one build can time them all (FLASHATTN_CUDA_DECODE, inference.cu);
-//   split_keys     16 query rows, 4 warps that split the CTA's K/V blocks between them, each with its
-//                  own ring, merged at the end (kernels/fwd_decode_kernel.cuh): two CTAs per SM;
-//   split_keys_deep  the same with deeper rings, one CTA per SM.
-enum class InferenceSchedule { pipelined, narrow, single_buffer, split_keys, split_keys_deep };
+//                  so that one build can time them all (FLASHATTN_CUDA_DECODE, inference.cu).
+enum class InferenceSchedule { pipelined, narrow, single_buffer };
 
 // The variant's tile and how many of its CTAs one SM holds at once (for the split-KV heuristic).
 struct InferenceTiling {

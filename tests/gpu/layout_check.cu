@@ -14,14 +14,7 @@
 //   - kv_block_range(): against brute force over random shapes and windows, every visited-block
 //     decision and every "no mask needed" decision is right;
 //   - tile_of_block(): every grid index maps to a distinct (query block, pair), all are covered,
-//     and within a section the query blocks come heaviest (last) first;
-//   - the split-keys decode kernel (fwd_decode_kernel.cuh): one warp's tile as above; its ring
-//     protocol replayed with the kernel's cp.async group counts (each warp computes each of its
-//     blocks from the stage that block was loaded into, every wait covers the block it guards, no
-//     fetch overwrites a stage still to be read, the warps together visit every block once); the
-//     merge scratch (disjoint from Q, 16-byte aligned float4 rows, conflict-free float2 writes);
-//     split_share() and inference_work_item() cover their ranges exactly once.
-#include "kernels/fwd_decode_kernel.cuh"
+//     and within a section the query blocks come heaviest (last) first.
 #include "kernels/fwd_traits.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
@@ -34,9 +27,7 @@
 #include <map>
 #include <random>
 #include <set>
-#include <tuple>
 #include <utility>
-#include <vector>
 
 using namespace cute;
 using namespace flashattn;
@@ -198,155 +189,6 @@ void check_tile_order(std::mt19937& rng) {
     std::printf("tile_of_block                ok so far (%d failures)\n", failures);
 }
 
-// The split-keys kernel's ring, replayed on the host: per thread, cp.async groups are numbered in
-// commit order (Q = 0, then one per prologue block, then one per step); cp.async.wait_group<N>
-// completes every group but the newest N. Each step's computed block must sit, complete, in its
-// stage; a fetch may only overwrite a stage whose block the warp has computed.
-template <int kWarps, int kStages>
-void check_split_keys_ring(std::mt19937& rng) {
-    using Ring = WarpBlockRing<kWarps, kStages>;
-    std::uniform_int_distribution<int> len(0, 60);
-    for (int trial = 0; trial < 2000; ++trial) {
-        const int n_begin = len(rng) % 7, n_end = n_begin + len(rng);
-        std::map<int, int> computed;
-        for (int warp = 0; warp < kWarps; ++warp) {
-            const Ring ring{n_end - 1 - warp};
-            std::vector<int> stage_block(kStages, -1), stage_group(kStages, -1);
-            std::set<int> done; // blocks this warp has computed
-            int groups = 1;     // Q's group
-            for (int i = 0; i < kStages - 1; ++i, ++groups) {
-                const int n = ring.prologue_block(i);
-                if (n < n_begin) continue;
-                stage_block[ring.stage(n)] = n;
-                stage_group[ring.stage(n)] = groups;
-            }
-            // The Q barrier: wait_group<kStages - 1> completes group 0.
-            CHECK(groups - (kStages - 1) >= 1, "<%d,%d>: Q's group not complete at the barrier", kWarps, kStages);
-            for (int n = ring.top; n >= n_begin; n -= kWarps) {
-                const int complete = groups - (kStages - 2); // groups [0, complete) are done after the wait
-                const int st = ring.stage(n);
-                CHECK(st >= 0 && st < kStages, "<%d,%d>: stage %d out of range", kWarps, kStages, st);
-                CHECK(stage_block[st] == n, "<%d,%d> range [%d,%d) warp %d: block %d computed from a stage holding %d",
-                      kWarps, kStages, n_begin, n_end, warp, n, stage_block[st]);
-                CHECK(stage_group[st] < complete, "<%d,%d>: block %d's group %d not complete (%d done)", kWarps,
-                      kStages, n, stage_group[st], complete);
-                const int fetch = Ring::fetched_during(n);
-                if (fetch >= n_begin) {
-                    const int target = ring.stage(fetch);
-                    CHECK(stage_block[target] == -1 || done.count(stage_block[target]),
-                          "<%d,%d>: fetch of block %d overwrites block %d, not yet computed", kWarps, kStages, fetch,
-                          stage_block[target]);
-                    CHECK(stage_block[target] != n, "<%d,%d>: fetch of %d overwrites the block being computed",
-                          kWarps, kStages, fetch);
-                    stage_block[target] = fetch;
-                    stage_group[target] = groups;
-                }
-                ++groups; // one group per step, empty or not
-                done.insert(n);
-                computed[n]++;
-            }
-        }
-        CHECK(int(computed.size()) == std::max(0, n_end - n_begin), "<%d,%d> range [%d,%d): %zu blocks computed",
-              kWarps, kStages, n_begin, n_end, computed.size());
-        for (auto& [n, times] : computed)
-            CHECK(n >= n_begin && n < n_end && times == 1, "<%d,%d>: block %d computed %d times", kWarps, kStages, n,
-                  times);
-    }
-    std::printf("split-keys ring <%d warps, %d stages> ok so far (%d failures)\n", kWarps, kStages, failures);
-}
-
-// The merge's scratch: each warp writes its O rows as float2 (MMA accumulator pairs) and the merge
-// reads float4 chunks of rows kMergeRowFloats apart.
-template <typename Traits>
-void check_split_keys_merge(const char* name) {
-    using Warp = typename Traits::Warp;
-    constexpr int kHeadDim = Warp::kHeadDim;
-    const int q_bytes = Warp::kSmemQElems * int(sizeof(typename Warp::Element));
-    const int merge_bytes = Traits::kMergeFloats * 4;
-    CHECK(q_bytes % 16 == 0 && (Traits::kWarps * Warp::kBlockM * 4) % 16 == 0 && Traits::kMergeRowFloats % 4 == 0,
-          "%s: merge scratch not 16-byte aligned", name);
-    CHECK(q_bytes + merge_bytes <= Traits::kSmemBytes, "%s: merge scratch past the end", name);
-    typename Warp::TiledMma mma;
-    // Half-warps issue the 64-bit stores of one instruction together: 16 lanes, 32 banks.
-    std::map<std::pair<int, int>, int> cover;
-    for (int half = 0; half < 2; ++half) {
-        for (int r = 0; r < 2; ++r) {
-            for (int c = 0; c < kHeadDim / 4; c += 2) {
-                std::set<int> banks;
-                for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
-                    auto thr = mma.get_thread_slice(lane);
-                    Tensor cO = thr.partition_C(make_identity_tensor(Shape<Int<16>, Int<kHeadDim>>{}));
-                    Tensor orc = make_tensor(cO.data(), rows_cols(cO.layout()));
-                    if (r >= size<0>(orc) || c + 1 >= size<1>(orc)) continue;
-                    const int row = get<0>(orc(r, c)), col = get<1>(orc(r, c));
-                    const int at = row * Traits::kMergeRowFloats + col;
-                    CHECK(at % 2 == 0, "%s: float2 store at odd offset", name);
-                    banks.insert(at % 32);
-                    banks.insert((at + 1) % 32);
-                    cover[{row, col}]++;
-                    cover[{row, col + 1}]++;
-                }
-                CHECK(banks.empty() || banks.size() == 32, "%s: half-warp %d (r %d, c %d) stores hit %zu banks", name,
-                      half, r, c, banks.size());
-            }
-        }
-    }
-    CHECK(int(cover.size()) == 16 * kHeadDim, "%s: merge writes cover %zu of %d elements", name, cover.size(),
-          16 * kHeadDim);
-    for (auto& [coord, n] : cover) CHECK(n == 1, "%s: O element (%d,%d) written %d times", name, coord.first,
-                                         coord.second, n);
-    std::printf("%-28s ok so far (%d failures)\n", name, failures);
-}
-
-void check_split_shares(std::mt19937& rng) {
-    std::uniform_int_distribution<int> len(0, 500), splits(1, 130);
-    for (int trial = 0; trial < 3000; ++trial) {
-        KvBlockRange r{len(rng) % 40, 0, 0, 0};
-        r.n_end = r.n_begin + len(rng);
-        const int s = splits(rng);
-        std::vector<int> seen(r.n_end, 0);
-        for (int split = 0; split < s; ++split) {
-            const KvBlockRange share = split_share(r, split, s);
-            CHECK(share.n_begin <= share.n_end || share.n_begin > r.n_end, "share [%d,%d) inverted", share.n_begin,
-                  share.n_end);
-            for (int n = share.n_begin; n < share.n_end; ++n) {
-                CHECK(n >= r.n_begin && n < r.n_end, "share of split %d/%d holds block %d outside [%d,%d)", split, s,
-                      n, r.n_begin, r.n_end);
-                if (n >= 0 && n < r.n_end) seen[n]++;
-            }
-        }
-        for (int n = r.n_begin; n < r.n_end; ++n)
-            CHECK(seen[n] == 1, "block %d of [%d,%d) in %d of %d shares", n, r.n_begin, r.n_end, seen[n], s);
-    }
-    std::printf("split_share                  ok so far (%d failures)\n", failures);
-}
-
-void check_inference_work_items(std::mt19937& rng) {
-    for (int trial = 0; trial < 300; ++trial) {
-        flashattn::cuda::FwdArgs args{};
-        args.num_m_blocks = 1 + int(rng() % 3);
-        args.num_splits = 1 + int(rng() % 9);
-        args.batch = 1 + int(rng() % 5);
-        const int kv_heads = 1 + int(rng() % 4), group = 1 + int(rng() % 6);
-        args.num_heads = kv_heads * group;
-        args.heads_per_kv_head = group;
-        args.pack_gqa = rng() % 2 == 0;
-        const int grid_heads = args.pack_gqa ? kv_heads : args.num_heads;
-        const int ctas = args.num_m_blocks * args.num_splits * args.batch * grid_heads;
-        std::set<std::tuple<int, int, int, int>> seen;
-        for (int block = 0; block < ctas; ++block) {
-            const flashattn::cuda::InferenceWorkItem w = flashattn::cuda::inference_work_item(unsigned(block), args);
-            CHECK(w.m_block >= 0 && w.m_block < args.num_m_blocks && w.split >= 0 && w.split < args.num_splits &&
-                      w.b >= 0 && w.b < args.batch && w.h >= 0 && w.h < args.num_heads,
-                  "work item %d out of range", block);
-            CHECK(w.h_kv == w.h / group && (!args.pack_gqa || w.h % group == 0), "work item %d: heads %d/%d", block,
-                  w.h, w.h_kv);
-            CHECK(seen.insert({w.m_block, w.split, w.b, w.h}).second, "work item %d repeated", block);
-        }
-    }
-    std::printf("inference_work_item          ok so far (%d failures)\n", failures);
-}
-
 int main() {
     using bf16 = cutlass::bfloat16_t;
     using fp16 = cutlass::half_t;
@@ -376,36 +218,7 @@ int main() {
     check_traits<InferenceFwdTraits<128, bf16, 1>>("d128 narrow inference");
     check_traits<InferenceFwdTraits<192, bf16, 1>>("d192 narrow inference");
     check_traits<InferenceFwdTraits<256, bf16, 1>>("d256 narrow inference");
-    // The split-keys decode kernel: one warp's tile, then its CTA's merge scratch.
-    check_traits<SplitKeysDecodeTraits<32, bf16, false>::Warp>("d32 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<64, fp16, false>::Warp>("d64 split-keys warp fp16");
-    check_traits<SplitKeysDecodeTraits<96, bf16, false>::Warp>("d96 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<128, bf16, false>::Warp>("d128 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<128, bf16, true>::Warp>("d128 split-keys deep warp");
-    check_traits<SplitKeysDecodeTraits<192, bf16, false>::Warp>("d192 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<256, bf16, false>::Warp>("d256 split-keys warp");
-    check_split_keys_merge<SplitKeysDecodeTraits<32, bf16, false>>("d32 split-keys merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<64, bf16, true>>("d64 split-keys deep merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<96, fp16, false>>("d96 split-keys merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<128, bf16, false>>("d128 split-keys merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<128, bf16, true>>("d128 split-keys deep merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<192, bf16, true>>("d192 split-keys deep merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<256, bf16, false>>("d256 split-keys merge");
-    std::printf("split-keys stages: d64 %d/%d, d128 %d/%d, d256 %d/%d; shared memory d128 %d/%d bytes\n",
-                SplitKeysDecodeTraits<64, bf16, false>::kKvStages, SplitKeysDecodeTraits<64, bf16, true>::kKvStages,
-                SplitKeysDecodeTraits<128, bf16, false>::kKvStages, SplitKeysDecodeTraits<128, bf16, true>::kKvStages,
-                SplitKeysDecodeTraits<256, bf16, false>::kKvStages, SplitKeysDecodeTraits<256, bf16, true>::kKvStages,
-                SplitKeysDecodeTraits<128, bf16, false>::kSmemBytes, SplitKeysDecodeTraits<128, bf16, true>::kSmemBytes);
     std::mt19937 rng(1234);
-    check_split_keys_ring<4, 3>(rng);
-    check_split_keys_ring<4, 4>(rng);
-    check_split_keys_ring<4, 6>(rng);
-    check_split_keys_ring<2, 3>(rng);
-    check_split_shares(rng);
-    check_inference_work_items(rng);
-    check_block_ranges<16, 16>(rng);
-    check_block_ranges<16, 32>(rng);
-    check_packed_block_ranges<16, 16>(rng);
     check_block_ranges<128, 64>(rng);
     check_block_ranges<128, 128>(rng);
     check_block_ranges<64, 64>(rng);

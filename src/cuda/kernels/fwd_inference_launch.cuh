@@ -1,11 +1,10 @@
 // Launch template of the forward kernel's inference variant for one (head dim, dtype, K/V load
-// schedule): its own tile (InferenceTileConfig, or the split-keys decode kernel's), a grid of
-// (query block, split, sequence, head or KV head when packed).
+// schedule): its own tile (InferenceTileConfig), a grid of (query block, split, sequence, head or
+// KV head when packed).
 #pragma once
 
 #include "grid_launch.h"
 #include "inference_launch.h"
-#include "kernels/fwd_decode_kernel.cuh"
 #include "kernels/fwd_kernel.cuh"
 
 #include <type_traits>
@@ -13,32 +12,14 @@
 namespace flashattn::cuda {
 
 namespace detail {
-template <fa_dtype kDtype>
-using ElementOf = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
-
-constexpr bool splits_keys(InferenceSchedule s) {
-    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
-}
-
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
-using InferenceTraits = std::conditional_t<
-    splits_keys(kSchedule),
-    kernels::SplitKeysDecodeTraits<kHeadDim, ElementOf<kDtype>, kSchedule == InferenceSchedule::split_keys_deep>,
-    kernels::InferenceFwdTraits<kHeadDim, ElementOf<kDtype>, int(kSchedule)>>;
+using InferenceTraits =
+    kernels::InferenceFwdTraits<kHeadDim, std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>,
+                                int(kSchedule)>;
 
-// The kernel of a schedule: the split-keys decode kernel, or the forward kernel's inference variant.
-template <typename Traits, InferenceSchedule kSchedule>
-constexpr auto inference_kernel() {
-    if constexpr (splits_keys(kSchedule)) {
-        return kernels::fwd_split_keys_kernel<Traits>;
-    } else {
-        return kernels::fwd_kernel<Traits, true, true>;
-    }
-}
-
-template <typename Traits, InferenceSchedule kSchedule>
+template <typename Traits>
 auto prepared_inference_kernel() {
-    auto kernel = inference_kernel<Traits, kSchedule>();
+    auto kernel = kernels::fwd_kernel<Traits, true, true>;
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                "setting the inference kernel's shared-memory size");
     return kernel;
@@ -51,8 +32,8 @@ InferenceTiling inference_tiling() {
     // Asked once: every call of a decode loop plans with it.
     static const int ctas_per_sm = [] {
         int ctas = 1;
-        const auto kernel = detail::prepared_inference_kernel<Traits, kSchedule>();
-        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Traits::kThreads, Traits::kSmemBytes),
+        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, detail::prepared_inference_kernel<Traits>(),
+                                                                 Traits::kThreads, Traits::kSmemBytes),
                    "querying the inference kernel's occupancy");
         return ctas > 0 ? ctas : 1;
     }();
@@ -70,8 +51,8 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     if (!grid_has_work(ctas, "forward", "query blocks x splits ", args.num_splits, " x batch ", args.batch,
                        " x heads ", grid_heads))
         return;
-    launch_on_grid(detail::inference_kernel<Traits, kSchedule>(), ctas, Traits::kThreads, Traits::kSmemBytes, args,
-                   stream, "inference forward");
+    launch_on_grid(kernels::fwd_kernel<Traits, true, true>, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream,
+                   "inference forward");
 }
 
 } // namespace flashattn::cuda

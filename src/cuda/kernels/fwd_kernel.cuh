@@ -48,24 +48,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // Work item: (query block, [split,] sequence, head) in tile_order.cuh's order, heaviest query
     // blocks first (the inference variant: the query block fastest, then the split). Packed GQA:
     // the "head" is a KV head and h the first query head of its group (tile row r is query head h + r).
-    InferenceWorkItem item;
+    const TileCoord tile = tile_of_block(blockIdx.x, args.num_m_blocks, args.batch * args.num_heads,
+                                         kInference ? 0 : args.section_heads);
+    const int m_block = tile.m_block;
+    int bh = tile.bh;
+    int split = 0;
+    bool packed = false;
     if constexpr (kInference) {
-        item = inference_work_item(blockIdx.x, args);
-    } else {
-        const TileCoord tile =
-            tile_of_block(blockIdx.x, args.num_m_blocks, args.batch * args.num_heads, args.section_heads);
-        const int b = tile.bh / args.num_heads, h = tile.bh - b * args.num_heads;
-        item = InferenceWorkItem{tile.m_block, 0, b, h, h / args.heads_per_kv_head, false};
+        split = bh % args.num_splits;
+        bh /= args.num_splits;
+        packed = args.pack_gqa;
     }
-    const int m_block = item.m_block, split = item.split, b = item.b, h = item.h, h_kv = item.h_kv;
-    const bool packed = item.packed;
+    const int grid_heads = packed ? args.num_heads / args.heads_per_kv_head : args.num_heads;
+    const int b = bh / grid_heads;
+    const int h = packed ? (bh - b * grid_heads) * args.heads_per_kv_head : bh - b * grid_heads;
+    const int h_kv = h / args.heads_per_kv_head;
 
     const SequenceBounds seq = sequence_bounds<kInference>(args, b);
     const int m0 = m_block * kBlockM;
     if (m0 >= seq.q_len) return;
     KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
     const bool write_partials = kInference && args.num_splits > 1;
-    if (write_partials) range = split_share(range, split, args.num_splits);
+    if (write_partials) { // this split's share of the blocks; the mask decisions stay per block
+        const int per_split = (range.n_end - range.n_begin + args.num_splits - 1) / args.num_splits;
+        const int begin = range.n_begin + split * per_split;
+        range.n_end = max(min(range.n_end, begin + per_split), begin);
+        range.n_begin = begin;
+    }
 
     // Global tensors of this (sequence, head), 64-bit offsets. The column extent is the tile's
     // head dim; columns at or past args.head_dim are never touched (load_tile / the store below).

@@ -6,30 +6,15 @@
 #include "kernels/tile_order.cuh"
 #include "kernels/fwd_kernel_sm90.cuh"
 
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
 
-// The kernel is persistent (it loops over tiles with a grid stride): one CTA per SM, or one per
-// tile when there are fewer. FLASHATTN_CUDA_SM90_PERSISTENT=0 launches one CTA per tile instead
-// (the same kernel; for A/B timing).
-inline int64_t sm90_forward_ctas(int64_t tiles) {
-    const char* choice = std::getenv("FLASHATTN_CUDA_SM90_PERSISTENT");
-    if (choice && std::strcmp(choice, "0") == 0) return tiles;
-    int device = 0, sms = 0;
-    check_cuda(cudaGetDevice(&device), "querying the current device");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the SM count");
-    return std::min<int64_t>(tiles, sms);
-}
-
 template <typename Traits>
 void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
-    const int64_t tiles = plan_forward_grid<Traits>(args);
-    if (tiles == 0) return;
-    const int64_t ctas = sm90_forward_ctas(tiles);
+    const int64_t ctas = plan_forward_grid<Traits>(args);
+    if (ctas == 0) return;
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, args, stream, "forward");
     };

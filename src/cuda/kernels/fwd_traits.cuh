@@ -119,55 +119,6 @@ using InferenceFwdTraits = std::conditional_t<
               InferenceTileConfig<kHeadDim>::kWarps, Element,
               kSchedule == 0 ? InferenceTileConfig<kHeadDim>::kKvStages : 1>>;
 
-// The split-keys decode tile (fwd_decode_kernel.cuh): kWarps warps share one 16-row query tile, and
-// each streams its own K/V blocks (the CTA's blocks n_end - 1 - warp, n_end - 1 - warp - kWarps, ...)
-// through its own ring of kKvStages stages, with its own online softmax; the warps' partial results
-// are merged through shared memory at the end. No CTA-wide barrier in the main loop, so each warp
-// (one per SM sub-partition) keeps its own loads in flight. Blocks of 16 keys (32 at d <= 64, where
-// 64 keys at d32 spilled): a ring stage of K and V is 8 KB at d64 and d128.
-//   kDeep = false: as many stages (at least 3) as leave room for two CTAs per SM (<= 110 KB of
-//                  shared memory each): d128 3 stages, 100 KB, 8 warps and 16 blocks in flight per SM;
-//   kDeep = true:  as many (3 to 6) as fit in 200 KB, one CTA per SM: d128 6 stages, 196 KB, 4 warps
-//                  and 20 blocks in flight per SM. Which keeps HBM busier is a question for the H200.
-template <int kHeadDim, bool kDeep>
-struct SplitKeysDecodeTileConfig {
-    static constexpr int kWarps = 4;
-    static constexpr int kBlockN = kHeadDim <= 64 ? 32 : 16;
-    static constexpr int kQBytes = 16 * kHeadDim * 2;
-    static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2; // K and V
-    static constexpr int kBudget = (kDeep ? 200 : 110) * 1024;
-    static constexpr int kFit = (kBudget - kQBytes) / (kWarps * kStageBytes);
-    static constexpr int kKvStages = kFit < 3 ? 3 : kFit > 6 ? 6 : kFit;
-};
-
-// The split-keys kernel's traits: Warp answers every question about one warp's tile (16 query rows,
-// its MMA, its copies, the layout of one ring stage), as the narrow tile's FwdTraits with one warp;
-// the CTA adds the warp count, the shared-memory plan and the merge's scratch.
-template <int kHeadDim, typename Element, bool kDeep>
-struct SplitKeysDecodeTraits {
-    using Config = SplitKeysDecodeTileConfig<kHeadDim, kDeep>;
-    using Warp = FwdTraits<kHeadDim, 16, Config::kBlockN, 1, Element, Config::kKvStages>;
-    static constexpr int kWarps = Config::kWarps;
-    static constexpr int kThreads = 32 * kWarps;
-    static constexpr int kBlockM = Warp::kBlockM;
-    static constexpr int kBlockN = Warp::kBlockN;
-    static constexpr int kKvStages = Warp::kKvStages;
-
-    // Shared memory: Q (one copy, all warps read it), then each warp's ring: kKvStages K blocks, then
-    // kKvStages V blocks. Every piece is a multiple of the 8-row swizzle period.
-    static constexpr int kWarpRingElems = 2 * kKvStages * Warp::kSmemKVElems;
-    static constexpr int kSmemElems = Warp::kSmemQElems + kWarps * kWarpRingElems;
-    // The merge overlays the rings once every warp is done: each warp's lse per row, then its O rows
-    // in fp32, rows padded by 8 floats so that the quads of a half-warp hit different banks.
-    static constexpr int kMergeRowFloats = kHeadDim + 8;
-    static constexpr int kMergeFloats = kWarps * kBlockM + kWarps * kBlockM * kMergeRowFloats;
-    static_assert(kMergeFloats * 4 <= kWarps * kWarpRingElems * int(sizeof(Element)),
-                  "the merge scratch fits in the rings it overlays");
-    static constexpr int kSmemBytes = kSmemElems * int(sizeof(Element));
-    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
-    static_assert((Warp::kSmemQElems * int(sizeof(Element))) % 16 == 0, "the merge scratch is 16-byte aligned");
-};
-
 template <int kHeadDim, typename Element>
 using DefaultFwdTraits = FwdTraits<kHeadDim, FwdTileConfig<kHeadDim>::kBlockM, FwdTileConfig<kHeadDim>::kBlockN,
                                    FwdTileConfig<kHeadDim>::kWarps, Element>;

@@ -71,9 +71,9 @@ struct Sm90FwdTraits {
     using SmemLayoutO = SmemLayoutQ; // O is staged in Q's buffer
 
     // Q, the K and V rings, and the mbarriers: one per K/V stage filled and one per stage released
-    // (4 * kStages), and Q's two (filled, released).
+    // (4 * kStages) and Q's.
     static constexpr int kSmemBytes =
-        (kBlockM + 2 * kStages * kBlockN) * kHeadDim * int(sizeof(Element)) + (4 * kStages + 2) * 8;
+        (kBlockM + 2 * kStages * kBlockN) * kHeadDim * int(sizeof(Element)) + (4 * kStages + 1) * 8;
     static_assert(kSmemBytes <= 227 * 1024, "Q and two stages of K and V must fit in shared memory");
 
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
@@ -86,13 +86,17 @@ struct Sm90FwdTraits {
     static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
     using GmemLoadProducer = typename ProducerCopies::Load;
     using GmemStore = typename GmemTileCopies<Element, kSwizzleCols, kThreads>::Store;
-    // Registers per thread after setmaxnreg (the 64K register file split 128 x producer + 256 x
-    // consumer): at d <= 128 the producer keeps 48 (40 spilled 68 B once it walks several tiles), the
-    // consumers 232; above d128 the consumers need 240 (232 spilled 124 B at d256), which leaves the
-    // producer 32 (it spills 464 B there, all in its own code; 24: 624 B); ptxas -v, bf16.
-    static constexpr int kProducerRegs = kHeadDim <= 128 ? 48 : 32;
+    // Registers per thread after setmaxnreg. A CTA gets kLaunchRegs per thread at launch
+    // (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8 = 168), and setmaxnreg.inc waits
+    // until the registers it asks for have been released by the CTA's other warps: the split must
+    // fit the launch allocation, not the 64K register file, or the consumers wait forever (a
+    // 48 + 232 split hung on the H200, session 4). At d <= 128 the producer keeps 40 (24 spills its
+    // addresses), above it the consumers need 240 (232 spilled 124 B at d256); ptxas -v, bf16.
+    static constexpr int kLaunchRegs = 65536 / kCtaThreads / 8 * 8;
+    static constexpr int kProducerRegs = kHeadDim <= 128 ? 40 : 24;
     static constexpr int kConsumerRegs = kHeadDim <= 128 ? 232 : 240;
-    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536);
+    static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= kLaunchRegs * kCtaThreads,
+                  "setmaxnreg would ask for more registers than the CTA was launched with");
 };
 
 template <int kHeadDim, typename Element>

@@ -97,16 +97,6 @@ __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& 
     return r;
 }
 
-// Split-KV: split `split` of `num_splits` visits an equal share of the range's blocks (the last
-// share may be short or empty); the mask decisions stay per block.
-__host__ __device__ __forceinline__ KvBlockRange split_share(KvBlockRange range, int split, int num_splits) {
-    const int per_split = (range.n_end - range.n_begin + num_splits - 1) / num_splits;
-    const int begin = range.n_begin + split * per_split;
-    range.n_end = max(min(range.n_end, begin + per_split), begin);
-    range.n_begin = begin;
-    return range;
-}
-
 // Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
 // Columns are compared relative to this thread's first column, so that each compare is against a
 // compile-time offset: absolute column indices would be precomputed into one register per column

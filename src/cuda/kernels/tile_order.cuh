@@ -36,29 +36,6 @@ __host__ __device__ __forceinline__ TileCoord tile_of_block(unsigned block, int 
     return {num_m_blocks - 1 - index / heads_here, first + index % heads_here};
 }
 
-// The work item of a CTA of the inference grid (the forward kernel's inference variant and the
-// split-keys decode kernel): (query block, split, sequence, head), the query block fastest, then the
-// split. Packed GQA: the grid's heads are KV heads and h is the first query head of the group (tile
-// row r is query head h + r).
-struct InferenceWorkItem {
-    int m_block, split, b, h, h_kv;
-    bool packed;
-};
-
-__host__ __device__ __forceinline__ InferenceWorkItem inference_work_item(unsigned block, const FwdArgs& args) {
-    const TileCoord tile = tile_of_block(block, args.num_m_blocks, args.batch * args.num_heads, 0);
-    InferenceWorkItem w;
-    w.m_block = tile.m_block;
-    w.split = tile.bh % args.num_splits;
-    const int bh = tile.bh / args.num_splits;
-    w.packed = args.pack_gqa;
-    const int grid_heads = w.packed ? args.num_heads / args.heads_per_kv_head : args.num_heads;
-    w.b = bh / grid_heads;
-    w.h = w.packed ? (bh - w.b * grid_heads) * args.heads_per_kv_head : bh - w.b * grid_heads;
-    w.h_kv = w.h / args.heads_per_kv_head;
-    return w;
-}
-
 // The launcher's choice of section_heads for a plain (non-inference) forward grid.
 inline int32_t forward_section_heads(const FwdArgs& args, int block_m, int element_bytes) {
     const char* order = std::getenv("FLASHATTN_CUDA_TILE_ORDER"); // "pairs": A/B runs of the old order
