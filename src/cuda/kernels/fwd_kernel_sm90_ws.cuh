@@ -20,6 +20,7 @@
 #include "fwd_args.h"
 #include "kernels/fwd_traits_sm90.cuh"
 #include "kernels/online_softmax.cuh"
+#include "kernels/producer_copies.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
 #include "kernels/tile_order.cuh"
@@ -31,33 +32,6 @@
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (source size 0: nothing is read, but the
-// address must still be a valid one, so the caller passes a safe pointer then).
-__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
-    const uint32_t dst = cast_smem_ptr_to_uint(smem);
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-                 "r"(valid ? 16 : 0));
-}
-
-// One tile global -> shared by the producer's threads, every 16-byte chunk through cp.async.
-// rows_valid / column_ok as load_tile (tile_ops.cuh); `safe` is any readable address.
-template <typename Src, typename Dst, typename Coords, typename ColumnOk, typename Element>
-__device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords const& coords, ColumnOk const& column_ok,
-                                             int rows_valid, const Element* safe) {
-    const int row0 = get<0>(coords(0, 0, 0));
-    const int rows_left = rows_valid - row0;
-    CUTE_UNROLL
-    for (int m = 0; m < size<1>(dst); ++m) {
-        const bool row_ok = get<0>(coords(0, m, 0)) - row0 < rows_left;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(dst); ++k) {
-            const bool ok = row_ok && column_ok(k);
-            const Element* from = ok ? &src(0, m, k) : safe;
-            cp_async_16_or_zero(raw_pointer_cast(&dst(0, m, k)), from, ok);
-        }
-    }
-}
 
 template <typename Traits, bool kExtras>
 __global__ void __launch_bounds__(Traits::kThreads + 128, 1)
