@@ -46,19 +46,6 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-// A (rows, columns) layout with its two modes swapped.
-template <typename Layout>
-__host__ __device__ __forceinline__ constexpr auto transposed(Layout layout) {
-    return make_layout(get<1>(layout), get<0>(layout));
-}
-
-// Coordinates of a (kRows, kCols) tile that read (column, row): the identity tensor of the
-// transposed tile. Partitioned like the keys x queries accumulators, it yields (query, key).
-template <int kRows, int kCols>
-__host__ __device__ __forceinline__ auto transposed_identity_tensor() {
-    return make_coord_tensor(make_layout(Shape<Int<kRows>, Int<kCols>>{}, make_stride(E<1>{}, E<0>{})));
-}
-
 template <typename Traits, bool kExtras>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ BwdArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
