@@ -4,14 +4,17 @@
 //   warpgroup 0 (producer)      K, V of the key block once (kv_full), then for every query block
 //                               that meets it Q, dO, lse, dsum into a ring of kQStages stages
 //                               (q_full[s]); a stage is refilled once both consumers released it
-//                               (q_empty[s]), K/V once they finished the key block (kv_empty)
+//                               (q_empty[s]), K/V once they finished the key block (kv_empty).
+//                               After loading query block u it adds the consumers' dQ of block u-1
+//                               from shared memory to the fp32 scratch (dq_full / dq_empty)
 //   warpgroups 1, 2 (consumer)  64 keys each; per query block (bwd_traits_sm90.cuh for the shapes):
 //     S^T = K Q^T, dP^T = V dO^T          issued together; the softmax work runs under dP^T
 //     P^T = exp2(S^T * scale_log2 - lse_log2[query])     [transform] [mask]
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns
-//     each) -> fp32 scratch with red.add (per-chunk buffers when deterministic, as bwd_kernel.cuh)
+//     each) -> shared, for the producer to add to the fp32 scratch with red.add (per-chunk buffers
+//     when deterministic, as bwd_kernel.cuh: every address is added by one producer thread, in order)
 //   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
 //   per-query-head fp32 scratch.
 //
@@ -23,7 +26,10 @@
 // after waiting, before wgmma reads. dS^T is written with ordinary stores, so each writer fences
 // (generic -> async proxy) before the named barrier that hands it to the other consumer's wgmma.
 // dS is double-buffered: a consumer writes dS[m] only after passing block m-1's barrier, which the
-// other consumer reaches only after its dQ wgmma of block m-2 (the same buffer) completed.
+// other consumer reaches only after its dQ wgmma of block m-2 (the same buffer) completed. The dQ
+// buffer is single: consumers write block u's once the producer has read block u-1's (dq_empty),
+// which it does right after loading block u, so the wait is normally long over.
+// tests/gpu/bwd_ws_protocol_check.py models all of it.
 //
 // Index bookkeeping: accumulators of S^T / dP^T are (key row, query column) per warpgroup; the
 // policies of the mma.sync kernel take (query row, key column) tensors, which are the transposed
@@ -72,6 +78,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
         return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
     };
+    // fp32 dQ scratch rows of this (sequence, head) (this chunk's buffer): row i at + i * kHeadDim.
+    const int64_t q_global_row0 = varlen ? seq.q_row0 : int64_t(b) * fa.seqlen_q;
+    float* const dq_rows = args.dq_accum + chunk * args.dq_chunk_stride +
+                           (int64_t(h) * args.q_rows_total + q_global_row0) * kHeadDim;
     // lse / dsum of query row 0 of this (sequence, head); row i at + i.
     const int64_t row_stat0 = varlen ? int64_t(h) * fa.total_q + seq.q_row0 : (int64_t(b) * fa.num_heads + h) * fa.seqlen_q;
 
@@ -84,11 +94,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     Element* const smem_ds = smem_v + Traits::kSmemKVElems;
     float* const smem_lse = reinterpret_cast<float*>(smem + Traits::kSmemTileBytes); // [stage][kBlockM]
     float* const smem_dsum = smem_lse + kQStages * kBlockM;
-    uint64_t* const bar = reinterpret_cast<uint64_t*>(smem_dsum + kQStages * kBlockM);
+    float* const smem_dq = smem_dsum + kQStages * kBlockM; // (kBlockM, kDqRowStride)
+    uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + Traits::kSmemTileBytes + Traits::kSmemRowStatsBytes +
+                                                      Traits::kSmemDqBytes);
     uint64_t* const q_full = bar;              // [kQStages] Q, dO, lse, dsum of the stage landed
     uint64_t* const q_empty = bar + kQStages;  // [kQStages] both consumers are done with the stage
     uint64_t* const kv_full = bar + 2 * kQStages;
     uint64_t* const kv_empty = bar + 2 * kQStages + 1;
+    uint64_t* const dq_full = bar + 2 * kQStages + 2;  // the consumers' dQ of a block is in smem_dq
+    uint64_t* const dq_empty = bar + 2 * kQStages + 3; // the producer has read it
     auto q_stage = [&](Element* base, int s) {
         return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQ{});
     };
@@ -111,6 +125,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         }
         cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kProducerThreads);
         cutlass::arch::fence_barrier_init();
     }
     __syncthreads(); // the last CTA-wide barrier
@@ -147,7 +163,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + row_stat0;
         float* const smem_stat = (loads_lse ? smem_lse : smem_dsum) + stat_row;
 
-        int q_uses = 0, kv_uses = 0;
+        // The dQ of query-block use `use` (first row m0): a warp per row of 512 bytes, added with
+        // 16-byte reductions; rows past the sequence belong to other sequences' rows (or to none).
+        auto add_dq = [&](int use, int m0) {
+            cutlass::arch::ClusterBarrier::wait(dq_full, use & 1);
+            const int rows_valid = seq.q_len - m0;
+            CUTE_UNROLL
+            for (int i = ptid; i < kBlockM * Traits::kDqChunksPerRow; i += Traits::kProducerThreads) {
+                const int row = i / Traits::kDqChunksPerRow, col = (i % Traits::kDqChunksPerRow) * 4;
+                if (row < rows_valid) {
+                    const float4 v = *reinterpret_cast<const float4*>(smem_dq + row * Traits::kDqRowStride + col);
+                    red_add_quad(dq_rows + int64_t(m0 + row) * kHeadDim + col, v);
+                }
+            }
+            cutlass::arch::ClusterBarrier::arrive(dq_empty);
+        };
+
+        int q_uses = 0, kv_uses = 0, last_m0 = 0;
         for (int n = chunk; n * kBlockN < k_stored; n += args.num_chunks) {
             const int n0 = n * kBlockN;
             const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
@@ -169,8 +201,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
                 const bool row_ok = m0 + stat_row < seq.q_len;
                 cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
                 cutlass::arch::cpasync_barrier_arrive_noinc(q_full + s);
+                if (q_uses > 0) add_dq(q_uses - 1, last_m0);
+                last_m0 = m0;
             }
         }
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0);
         cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
         return;
     }
@@ -217,10 +252,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(b) * fa.alibi_batch_stride + h];
     }
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
-    const int64_t q_global_row0 = varlen ? seq.q_row0 : int64_t(b) * fa.seqlen_q;
     const int64_t k_global_row0 = varlen ? seq.k_row0 : int64_t(b) * fa.seqlen_k;
-    float* const dq_rows = args.dq_accum + chunk * args.dq_chunk_stride +
-                           (int64_t(h) * args.q_rows_total + q_global_row0) * kHeadDim;
 
     int q_uses = 0, kv_uses = 0;
     for (int n = chunk; n * kBlockN < k_stored; n += args.num_chunks) {
@@ -325,15 +357,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_dq);
             cutlass::arch::ClusterBarrier::arrive(q_empty + s);
-            ++q_uses;
-
-            float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
-            const int rows_valid = seq.q_len - m0;
+            // dQ -> shared memory, once the producer has read the previous block's.
+            if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(dq_empty, (q_uses - 1) & 1);
             CUTE_UNROLL
             for (int t = 0; t < size(acc_dq); t += 2) {
                 const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                if (row < rows_valid) red_add_pair(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+                *reinterpret_cast<float2*>(smem_dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
             }
+            cutlass::arch::ClusterBarrier::arrive(dq_full);
+            ++q_uses;
         };
 
         if (range.m_end > range.m_begin) {

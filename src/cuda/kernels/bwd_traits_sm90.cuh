@@ -90,8 +90,17 @@ struct Sm90BwdTraits {
     static constexpr int kSmemTileBytes =
         (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kDsBuffers * kSmemdSElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
-    static constexpr int kBarriers = 2 * kQStages + 2; // q_full, q_empty per stage; kv_full, kv_empty
-    static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kBarriers * 8;
+    // dQ of one query block in fp32, handed from the consumers to the producer warpgroup, which adds
+    // it to the global scratch (red.global.add.v4: a warp per 512-byte row, coalesced) while the
+    // consumers go on. Rows padded by 8 floats: the consumers' float2 stores (8 rows x 4 column
+    // pairs per warp) then fill all 32 banks in two wavefronts.
+    static constexpr int kDqRowStride = kHeadDim + 8;
+    static constexpr int kSmemDqBytes = kBlockM * kDqRowStride * int(sizeof(float));
+    static constexpr int kDqChunksPerRow = kHeadDim / 4; // float4 chunks
+    static_assert((kBlockM * kDqChunksPerRow) % kProducerThreads == 0);
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty.
+    static constexpr int kBarriers = 2 * kQStages + 4;
+    static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
     // Registers per thread after setmaxnreg (64K split 128 x producer + 256 x consumer).
