@@ -103,9 +103,12 @@ struct Sm90BwdTraits {
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
-    // Registers per thread after setmaxnreg (64K split 128 x producer + 256 x consumer).
-    static constexpr int kProducerRegs = 32;
-    static constexpr int kConsumerRegs = 240;
+    // Registers per thread after setmaxnreg (64K split 128 x producer + 256 x consumer). ptxas -v of
+    // the plain bf16 kernel, spill stores: d128 24/240 832 B, 32/240 680 B, 40/232 620 B (but more
+    // loads: the consumers'); d64 32/240 272 B, 56/224 92 B, 80/208 0 B. The producer's spills are
+    // the addresses of its tile copies; the consumers' (d128, about 128 B) cost more.
+    static constexpr int kProducerRegs = kHeadDim <= 64 ? 80 : 32;
+    static constexpr int kConsumerRegs = kHeadDim <= 64 ? 208 : 240;
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536);
 
     // Global -> shared by the producer warpgroup, 16-byte chunks (gmem_copies.cuh).
