@@ -339,22 +339,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
                 for (int t = 0; t < size(ds16); ++t) ds_storage(t) = ds16(t);
             }
 
-            // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K. dQ is issued once dV
-            // and dK are done: their 16-bit operands and dQ's accumulator are not live together.
+            // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
             Tensor tdKrQt = kv_thr.partition_fragment_B(qt_stage(q_base, s));
             wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
             const int ds_buf = q_uses % Traits::kDsBuffers;
             copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
             cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
             cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
-            warpgroup_wait<0>(); // dV, dK: the stage's Q and dO are read
-            warpgroup_fence_operand(acc_dv);
-            warpgroup_fence_operand(acc_dk);
-
+            // dQ queues behind dK on the tensor cores (no wait in between).
             Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
             clear(acc_dq);
             wgmma_issue<false>(mma_dq, tdQrdS, tdQrKt, acc_dq);
-            warpgroup_wait<0>();
+            warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
             warpgroup_fence_operand(acc_dq);
             cutlass::arch::ClusterBarrier::arrive(q_empty + s);
             // dQ -> shared memory, once the producer has read the previous block's.
