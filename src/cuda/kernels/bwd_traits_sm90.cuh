@@ -65,10 +65,17 @@ struct Sm90BwdTraits {
                              GMMA::Major::MN, GMMA::Major::MN>(),
         AlongN{}));
 
-    // Shared memory in wgmma's canonical swizzled layouts (128-byte rows: head dims are multiples of 64).
-    using SmemAtomK = GMMA::Layout_K_SW128_Atom<Element>;
-    using SmemLayoutQ = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // Q, dO
-    using SmemLayoutKV = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
+    // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows. An MN-major operand that a
+    // warpgroup reads only part of must be cut at whole swizzle atoms: K^T is cut into the two
+    // consumers' dQ column halves, so at d64 (32 columns each) K and V use 64-byte rows.
+    using SmemAtomQ = GMMA::Layout_K_SW128_Atom<Element>;
+    using SmemAtomKV = std::conditional_t<kDqColsPerWarpGroup % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                          GMMA::Layout_K_SW64_Atom<Element>>;
+    static_assert(kDqColsPerWarpGroup % decltype(size<1>(SmemAtomKV{}))::value == 0,
+                  "each consumer's dQ columns of K^T span whole swizzle atoms");
+    static_assert(kHeadDim % decltype(size<1>(SmemAtomQ{}))::value == 0);
+    using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
+    using SmemLayoutKV = decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
