@@ -383,6 +383,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         // Epilogue: dK = scale * dS^T Q, dV = (P keep)^T dO / (1-p), from registers (rows past
         // k_len hold zeros: their keys were masked, which is what keys beyond seqused_k receive).
         const int rows_valid = k_stored - n0;
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dk); ++t) {
+            acc_dk(t) *= args.dk_scale;
+            acc_dv(t) *= args.dv_scale;
+        }
         if (args.dk_accum) {
             const int64_t row0 = (int64_t(h) * args.k_rows_total + k_global_row0 + n0) * kHeadDim;
             float* const dk_rows = args.dk_accum + row0;
@@ -391,26 +396,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             for (int t = 0; t < size(acc_dk); t += 2) {
                 const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
                 if (row < rows_valid) {
-                    *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) =
-                        make_float2(acc_dk(t) * args.dk_scale, acc_dk(t + 1) * args.dk_scale);
-                    *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) =
-                        make_float2(acc_dv(t) * args.dv_scale, acc_dv(t + 1) * args.dv_scale);
+                    *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
+                    *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
                 }
             }
         } else {
-            // Written only without GQA (the host gives GQA the scratch), so h_kv == h.
+            // Written only without GQA (the host gives GQA the scratch), so h_kv == h. 16-bit pairs.
             Tensor gdK = local_tile(rows_of(args.dk, seq.k_row0, h_kv, k_stored), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                                     make_coord(n, 0));
             Tensor gdV = local_tile(rows_of(args.dv, seq.k_row0, h_kv, k_stored), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                                     make_coord(n, 0));
+            Tensor dk16 = convert_fragment<Element>(acc_dk);
+            Tensor dv16 = convert_fragment<Element>(acc_dv);
+            Tensor dk_pairs = recast<uint32_t>(dk16);
+            Tensor dv_pairs = recast<uint32_t>(dv16);
             CUTE_UNROLL
             for (int t = 0; t < size(acc_dk); t += 2) {
                 const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
                 if (row < rows_valid && col < fa.head_dim) {
-                    const Element dk_pair[2] = {Element(acc_dk(t) * args.dk_scale), Element(acc_dk(t + 1) * args.dk_scale)};
-                    const Element dv_pair[2] = {Element(acc_dv(t) * args.dv_scale), Element(acc_dv(t + 1) * args.dv_scale)};
-                    *reinterpret_cast<uint32_t*>(&gdK(row, col)) = *reinterpret_cast<const uint32_t*>(dk_pair);
-                    *reinterpret_cast<uint32_t*>(&gdV(row, col)) = *reinterpret_cast<const uint32_t*>(dv_pair);
+                    *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
+                    *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
                 }
             }
         }
