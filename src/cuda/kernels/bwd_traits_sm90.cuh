@@ -110,13 +110,18 @@ struct Sm90BwdTraits {
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
-    // Registers per thread after setmaxnreg (64K split 128 x producer + 256 x consumer). ptxas -v of
-    // the plain bf16 kernel, spill stores: d128 24/240 832 B, 32/240 680 B, 40/232 620 B (but more
-    // loads: the consumers'); d64 32/240 272 B, 56/224 92 B, 80/208 0 B. The producer's spills are
-    // the addresses of its tile copies; the consumers' (d128, about 128 B) cost more.
-    static constexpr int kProducerRegs = kHeadDim <= 64 ? 80 : 32;
+    // Registers per thread after setmaxnreg. The CTA launches with ptxas's count for 384 threads
+    // (168: the largest multiple of 8 that fits 64K) and setmaxnreg only moves registers between its
+    // warpgroups, so the split must fit 384 x 168: a larger sum would leave the consumers' increase
+    // waiting forever. ptxas -v of the plain bf16 kernel, spill stores (consumers alone): d128 24/240
+    // 812 B (128), 40/232 620 B (164); d64 80/208 0 B. The producer's spills are the addresses of its
+    // tile copies, off the tensor cores' path; the consumers' are not, so d128 takes 24/240 (as
+    // FlashAttention-3).
+    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+    static constexpr int kProducerRegs = kHeadDim <= 64 ? 80 : 24;
     static constexpr int kConsumerRegs = kHeadDim <= 64 ? 208 : 240;
-    static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536);
+    static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                  "setmaxnreg cannot hand out more registers than the CTA launched with");
 
     // Global -> shared by the producer warpgroup, 16-byte chunks (gmem_copies.cuh).
     using ProducerCopies = GmemTileCopies<Element, 64, kProducerThreads>;
