@@ -1,6 +1,7 @@
 """Backward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
 
     FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick] [--tiles]
+        [--rounds N] [--variant LABEL:ENV=VALUE[,ENV=VALUE]]...
 
 The forward benchmark's grid (bench/gpu_forward.py): bf16, batch * seqlen = 16k tokens, hidden 2048
 (nheads = 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. Backward FLOPs = 2.5 x
@@ -18,7 +19,10 @@ tiling of TILES is timed beside the default on the same tensors ($FLASHATTN_CUDA
 the library on every call) into DIR/h200-backward-tiles.csv: hdim, causal, seqlen, tile, tflops,
 ratio to the default, and the largest gradient difference to the default tiling (a sanity check;
 the dQ atomics make it nonzero even between two runs of one tiling). A tiling the build lacks runs
-the default instead, and the library says so once on stderr.
+the default instead, and the library says so once on stderr. Each --variant (e.g.
+`sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90`, the Hopper kernel) is timed as its own column ours_LABEL with
+those variables set while it runs (the library reads them on every call), plus ours_LABEL_diff: its
+largest gradient difference to the default kernel's on the same tensors (a wrong kernel shows here).
 """
 import argparse
 import csv
@@ -73,7 +77,7 @@ def sdpa_backward_fn(q, k, v, dout, causal, backend):
     return run
 
 
-def measure(shapes, tiles=False, rounds=1):
+def measure(shapes, tiles=False, variants=(), rounds=1):
     rows, tile_rows = [], []
     os.environ.pop("FLASHATTN_CUDA_BWD_TILE", None)
     for hdim in HDIMS:
@@ -93,6 +97,16 @@ def measure(shapes, tiles=False, rounds=1):
                 # Each implementation keeps its best round (bench_common.best_of_rounds).
                 entries = [("ours", ours, {}),
                            ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), {})]
+                for label, assignments in variants:
+                    entries.append((f"ours_{label}", ours, assignments))
+                    os.environ.update(assignments)
+                    try:
+                        ours()
+                        row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
+                                                        for g, o in zip(grads, ours_grads))
+                    finally:
+                        for name in assignments:
+                            os.environ.pop(name)
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         f = sdpa_backward_fn(q, k, v, dout, causal, backend)
@@ -112,7 +126,9 @@ def measure(shapes, tiles=False, rounds=1):
                 rows.append(row)
                 print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f} "
                       f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
-                      f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})",
+                      f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
+                      + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
+                                for label, _ in variants),
                       flush=True)
                 if tiles:
                     for tile in TILES[hdim]:
@@ -168,15 +184,24 @@ def main():
     ap.add_argument("--tiles", action="store_true", help="also time each tiling of TILES (tuning build)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE[,ENV=VALUE]",
+                    help="also time ours with these environment variables set (column ours_LABEL)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
 
-    rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles, rounds=args.rounds)
+    variants = []
+    for v in args.variant:
+        label, _, assignments = v.partition(":")
+        variants.append((label, dict(a.split("=", 1) for a in assignments.split(","))))
+    rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles, variants=variants,
+                              rounds=args.rounds)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2"]
+    for label, _ in variants:
+        fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
     with open(out / "h200-backward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -205,7 +230,9 @@ def main():
         print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
               f"{r['ours_deterministic_tflops']:6.1f} {r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} | "
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
-              f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}")
+              f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
+              + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f} ({r[f'ours_{label}_tflops'] / r['torch_fa2_tflops']:4.2f}"
+                        f" FA2, diff {r[f'ours_{label}_diff']:.2g})" for label, _ in variants))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
-#                                               (also: pytest_python, profile = Nsight Compute, pytest_ws,
-#                                               decode_split_keys, profile_decode, see below)
+#                                               (also: pytest_python, profile = Nsight Compute,
+#                                               decode_split_keys, profile_decode, pytest_bwd_sm90 = the
+#                                               Hopper backward forced, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
 #   FLASHATTN_PREBUILT_LIB=path/libflashattn.so  test and benchmark that library (built elsewhere with
@@ -178,6 +179,23 @@ bwd_test_groups=("dense" "head_dims or long" "window or softcap or alibi or drop
 if wants pytest_bwd && [[ -f $lib ]]; then
   pytest_groups "backward " test_backward.py 600 "${bwd_test_groups[@]}" > "$logs/tests_bwd.log" 2>&1
 fi
+# Experimental: the Hopper backward (kernels/bwd_kernel_sm90.cuh; d64/d128 without dropout, the rest
+# runs the mma.sync kernel) forced on the same groups. Its mbarrier ring deadlocks rather than fails
+# on a protocol error, so a short checked CLI problem runs first under a 60 s timeout and the suite
+# runs only if it passed: causal, ragged query and key blocks, and deterministic with 72 (sequence,
+# head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V stage is reused,
+# the Q ring wraps); small enough for the CLI's fp64 check.
+if wants pytest_bwd_sm90 && [[ -f $lib ]]; then
+  echo "=== the sm90 backward (FLASHATTN_CUDA_BWD_KERNEL=sm90)" >> "$logs/tests_bwd.log"
+  if FLASHATTN_CUDA_BWD_KERNEL=sm90 timeout $(cap 60) "$cli" --backend cuda --seqlen-q 100 --seqlen-k 300 \
+       --head-dim 128 --heads 8 --batch 9 --causal --backward --deterministic --check --iters 1 --warmup 0 \
+       >> "$logs/tests_bwd.log" 2>&1; then
+    FLASHATTN_CUDA_BWD_KERNEL=sm90 pytest_groups "backward sm90 " test_backward.py 600 "${bwd_test_groups[@]}" \
+      >> "$logs/tests_bwd.log" 2>&1
+  else
+    echo "=== sm90 backward smoke problem failed or hung (rc=$?): sm90 backward suite skipped" >> "$logs/tests_bwd.log"
+  fi
+fi
 sanitize_bwd_cases=(
   "--seqlen-q 113 --seqlen-k 203 --head-dim 64 --heads 2 --batch 2 --backward"
   "--seqlen-q 128 --seqlen-k 217 --head-dim 128 --causal --dtype fp16 --backward --deterministic"
@@ -189,8 +207,9 @@ if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick && ${FLASHATTN_BENCH_GRID:-} != full ]] && bwd_bench_args=(--quick)
   [[ $tuning == ON ]] && bwd_bench_args+=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
+  # FLASHATTN_BENCH_BWD_ARGS: extra arguments, e.g. "--variant sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90"
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
-    "${bwd_bench_args[@]}" > "$logs/bench_bwd.log" 2>&1
+    "${bwd_bench_args[@]}" ${FLASHATTN_BENCH_BWD_ARGS:-} > "$logs/bench_bwd.log" 2>&1
 fi
 # ---- end of the backward block ------------------------------------------------------------------
 

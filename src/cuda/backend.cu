@@ -265,12 +265,42 @@ void forward(const Problem& problem) {
 // The backward: dsum, the main kernel, the finishing sums (bwd_launch.h, bwd_aux_kernels.h).
 namespace {
 
-template <fa_dtype kDtype>
-void run_backward_kernel(int tile_dim, const BwdArgs& args, cudaStream_t stream) {
-#ifdef FLASHATTN_CUDA_TUNING
-    if (run_bwd_tile_variant(args, kDtype, tile_dim, stream)) return;
+// Which backward main kernel runs: the Hopper (wgmma, warp-specialised) kernel when
+// $FLASHATTN_CUDA_BWD_KERNEL=sm90 (read per call, so benchmarks time both in one process) on compute
+// capability 9.0, for the tile head dims it has (kernels::sm90_bwd_supports) and without dropout
+// (its registers hold query pairs, the Philox words come in key pairs); the mma.sync kernel
+// otherwise, and by default until the sm90 kernel is measured. `sm80` forces the mma.sync kernel.
+bool use_sm90_backward(int major, int minor, int tile_dim, const BwdArgs& args) {
+#if FLASHATTN_CUDA_HAS_SM90
+    if (major != 9 || minor != 0) return false;
+    const char* choice = std::getenv("FLASHATTN_CUDA_BWD_KERNEL");
+    if (!choice || std::strcmp(choice, "sm90") != 0) return false;
+    return kernels::sm90_bwd_supports(tile_dim) && !args.fwd.dropout;
+#else
+    (void)major;
+    (void)minor;
+    (void)tile_dim;
+    (void)args;
+    return false;
 #endif
-    with_tile_dim(tile_dim, "backward", [&](auto d) { run_bwd<decltype(d)::value, kDtype>(args, stream); });
+}
+
+template <fa_dtype kDtype>
+void run_backward_kernel(int tile_dim, bool sm90, const BwdArgs& args, cudaStream_t stream) {
+#ifdef FLASHATTN_CUDA_TUNING
+    if (!sm90 && run_bwd_tile_variant(args, kDtype, tile_dim, stream)) return;
+#endif
+    with_tile_dim(tile_dim, "backward", [&](auto d) {
+        constexpr int kDim = decltype(d)::value;
+#if FLASHATTN_CUDA_HAS_SM90
+        if constexpr (kernels::sm90_bwd_supports(kDim)) {
+            if (sm90) return run_bwd_sm90<kDim, kDtype>(args, stream);
+        }
+#else
+        (void)sm90;
+#endif
+        run_bwd<kDim, kDtype>(args, stream);
+    });
 }
 
 // The device of a backward call: where q lives, or (no query rows) where the key side lives.
@@ -389,7 +419,7 @@ void backward(const BwdProblem& problem) {
         require_on_device(ptr, device, name);
 
     DeviceGuard guard(device);
-    require_supported(device, p);
+    const auto [major, minor] = require_supported(device, p);
     const auto stream = static_cast<cudaStream_t>(p.stream);
     const bool varlen = pr.varlen;
 
@@ -440,10 +470,11 @@ void backward(const BwdProblem& problem) {
     if (plan.pad_head_dim) args.fwd.head_dim = plan.padded_dim; // padding columns are zero: products unchanged
 
     bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
+    const bool sm90 = use_sm90_backward(major, minor, plan.tile_dim, args);
     if (p.dtype == FA_FLOAT16) {
-        run_backward_kernel<FA_FLOAT16>(plan.tile_dim, args, stream);
+        run_backward_kernel<FA_FLOAT16>(plan.tile_dim, sm90, args, stream);
     } else {
-        run_backward_kernel<FA_BFLOAT16>(plan.tile_dim, args, stream);
+        run_backward_kernel<FA_BFLOAT16>(plan.tile_dim, sm90, args, stream);
     }
     bwd_finish(args, p.dtype, stream);
 }

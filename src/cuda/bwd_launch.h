@@ -5,8 +5,11 @@
 #pragma once
 
 #include "bwd_args.h"
+#include "grid_launch.h"
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace flashattn::cuda {
 
@@ -14,6 +17,30 @@ namespace flashattn::cuda {
 // args.accum_cols == kHeadDim). dsum must be ready and the dQ scratch zeroed.
 template <int kHeadDim, fa_dtype kDtype>
 void run_bwd(BwdArgs args, cudaStream_t stream);
+
+// The Hopper (wgmma, warp-specialised) main kernel for the same contract, tile head dims with
+// kernels::sm90_bwd_supports; no dropout (the caller runs run_bwd for it). Compiled when
+// FLASHATTN_CUDA_ARCHS contains 90 (FLASHATTN_CUDA_HAS_SM90), used on compute capability 9.0 when
+// $FLASHATTN_CUDA_BWD_KERNEL=sm90 (backend.cu).
+template <int kHeadDim, fa_dtype kDtype>
+void run_bwd_sm90(BwdArgs args, cudaStream_t stream);
+
+// What every backward main kernel checks and derives before its launch: the scratch matches its
+// head dim, GQA goes through the dK/dV scratch, num_n_blocks and num_chunks for key blocks of
+// block_n rows. Returns the number of CTAs (chunks x batch x heads), 0 for nothing to do.
+inline int64_t plan_bwd_grid(BwdArgs& args, int kernel_head_dim, int block_n) {
+    if (args.accum_cols != kernel_head_dim)
+        fail(FA_ERROR_INTERNAL, "backward scratch has ", args.accum_cols, " columns, the kernel ", kernel_head_dim);
+    if (args.fwd.heads_per_kv_head != 1 && !args.dk_accum)
+        fail(FA_ERROR_INTERNAL, "a GQA/MQA backward needs the per-query-head dK/dV scratch");
+    args.num_n_blocks = (args.fwd.seqlen_k + block_n - 1) / block_n;
+    if (args.num_chunks <= 0 || args.num_chunks > args.num_n_blocks) args.num_chunks = args.num_n_blocks;
+    const int64_t ctas = int64_t(args.num_chunks) * args.fwd.batch * args.fwd.num_heads;
+    if (!grid_has_work(ctas, "backward", "key blocks of ", block_n, " rows x batch ", args.fwd.batch, " x heads ",
+                       args.fwd.num_heads))
+        return 0;
+    return ctas;
+}
 
 #ifdef FLASHATTN_CUDA_TUNING
 // Tuning builds only: if $FLASHATTN_CUDA_BWD_TILE names a compiled tiling of this head dim

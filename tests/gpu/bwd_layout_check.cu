@@ -15,9 +15,20 @@
 //   - the global <-> shared copies cover each tile exactly once.
 // And q_block_range() against brute force over random shapes and windows: every query block that
 // meets a key block is visited, and every block run without the mask is fully allowed.
+//
+// For the Hopper kernel's traits (bwd_traits_sm90.cuh, bwd_kernel_sm90.cuh), with the 256 consumer
+// threads: the S^T/dP^T, dK/dV and dQ accumulators cover their tiles exactly once in neighbouring
+// column pairs; consumer warpgroup c holds keys [64c, 64c + 64) of S^T; the transposed (query, key)
+// coordinates the policies see are S^T's swapped; the S^T registers read as the A operand of
+// dV += P^T dO hold the (key, query) the RS wgmma expects there; the registers -> shared copy of dS^T
+// writes each register to its own (key, query); the transposed shared-memory views; the producer's
+// copies cover each tile once. (What cannot be checked here: wgmma's descriptors, the mbarrier
+// ring, which tests/gpu/bwd_sm90_protocol_check.py models.)
 #include "kernels/bwd_policies.cuh"
 #include "kernels/bwd_traits.cuh"
+#include "kernels/bwd_traits_sm90.cuh"
 #include "kernels/tile_ops.cuh"
+#include "kernels/wgmma_ops.cuh"
 
 #include "host_check.h"
 
@@ -113,6 +124,76 @@ void check_traits() {
     }
 }
 
+template <typename Copy, int kRows, int kCols>
+void check_producer_copy(const char* name, int threads) {
+    Copy load;
+    std::map<std::pair<int, int>, int> cover;
+    for (int tid = 0; tid < threads; ++tid) {
+        Tensor c = load.get_thread_slice(tid).partition_S(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
+        for (int t = 0; t < size(c); ++t) cover[{get<0>(c(t)), get<1>(c(t))}]++;
+    }
+    CHECK(int(cover.size()) == kRows * kCols, "%s: producer copy covers %d of %d", name, int(cover.size()),
+          kRows * kCols);
+    for (auto& [rc, n] : cover) CHECK(n == 1, "%s: producer copy element (%d, %d) %d times", name, rc.first, rc.second, n);
+}
+
+template <typename Traits>
+void check_sm90_traits() {
+    constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim, T = Traits::kConsumerThreads;
+    char name[64];
+    std::snprintf(name, sizeof(name), "sm90 d%d (%d keys x %d queries)", D, N, M);
+    std::printf("checking %s, %d bytes of shared memory\n", name, Traits::kSmemBytes);
+    CHECK(Traits::kSmemBytes <= 227 * 1024, "%s: %d bytes of shared memory", name, Traits::kSmemBytes);
+    CHECK(Traits::kSmemTileBytes % 1024 == 0 && Traits::kSmemQElems * 2 % 1024 == 0 &&
+              Traits::kSmemKVElems * 2 % 1024 == 0 && Traits::kSmemdSElems * 2 % 1024 == 0,
+          "%s: a tile does not start on a 1024-byte swizzle period", name);
+    check_grid<typename Traits::TiledMmaSdP, N, M>(name, T);
+    check_grid<typename Traits::TiledMmaKV, N, D>(name, T);
+    check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
+    check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
+    check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
+    check_transposed<typename Traits::SmemLayoutdS, typename Traits::SmemLayoutdSt, M, N>(name);
+    check_producer_copy<typename Traits::GmemLoadProducer, M, D>(name, Traits::kProducerThreads);
+    check_producer_copy<typename Traits::GmemLoadProducer, N, D>(name, Traits::kProducerThreads);
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaKV mma_kv;
+    auto copy_ds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, typename Traits::Element>{}, mma_sdp);
+    for (int tid = 0; tid < T; ++tid) {
+        const int consumer = tid / 128;
+        Tensor cS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+        for (int t = 0; t < size(cS); ++t)
+            CHECK(get<0>(cS(t)) / 64 == consumer, "%s: thread %d holds key %d of S^T", name, tid, get<0>(cS(t)));
+        // The policies' (query, key) view.
+        Tensor cQK = mma_sdp.get_thread_slice(tid).partition_C(transposed_identity_tensor<N, M>());
+        Tensor qk = make_tensor(cQK.data(), transposed(wgmma_rows_cols(cQK.layout())));
+        Tensor kq = make_tensor(cS.data(), wgmma_rows_cols(cS.layout()));
+        for (int q = 0; q < size<0>(qk); ++q)
+            for (int k = 0; k < size<1>(qk); ++k) {
+                CHECK(get<0>(qk(q, k)) == get<1>(kq(k, q)) && get<1>(qk(q, k)) == get<0>(kq(k, q)),
+                      "%s: thread %d, (query, key) view (%d, %d) is (%d, %d), S^T holds (%d, %d)", name, tid, q, k,
+                      get<0>(qk(q, k)), get<1>(qk(q, k)), get<0>(kq(k, q)), get<1>(kq(k, q)));
+                CHECK(get<0>(qk(q, k)) == get<0>(qk(q, 0)), "%s: query varies along a row of the view", name);
+            }
+        // P^T from the S^T registers as the A operand of dV += P^T dO: (key, query) per register.
+        Tensor a_expected = mma_kv.get_thread_slice(tid).partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+        Tensor a_held = make_tensor(cS.data(), wgmma_accumulator_as_a_operand(cS.layout()));
+        CHECK(size(a_expected) == size(a_held), "%s: A fragment %d registers, accumulator %d", name,
+              int(size(a_expected)), int(size(a_held)));
+        for (int t = 0; t < size(a_held) && t < size(a_expected); ++t)
+            CHECK(a_expected(t) == a_held(t), "%s: thread %d, A register %d: wgmma expects (%d, %d), holds (%d, %d)",
+                  name, tid, t, get<0>(a_expected(t)), get<1>(a_expected(t)), get<0>(a_held(t)), get<1>(a_held(t)));
+        // dS^T registers -> shared: register t lands on the (key, query) it holds.
+        auto thr_copy = copy_ds.get_thread_slice(tid);
+        Tensor from = thr_copy.retile_S(cS);
+        Tensor to = thr_copy.partition_D(make_identity_tensor(Shape<Int<N>, Int<M>>{}));
+        CHECK(size(from) == size(to), "%s: dS copy sizes %d vs %d", name, int(size(from)), int(size(to)));
+        for (int t = 0; t < size(from) && t < size(to); ++t)
+            CHECK(from(t) == to(t), "%s: thread %d, dS register %d holds (%d, %d), is stored at (%d, %d)", name, tid,
+                  t, get<0>(from(t)), get<1>(from(t)), get<0>(to(t)), get<1>(to(t)));
+    }
+}
+
 // Brute force: does query row i see key j?
 bool allowed(const MaskSpec& mask, int64_t i, int64_t j, int q_len, int k_len) {
     return j < k_len && mask.allowed(i, j, q_len, k_len);
@@ -177,6 +258,9 @@ int main() {
     check_variant<256, 64, 64, 8, 4, 2, 2, 1>();
     check_variant<256, 64, 64, 8, 4, 2, 2, 4>();
     check_variant<256, 64, 64, 8, 2, 2, 2, 2>();
+    check_sm90_traits<Sm90BwdTraits<64, cutlass::bfloat16_t>>();
+    check_sm90_traits<Sm90BwdTraits<128, cutlass::bfloat16_t>>();
+    check_sm90_traits<Sm90BwdTraits<128, cutlass::half_t>>();
     std::mt19937 rng(7);
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);

@@ -43,16 +43,6 @@ __device__ __forceinline__ auto at_offset(T const& t, int offset) {
     return make_tensor(t.data() + offset, t.layout());
 }
 
-// Adds a pair of neighbouring fp32 values (8-byte aligned) to global memory without a return value.
-__device__ __forceinline__ void red_add_pair(float* address, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    atomicAdd(reinterpret_cast<float2*>(address), make_float2(x, y));
-#else
-    atomicAdd(address, x);
-    atomicAdd(address + 1, y);
-#endif
-}
-
 template <typename Traits, bool kExtras>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_constant__ BwdArgs args) {
     using Element = typename Traits::Element;

@@ -16,16 +16,8 @@ inline bool bwd_needs_extras(const BwdArgs& args) { return args.fwd.dropout || a
 // Grid, shared memory and launch of one of the two kernels of a tiling.
 template <typename Traits, bool kExtras>
 void launch_bwd_kernel(BwdArgs args, cudaStream_t stream) {
-    if (args.accum_cols != Traits::kHeadDim)
-        fail(FA_ERROR_INTERNAL, "backward scratch has ", args.accum_cols, " columns, the kernel ", Traits::kHeadDim);
-    if (args.fwd.heads_per_kv_head != 1 && !args.dk_accum)
-        fail(FA_ERROR_INTERNAL, "a GQA/MQA backward needs the per-query-head dK/dV scratch");
-    args.num_n_blocks = (args.fwd.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-    if (args.num_chunks <= 0 || args.num_chunks > args.num_n_blocks) args.num_chunks = args.num_n_blocks;
-    const int64_t ctas = int64_t(args.num_chunks) * args.fwd.batch * args.fwd.num_heads;
-    if (!grid_has_work(ctas, "backward", "key blocks of ", Traits::kBlockN, " rows x batch ", args.fwd.batch,
-                       " x heads ", args.fwd.num_heads))
-        return;
+    const int64_t ctas = plan_bwd_grid(args, Traits::kHeadDim, Traits::kBlockN);
+    if (ctas == 0) return;
     launch_on_grid(kernels::bwd_kernel<Traits, kExtras>, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream,
                    "backward");
 }

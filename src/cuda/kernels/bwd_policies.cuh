@@ -15,6 +15,28 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
+// Adds a pair of neighbouring fp32 values (8-byte aligned) to global memory without a return value.
+__device__ __forceinline__ void red_add_pair(float* address, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(address), make_float2(x, y));
+#else
+    atomicAdd(address, x);
+    atomicAdd(address + 1, y);
+#endif
+}
+
+// Adds four neighbouring fp32 values (16-byte aligned) to global memory without a return value.
+__device__ __forceinline__ void red_add_quad(float* address, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(address), "f"(v.x), "f"(v.y), "f"(v.z),
+                 "f"(v.w)
+                 : "memory");
+#else
+    red_add_pair(address, v.x, v.y);
+    red_add_pair(address + 2, v.z, v.w);
+#endif
+}
+
 // Rows of sequence b that k, v, dk, dv hold: the whole stored sequence, also past seqused_k (those
 // keys get zero gradients). Clamped like sequence_bounds.
 __device__ __forceinline__ int stored_k_rows(const FwdArgs& args, int b) {

@@ -25,6 +25,12 @@ template <> struct BwdTileConfig<128> { static constexpr int kBlockM = 64, kBloc
 template <> struct BwdTileConfig<192> { static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 2, kAtomMQ = 2, kDqSlabs = 1; };
 template <> struct BwdTileConfig<256> { static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 8, kAtomMSdP = 4, kAtomNKV = 2, kAtomMQ = 2, kDqSlabs = 2; };
 
+// Tile head dims with a Hopper (wgmma) backward kernel (kernels/bwd_traits_sm90.cuh). Its key blocks
+// have the same kBlockN as the tiles above, so the host's deterministic chunk plan holds for both.
+// d256: dK and dV alone would take 256 registers per thread in that kernel's schedule (each consumer
+// warpgroup owns 64 keys x the whole head dim); it needs P and dS through shared memory, not written.
+constexpr bool sm90_bwd_supports(int tile_head_dim) { return tile_head_dim == 64 || tile_head_dim == 128; }
+
 // kBlockN of a tile head dim at run time (0 for a head dim without a tiling).
 constexpr int bwd_block_n(int tile_head_dim) {
     switch (tile_head_dim) {

@@ -28,6 +28,7 @@
 #include "fwd_args.h"
 #include "kernels/fwd_traits_sm90.cuh"
 #include "kernels/online_softmax.cuh"
+#include "kernels/producer_copies.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
 #include "kernels/tile_order.cuh"
@@ -39,25 +40,6 @@
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (source size 0: nothing is read, but the
-// address must still be a valid one, so the caller passes a safe pointer then).
-__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
-    const uint32_t dst = cast_smem_ptr_to_uint(smem);
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-                 "r"(valid ? 16 : 0));
-}
-
-// One tile global -> shared by the producer's threads, every 16-byte chunk through cp.async (the
-// out-of-bounds ones zero-filled by it too, so that the mbarrier tracking the cp.asyncs covers every
-// byte). rows_valid / column_ok as load_tile (tile_ops.cuh); `safe` is any readable address.
-template <typename Src, typename Dst, typename Coords, typename ColumnOk, typename Element>
-__device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords const& coords, ColumnOk const& column_ok,
-                                             int rows_valid, const Element* safe) {
-    for_each_tile_chunk(dst, coords, column_ok, rows_valid, [&](int m, int k, bool in_bounds) {
-        cp_async_16_or_zero(raw_pointer_cast(&dst(0, m, k)), in_bounds ? &src(0, m, k) : safe, in_bounds);
-    });
-}
 
 template <typename Traits, bool kExtras>
 __global__ void __launch_bounds__(Traits::kCtaThreads, 1)

@@ -1,6 +1,7 @@
-// wgmma (sm_90a warpgroup MMA) helpers of the Hopper forward kernel: the accumulator seen as a
-// (rows, columns) matrix, the accumulator reused as a register A operand, and one issue of a
-// whole-tile product.
+// wgmma (sm_90a warpgroup MMA) helpers of the Hopper kernels: the accumulator seen as a (rows,
+// columns) matrix or transposed (the backward computes keys x queries products and hands them to
+// policies written for queries x keys), the accumulator reused as a register A operand, and one
+// issue of a whole-tile product.
 #pragma once
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -17,18 +18,31 @@ using namespace cute;
 // as (rows, columns). Thread (warp w, lane 4g + t) holds rows 16w + g + 8r and columns
 // 8j + 2t + c: in the column mode c runs fastest, so (c, c + 1) with c even are neighbours.
 template <typename Layout>
-__device__ __forceinline__ constexpr auto wgmma_rows_cols(Layout layout) {
+__host__ __device__ __forceinline__ constexpr auto wgmma_rows_cols(Layout layout) {
     static_assert(decltype(rank(layout))::value == 3);
     static_assert(decltype(rank<0>(layout))::value == 3);
     return make_layout(make_layout(get<0, 1>(layout), get<1>(layout)),
                        make_layout(get<0, 0>(layout), get<0, 2>(layout), get<2>(layout)));
 }
 
+// A (rows, columns) layout with its two modes swapped.
+template <typename Layout>
+__host__ __device__ __forceinline__ constexpr auto transposed(Layout layout) {
+    return make_layout(get<1>(layout), get<0>(layout));
+}
+
+// Coordinates of a (kRows, kCols) tile that read (column, row): the identity tensor of the
+// transposed tile. Partitioned like the keys x queries accumulators, it yields (query, key).
+template <int kRows, int kCols>
+__host__ __device__ __forceinline__ auto transposed_identity_tensor() {
+    return make_coord_tensor(make_layout(Shape<Int<kRows>, Int<kCols>>{}, make_stride(E<1>{}, E<0>{})));
+}
+
 // The S accumulator (16-bit after conversion) as the register A operand of P V: an A fragment of
 // wgmma k16 holds, per thread, the values of two neighbouring n8 accumulator groups, in the same
 // (column pair, row half) order, so P never leaves registers.
 template <typename Layout>
-__device__ __forceinline__ constexpr auto wgmma_accumulator_as_a_operand(Layout layout) {
+__host__ __device__ __forceinline__ constexpr auto wgmma_accumulator_as_a_operand(Layout layout) {
     static_assert(decltype(size<0, 2>(layout))::value % 2 == 0);
     auto split = logical_divide(get<0>(layout), Shape<Underscore, Underscore, _2>{}); // (2, 2, (2, N/16))
     return make_layout(make_layout(get<0>(split), get<1>(split), get<2, 0>(split)), get<1>(layout),

@@ -1,0 +1,134 @@
+"""Host-side model of the synchronisation of src/cuda/kernels/bwd_kernel_sm90.cuh.
+
+The producer and the two consumer warpgroups are generators; mbarriers complete phases (waits are
+by parity, as mbarrier.try_wait.parity), the named barrier gathers both consumers. Copies land
+after a random delay, the three run in random interleavings. The walk is the kernel's: a chunk's
+key blocks, each with a range of query blocks (empty ranges skip every barrier), K/V in one stage
+(kv_full / kv_empty), Q/dO/lse/dsum in a ring of S stages (q_full / q_empty), dS in two buffers
+handed over by the named barrier, dQ in one buffer handed to the producer (dq_full / dq_empty),
+which adds block u-1's after loading block u's stage and the last one after its loop. Checks, for
+random walks, S = 2 and 3: no deadlock; every product reads the K/V block and the query block it
+expects; the dQ product of each consumer reads a dS buffer that holds both consumers' dS of its own
+query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
+buffer that holds both consumers' halves of that block and is not overwritten while it reads.
+Run: python3 tests/gpu/bwd_sm90_protocol_check.py
+"""
+import random
+
+
+class MBar:
+    def __init__(self, count): self.count, self.pending, self.phase = count, count, 0
+
+    def arrive(self):
+        self.pending -= 1
+        assert self.pending >= 0
+        if self.pending == 0: self.phase += 1; self.pending = self.count
+
+    def done(self, parity):  # try_wait.parity: the phase with this parity has completed
+        return (self.phase & 1) != parity
+
+
+class NBar:  # named barrier: completes when `count` arrivals gathered
+    def __init__(self, count): self.count, self.arrived, self.gen = count, 0, 0
+
+    def arrive(self):
+        self.arrived += 1
+        if self.arrived == self.count: self.arrived = 0; self.gen += 1
+
+
+def run(walk, S, seed):
+    """walk: [(key block, number of query blocks)], in the kernel's order."""
+    rnd = random.Random(seed)
+    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
+    kv_full = MBar(1); kv_empty = MBar(2)
+    dq_full = MBar(2); dq_empty = MBar(1)
+    dq = [None, None]  # [consumer half] -> use index whose dQ is in the buffer
+    added = []
+    ds_ready = NBar(2)
+    q_stage = [None] * S; kv_stage = [None]
+    ds = [[None, None], [None, None]]  # [buffer][consumer] -> query-block index written
+    pending = []  # async copies: [delay, stage list, slot, value, barrier]
+
+    def add_dq(use):
+        while not dq_full.done(use & 1): yield
+        for _ in range(rnd.randint(1, 4)):  # the reads and reductions take a while
+            assert dq == [use, use], (use, dq)
+            yield
+        added.append(use)
+        dq_empty.arrive()
+
+    def producer():
+        q_uses = kv_uses = 0
+        for n, blocks in walk:
+            if blocks == 0: continue
+            if kv_uses > 0:
+                while not kv_empty.done((kv_uses - 1) & 1): yield
+            pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
+            kv_uses += 1
+            for m in range(blocks):
+                s = q_uses % S
+                if q_uses >= S:
+                    while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
+                pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
+                if q_uses > 0: yield from add_dq(q_uses - 1)
+                q_uses += 1
+                yield
+        if q_uses > 0: yield from add_dq(q_uses - 1)
+
+    def consumer(c):
+        q_uses = kv_uses = 0
+        for n, blocks in walk:
+            if blocks == 0: continue  # the epilogue only
+            while not kv_full.done(kv_uses & 1): yield
+            for m in range(blocks):
+                s = q_uses % S
+                while not q_full[s].done((q_uses // S) & 1): yield
+                assert q_stage[s] == (n, m), (c, n, m, q_stage[s])
+                assert kv_stage[0] == n, (c, n, kv_stage)
+                for _ in range(rnd.randint(0, 3)): yield  # S, dP, softmax, dV, dK issued
+                buf = q_uses % 2
+                ds[buf][c] = q_uses  # dS^T of this block, this consumer's keys
+                g = ds_ready.gen; ds_ready.arrive()
+                while ds_ready.gen == g: yield
+                # The dQ wgmma reads both halves of the buffer until its wait.
+                for _ in range(rnd.randint(1, 4)):
+                    assert ds[buf] == [q_uses, q_uses], (c, q_uses, ds[buf])
+                    yield
+                assert q_stage[s] == (n, m) and kv_stage[0] == n  # dV, dK, dQ done reading
+                q_empty[s].arrive()
+                if q_uses > 0:
+                    while not dq_empty.done((q_uses - 1) & 1): yield
+                dq[c] = q_uses
+                dq_full.arrive()
+                q_uses += 1
+            kv_empty.arrive()
+            kv_uses += 1
+
+    uses = sum(blocks for _, blocks in walk)
+    actors = [producer(), consumer(0), consumer(1)]
+    live = list(actors)
+    for _ in range(200000):
+        for p in list(pending):
+            p[0] -= 1
+            if p[0] <= 0:
+                if p[1] is not None: p[1][p[2]] = p[3]
+                p[4].arrive(); pending.remove(p)
+        if not live and not pending: break
+        if live:
+            a = rnd.choice(live)
+            try: next(a)
+            except StopIteration: live.remove(a)
+    else:
+        raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+    assert added == list(range(uses)), (walk, added)
+
+
+if __name__ == "__main__":
+    cases = 0
+    for seed in range(3000):
+        rnd = random.Random(seed)
+        walk = [(n, rnd.choice([0, 0, 1, 2, 3, 5, 8])) for n in range(rnd.randint(1, 5))]
+        for S in (2, 3):
+            run(walk, S, seed)
+            cases += 1
+    print(f"bwd ws protocol: {cases} random walks, no deadlock, every stage, dS and dQ buffer as expected")
