@@ -19,7 +19,8 @@
 #   FLASHATTN_COMMIT=hash    the commit the benchmark files name (pass it: the device machine's copy
 #                            of .git can be stale)
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
-#                                               (also: pytest_python, profile = Nsight Compute,
+#                                               (also: pytest_python, pip_python (carry .whl:
+#                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
 #                                               decode_split_keys, profile_decode, pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
 #                                               the steps to run (default: all)
@@ -158,6 +159,24 @@ if wants pytest_python && [[ -f $lib ]]; then
     tests/python > "$logs/tests_python.log" 2>&1
 fi
 
+# Step pip_python (not in the default list): what a user does, `pip install .` of this tree on the
+# GPU machine (offline: build requirements and test dependencies from the carried .whl/ that
+# scripts/fetch_wheels.sh fills; head dims and arch cut to this mode's), then the package's suite
+# from tests/python against the installed package (no library override), with skip reasons.
+# Logs: pip_install.log, tests_pip_python.log.
+if wants pip_python; then
+  {
+    export PIP_NO_INDEX=1 PIP_FIND_LINKS=$root/.whl PIP_DISABLE_PIP_VERSION_CHECK=1
+    python3 -m pip install -q "$root"/.whl/*.whl 2>&1 | tail -5
+    start=$SECONDS
+    timeout $(cap 400) python3 -m pip install -v --no-deps -C cmake.define.FLASHATTN_HEADDIMS="$headdims" \
+      -C cmake.define.FLASHATTN_CUDA_ARCHS=90 "$root" 2>&1 | grep -E "^(Successfully|ERROR|error)|Building|took" | tail -8
+    echo "pip install . rc=${PIPESTATUS[0]} seconds=$((SECONDS - start))"
+  } > "$logs/pip_install.log" 2>&1
+  (cd tests/python && env -u FLASHATTN_LIBRARY timeout $(cap 420) python3 -m pytest -q -p no:cacheprovider -rsf . \
+    > "$logs/tests_pip_python.log" 2>&1)
+fi
+
 # Nsight Compute over one call of each forward kernel (ours, torch FA2, cuDNN) on a few shapes
 # (FLASHATTN_PROFILE_SHAPES, bench/profile_forward.py's names). Log: profile.log.
 profile_shapes=(${FLASHATTN_PROFILE_SHAPES:-d64c1k d64n4k d128c1k d256c1k})
@@ -283,6 +302,8 @@ fi
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize.log" 2>/dev/null
   sed -n '/^forward TFLOP/,$p' "$logs/bench.log" 2>/dev/null
   grep -hE '(passed|failed|error).* in [0-9.]+s|^FAILED|^ERROR' "$logs/tests_python.log" 2>/dev/null | head -12
+  grep -hE '^pip install|^Successfully|ERROR' "$logs/pip_install.log" 2>/dev/null | head -5
+  grep -hE '(passed|failed|error).* in [0-9.]+s|^FAILED|^ERROR|^SKIPPED' "$logs/tests_pip_python.log" 2>/dev/null | head -30
   # backward (issue 4)
   grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation' "$logs/tests_bwd.log" 2>/dev/null
   grep -hE '^FAILED|^ERROR' "$logs/tests_bwd.log" 2>/dev/null | head -20
