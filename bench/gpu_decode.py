@@ -10,8 +10,8 @@ num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a
 (shuffled blocks); torch SDPA (enable_gqa=True) reads the contiguous cache through (b, h, s, d) views.
 
 Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape times ours
-twice, as built (the narrow 16-row tile for decode) and with the 64-row tile of session 3
-(FLASHATTN_CUDA_DECODE=narrow, the 16-row one-warp tile, column ours_narrow_tbps); --variants adds "baseline" (single K/V
+twice, as built (the 64-row tile with a ring of K/V stages) and with the 16-row one-warp tile
+(FLASHATTN_CUDA_DECODE=narrow, column ours_narrow_tbps); --variants adds "baseline" (single K/V
 buffers) and "wave_splits" (the two-wave split rule) to the printed table.
 
 Timing: triton's do_bench (CUDA events around each call, median, L2 flushed in between), and each
