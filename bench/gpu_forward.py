@@ -115,8 +115,11 @@ def measure(shapes, tiles=False, variants=(), rounds=1, hdims=HDIMS):
                       f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
                 if tiles:
                     for tile in TILES[hdim]:
+                        # Each tiling with its kernel forced: the library's own choice differs by
+                        # problem size (use_sm90_kernel), and a variable of the other kernel is ignored.
                         if tile.startswith("sm90:"):  # the Hopper kernel's other block width
                             os.environ["FLASHATTN_CUDA_SM90_BLOCK_N"] = tile[5:]
+                            os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm90"
                         else:  # an mma.sync tiling
                             os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
                             os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm80"

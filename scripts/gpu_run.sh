@@ -175,14 +175,14 @@ fi
 # from tests/python against the installed package (no library override), with skip reasons.
 # Logs: pip_install.log, tests_pip_python.log.
 if wants pip_python; then
-  {
+  ( # a subshell: the pip variables stay out of the other steps
     export PIP_NO_INDEX=1 PIP_FIND_LINKS=$root/.whl PIP_DISABLE_PIP_VERSION_CHECK=1
     python3 -m pip install -q "$root"/.whl/*.whl 2>&1 | tail -5
     start=$SECONDS
     timeout $(cap 400) python3 -m pip install -v --no-deps -C cmake.define.FLASHATTN_HEADDIMS="$headdims" \
       -C cmake.define.FLASHATTN_CUDA_ARCHS=90 "$root" 2>&1 | grep -E "^(Successfully|ERROR|error)|Building|took" | tail -8
     echo "pip install . rc=${PIPESTATUS[0]} seconds=$((SECONDS - start))"
-  } > "$logs/pip_install.log" 2>&1
+  ) > "$logs/pip_install.log" 2>&1
   (cd tests/python && env -u FLASHATTN_LIBRARY timeout $(cap 420) python3 -m pytest -q -p no:cacheprovider -rsf . \
     > "$logs/tests_pip_python.log" 2>&1)
 fi
