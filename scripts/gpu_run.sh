@@ -21,7 +21,7 @@
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
-#                                               decode_split_keys, profile_decode, pytest_bwd_sm90 = the
+#                                               decode_split_keys, profile_decode, pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
@@ -208,8 +208,14 @@ bwd_test_groups=("dense" "head_dims or long" "window or softcap or alibi or drop
 if wants pytest_bwd && [[ -f $lib ]]; then
   pytest_groups "backward " test_backward.py 600 "${bwd_test_groups[@]}" > "$logs/tests_bwd.log" 2>&1
 fi
-# Experimental: the Hopper backward (kernels/bwd_kernel_sm90.cuh; d64/d128 without dropout, the rest
-# runs the mma.sync kernel) forced on the same groups. Its mbarrier ring deadlocks rather than fails
+# Step pytest_bwd_sm80 (not in the default list): the same groups with the mma.sync kernel forced
+# (the library picks the Hopper kernel at d64, and at d128 from 2k queries, on sm_90).
+if wants pytest_bwd_sm80 && [[ -f $lib ]]; then
+  FLASHATTN_CUDA_BWD_KERNEL=sm80 pytest_groups "backward sm80 " test_backward.py 600 "${bwd_test_groups[@]}" \
+    >> "$logs/tests_bwd.log" 2>&1
+fi
+# Step pytest_bwd_sm90: the Hopper backward (kernels/bwd_kernel_sm90.cuh; d64/d128 without dropout,
+# the rest runs the mma.sync kernel) forced on the same groups. Its mbarrier ring deadlocks rather than fails
 # on a protocol error, so a short checked CLI problem runs first under a 60 s timeout and the suite
 # runs only if it passed: causal, ragged query and key blocks, and deterministic with 72 (sequence,
 # head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V stage is reused,

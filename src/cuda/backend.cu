@@ -265,17 +265,23 @@ void forward(const Problem& problem) {
 // The backward: dsum, the main kernel, the finishing sums (bwd_launch.h, bwd_aux_kernels.h).
 namespace {
 
-// Which backward main kernel runs: the Hopper (wgmma, warp-specialised) kernel when
-// $FLASHATTN_CUDA_BWD_KERNEL=sm90 (read per call, so benchmarks time both in one process) on compute
-// capability 9.0, for the tile head dims it has (kernels::sm90_bwd_supports) and without dropout
-// (its registers hold query pairs, the Philox words come in key pairs); the mma.sync kernel
-// otherwise, and by default until the sm90 kernel is measured. `sm80` forces the mma.sync kernel.
+// Which backward main kernel runs on compute capability 9.0: the Hopper kernel (wgmma,
+// warp-specialised; kernels/bwd_kernel_sm90.cuh) for the tile head dims it has
+// (kernels::sm90_bwd_supports: 64, 128) without dropout (its registers hold query pairs, the Philox
+// words come in key pairs), where it measured faster than the mma.sync kernel on the H200 (session
+// 5): at d64 from 1k queries on (1.07-1.34x), at d128 from 4k (1.07-1.19x; at 1k it measured
+// 0.91-0.94x, so d128 takes it from 2k queries on). The mma.sync kernel everywhere else.
+// $FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90 (read per call, so benchmarks time both in one process)
+// forces one where both can run.
 bool use_sm90_backward(int major, int minor, int tile_dim, const BwdArgs& args) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
-    const char* choice = std::getenv("FLASHATTN_CUDA_BWD_KERNEL");
-    if (!choice || std::strcmp(choice, "sm90") != 0) return false;
-    return kernels::sm90_bwd_supports(tile_dim) && !args.fwd.dropout;
+    if (!kernels::sm90_bwd_supports(tile_dim) || args.fwd.dropout) return false;
+    if (const char* choice = std::getenv("FLASHATTN_CUDA_BWD_KERNEL")) {
+        if (std::strcmp(choice, "sm80") == 0) return false;
+        if (std::strcmp(choice, "sm90") == 0) return true;
+    }
+    return tile_dim <= 64 || args.fwd.seqlen_q >= 2048;
 #else
     (void)major;
     (void)minor;

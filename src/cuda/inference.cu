@@ -7,14 +7,17 @@
 // logsumexp into out and softmax_lse. num_splits = 0 asks for the heuristic below.
 //
 // FLASHATTN_CUDA_DECODE (read per call, so that one process can time the variants) picks the
-// kernel's tile and K/V load schedule (InferenceSchedule) and the split rule: unset: the 64-row tile
-// with a ring of K/V stages and FlashAttention-2's split rule; "narrow": the 16-row one-warp tile
-// where a tile holds at most 16 rows (decode; measured 0.6-1.05x the 64-row tile on the H200, slower
-// paged and at batch 64: docs/perf-log.md, session 4); "baseline": the 64-row tile with single K/V
-// buffers (as before the ring); "wave_splits": a rule that aims at two waves of CTAs (measured
-// slower at batch 1, 0.58-0.84x: session 3); "split_keys" / "split_keys_deep": the
-// split-keys decode kernel (16 query rows, the CTA's K/V blocks split across 4 warps;
-// docs/cuda-backend.md) for every inference call, experimental.
+// kernel's tile and K/V load schedule (InferenceSchedule) and the split rule. Unset: tiles of at most
+// 16 rows (decode: one query row, or the query heads of one KV head packed) run the split-keys
+// decode kernel (16 query rows, the CTA's K/V blocks split across 4 warps, one-wave split rule;
+// kernels/fwd_decode_kernel.cuh), which measured 1.2-1.45x the 64-row tile on the H200 and 99-104%
+// of the copy bandwidth at batch 64 (session 5, docs/perf-log.md); taller tiles (seqlen_q > 16
+// against a cache) run the forward kernel's inference variant, the 64-row tile with a ring of K/V
+// stages and FlashAttention-2's split rule. The variants, for A/B timing: "tile64": the 64-row tile
+// for every call (the default until session 5); "split_keys_deep": the split-keys kernel with 6
+// stages, one CTA per SM; "narrow": the 16-row one-warp tile; "baseline": the 64-row tile with
+// single K/V buffers; "wave_splits": the 64-row tile under a rule that aims at two waves of CTAs;
+// "split_keys": the split-keys kernel for every call, tall tiles included (tests).
 #include "inference.h"
 
 #include "build_config.h"
@@ -43,11 +46,16 @@ struct DecodeVariant {
 // tile_rows: rows one tile must hold (the packed GQA heads, else seqlen_q).
 DecodeVariant decode_variant(int64_t tile_rows) {
     DecodeVariant v;
+    const bool decode_rows = tile_rows <= 16; // one split-keys (or narrow) tile holds them
+    if (decode_rows) v.schedule = InferenceSchedule::split_keys;
     if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE")) {
-        if (std::strcmp(choice, "narrow") == 0 && tile_rows <= 16) v.schedule = InferenceSchedule::narrow;
+        if (std::strcmp(choice, "tile64") == 0) v.schedule = InferenceSchedule::pipelined;
+        if (std::strcmp(choice, "narrow") == 0 && decode_rows) v.schedule = InferenceSchedule::narrow;
         if (std::strcmp(choice, "baseline") == 0) v.schedule = InferenceSchedule::single_buffer;
-        if (std::strcmp(choice, "wave_splits") == 0) v.fa2_splits = false;
-        // The split-keys decode kernel (kernels/fwd_decode_kernel.cuh), for every inference call.
+        if (std::strcmp(choice, "wave_splits") == 0) {
+            v.schedule = InferenceSchedule::pipelined;
+            v.fa2_splits = false;
+        }
         if (std::strcmp(choice, "split_keys") == 0) v.schedule = InferenceSchedule::split_keys;
         if (std::strcmp(choice, "split_keys_deep") == 0) v.schedule = InferenceSchedule::split_keys_deep;
     }
@@ -142,7 +150,7 @@ int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
     return 1;
 }
 
-// The split-keys decode kernel's rule (FLASHATTN_CUDA_DECODE=split_keys*): split only when the items
+// The split-keys decode kernel's rule: split only when the items
 // fill less than 80% of the CTA slots, like FlashAttention-2, then take as many splits as fill one
 // wave (FlashAttention-2's rule takes the fewest within 85% of the best wave, e.g. 29 of 33 at
 // batch 1, 8 KV heads, two CTAs per SM: 12% of the slots idle; combine.cu now loads 16 splits at a

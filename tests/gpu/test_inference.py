@@ -187,8 +187,8 @@ def test_kvcache_long_caches(page, num_splits):
     check_kvcache(kp, causal=True, num_splits=num_splits, compare_cpu=page == 16 and num_splits == 0)
 
 
-DECODE_VARIANT_CASES = [(v, page, d) for v in ("default", "narrow", "baseline", "wave_splits", "split_keys",
-                                              "split_keys_deep")
+DECODE_VARIANT_CASES = [(v, page, d) for v in ("default", "tile64", "narrow", "baseline", "wave_splits",
+                                              "split_keys", "split_keys_deep")
                         for page in (0, 16, 64) for d in ((64, 128, 256) if v.startswith("split_keys") else (64, 128))]
 
 

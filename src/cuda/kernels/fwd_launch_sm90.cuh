@@ -13,12 +13,20 @@
 
 namespace flashattn::cuda {
 
-// The kernel is persistent (it loops over tiles with a grid stride): one CTA per SM, or one per
-// tile when there are fewer. FLASHATTN_CUDA_SM90_PERSISTENT=0 launches one CTA per tile instead
-// (the same kernel; for A/B timing).
-inline int64_t sm90_forward_ctas(int64_t tiles) {
-    const char* choice = std::getenv("FLASHATTN_CUDA_SM90_PERSISTENT");
-    if (choice && std::strcmp(choice, "0") == 0) return tiles;
+// The kernel is persistent (it loops over tiles with a grid stride: one CTA per SM, or one per tile
+// when there are fewer) for unmasked problems, where it measured 1-8% faster than one CTA per tile
+// (the next tile's K/V arrive under the epilogue; session 5). Under a causal or local mask the
+// tiles do unequal work and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
+// against 533 TFLOP/s per tile), so there the hardware's dynamic dispatch of one CTA per tile wins;
+// except at d <= 64, where the tiles are short and persistence measured equal or faster (1k: 246
+// against 214). FLASHATTN_CUDA_SM90_PERSISTENT=0 / 1 forces either (the same kernel; A/B timing).
+inline int64_t sm90_forward_ctas(int64_t tiles, const FwdArgs& args, int head_dim) {
+    bool persistent = !(args.mask.is_local() && head_dim > 64);
+    if (const char* choice = std::getenv("FLASHATTN_CUDA_SM90_PERSISTENT")) {
+        if (std::strcmp(choice, "0") == 0) persistent = false;
+        if (std::strcmp(choice, "1") == 0) persistent = true;
+    }
+    if (!persistent) return tiles;
     int device = 0, sms = 0;
     check_cuda(cudaGetDevice(&device), "querying the current device");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the SM count");
@@ -29,7 +37,7 @@ template <typename Traits>
 void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     const int64_t tiles = plan_forward_grid<Traits>(args);
     if (tiles == 0) return;
-    const int64_t ctas = sm90_forward_ctas(tiles);
+    const int64_t ctas = sm90_forward_ctas(tiles, args, Traits::kHeadDim);
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, args, stream, "forward");
     };
