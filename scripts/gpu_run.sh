@@ -178,10 +178,20 @@ if wants pip_python; then
   ( # a subshell: the pip variables stay out of the other steps
     export PIP_NO_INDEX=1 PIP_FIND_LINKS=$root/.whl PIP_DISABLE_PIP_VERSION_CHECK=1
     python3 -m pip install -q "$root"/.whl/*.whl 2>&1 | tail -5
-    start=$SECONDS
-    timeout $(cap 400) python3 -m pip install -v --no-deps -C cmake.define.FLASHATTN_HEADDIMS="$headdims" \
-      -C cmake.define.FLASHATTN_CUDA_ARCHS=90 "$root" 2>&1 | grep -E "^(Successfully|ERROR|error)|Building|took" | tail -8
-    echo "pip install . rc=${PIPESTATUS[0]} seconds=$((SECONDS - start))"
+    # The whole pip output goes to pip_install_full.log; this log keeps its outline. If the isolated
+    # build fails (its build environment also comes from .whl), the tail says why, and the install
+    # is retried without isolation (scikit-build-core is installed above).
+    pip_install() {
+      local start=$SECONDS
+      timeout $(cap 400) python3 -m pip install -v --no-deps "$@" -C cmake.define.FLASHATTN_HEADDIMS="$headdims" \
+        -C cmake.define.FLASHATTN_CUDA_ARCHS=90 "$root" >> "$logs/pip_install_full.log" 2>&1
+      local rc=$?
+      grep -E "^(Successfully|ERROR|error)|Building|took" "$logs/pip_install_full.log" | tail -8
+      echo "pip install $* . rc=$rc seconds=$((SECONDS - start))"
+      ((rc == 0)) || tail -40 "$logs/pip_install_full.log"
+      return $rc
+    }
+    pip_install || pip_install --no-build-isolation
   ) > "$logs/pip_install.log" 2>&1
   (cd tests/python && env -u FLASHATTN_LIBRARY timeout $(cap 420) python3 -m pytest -q -p no:cacheprovider -rsf . \
     > "$logs/tests_pip_python.log" 2>&1)
