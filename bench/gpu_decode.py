@@ -88,23 +88,39 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None):
 SKIPPED = set()  # --skip: variants reported as nan
 
 
+def variant_env(variant):
+    """(variable, value) of a variant: "NAME:VAR=VALUE" (--variant), else a FLASHATTN_CUDA_DECODE value."""
+    if ":" in variant:
+        var, value = variant.split(":", 1)[1].split("=", 1)
+        return var, value
+    return "FLASHATTN_CUDA_DECODE", variant
+
+
+def variant_name(variant):
+    return variant.split(":", 1)[0] if variant else variant
+
+
 def time_variants(fns, kv_bytes, variants):
-    """{variant: TB/s} of the rotating fns under each FLASHATTN_CUDA_DECODE value. The variable is set
+    """{variant name: TB/s} of the rotating fns under each variant's environment. The variable is set
     around the whole timed loop (do_bench times many calls), not per call."""
     rates = {}
     for variant in variants:
-        if variant in SKIPPED:  # its smoke problem failed (gpu_run.sh): not timed
-            rates[variant] = float("nan")
+        name = variant_name(variant)
+        if name in SKIPPED:  # its smoke problem failed (gpu_run.sh): not timed
+            rates[name] = float("nan")
             continue
-        old = os.environ.pop("FLASHATTN_CUDA_DECODE", None)
-        if variant:
-            os.environ["FLASHATTN_CUDA_DECODE"] = variant
+        if not variant:
+            rates[name] = kv_bytes / bench_ms(rotating(fns)) / 1e9
+            continue
+        var, value = variant_env(variant)
+        old = os.environ.pop(var, None)
+        os.environ[var] = value
         try:
-            rates[variant] = kv_bytes / bench_ms(rotating(fns)) / 1e9
+            rates[name] = kv_bytes / bench_ms(rotating(fns)) / 1e9
         finally:
-            os.environ.pop("FLASHATTN_CUDA_DECODE", None)
+            os.environ.pop(var, None)
             if old is not None:
-                os.environ["FLASHATTN_CUDA_DECODE"] = old
+                os.environ[var] = old
     return rates
 
 
@@ -194,11 +210,14 @@ def main():
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
                     help="also time FLASHATTN_CUDA_DECODE=narrow, =baseline and =wave_splits")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
+                    help="also time ours with the environment variable VAR=VALUE, in column NAME")
     ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
                     help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
     args = ap.parse_args()
     SKIPPED.update(args.skip)
     variants = [None, "tile64", "split_keys_deep"] + (["narrow", "baseline", "wave_splits"] if args.variants else [])
+    variants += args.variant
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -252,7 +271,7 @@ def main():
 
 
     print(f"\nours as built vs FLASHATTN_CUDA_DECODE variants, TB/s (contiguous | paged 16)")
-    names = [v for v in variants if v]
+    names = [variant_name(v) for v in variants if v]
     print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>15}" for n in names) + " | "
           f"{'built':>5} " + " ".join(f"{n:>15}" for n in names))
     for r in rows:

@@ -6,9 +6,13 @@
 // few hundred KB that the forward has just written: what it costs is load latency, so the loads of
 // one lane must not wait for each other). A split with lse = -inf is never read (its output may be
 // uninitialised); a row with no non-empty split gets out = 0 and lse = -inf.
+//
+// After split-KV's main kernel it is launched as a programmatic dependent (dependent_launch.h), so
+// its launch and first CTAs overlap the main kernel's last ones; it waits for the partials first.
 #include "combine.h"
 
 #include "cuda_check.h"
+#include "dependent_launch.h"
 #include "device_scope.h"
 
 #include "core/backend.h"
@@ -37,6 +41,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) combine_kernel(const __grid_constant__ CombineArgs args) {
     constexpr int kSplitsInFlight = 16;
+    wait_for_prerequisite_grid(); // the partials: written by the kernel before this one
     const int lane = threadIdx.x % 32;
     const int64_t column_groups = (args.head_dim + 31) / 32;
     const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -100,14 +105,13 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) combine_kernel(const __gr
 
 } // namespace
 
-void launch_combine(const CombineArgs& args, cudaStream_t stream) {
+void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent) {
     const int64_t items = args.batch * args.rows * args.heads * ((args.head_dim + 31) / 32);
     if (items == 0) return;
     const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
     if (blocks > INT_MAX)
         fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", items, " (row, 32 columns) items are more than one launch covers");
-    combine_kernel<<<dim3(unsigned(blocks)), dim3(32 * kWarpsPerBlock), 0, stream>>>(args);
-    check_cuda(cudaGetLastError(), "launching the combine kernel");
+    launch_maybe_dependent(combine_kernel, unsigned(blocks), 32 * kWarpsPerBlock, 0, stream, dependent, args);
 }
 
 void combine(const CombineProblem& problem) {
@@ -145,7 +149,7 @@ void combine(const CombineProblem& problem) {
     args.lse_out_batch_stride = p.lse.batch_stride;
     args.lse_out_head_stride = p.lse.head_stride;
     args.lse_out_row_stride = p.lse.row_stride;
-    launch_combine(args, static_cast<cudaStream_t>(p.stream));
+    launch_combine(args, static_cast<cudaStream_t>(p.stream), false);
 }
 
 } // namespace flashattn::cuda

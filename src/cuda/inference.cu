@@ -22,6 +22,7 @@
 
 #include "build_config.h"
 #include "combine.h"
+#include "dependent_launch.h"
 #include "device_scope.h"
 #include "inference_launch.h"
 #include "tile_dim_dispatch.h"
@@ -267,7 +268,8 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
         c.lse_out_batch_stride = heads * sq;
         c.lse_out_head_stride = sq;
         c.lse_out_row_stride = 1;
-        launch_combine(c, stream);
+        // The split-keys kernel lets the combine start under its last CTAs (dependent_launch.h).
+        launch_combine(c, stream, splits_keys(variant.schedule) && dependent_launch_available(device));
     }
     return true;
 }

@@ -23,6 +23,7 @@
 // so the table read is not on the path from a stage's release to its refill.
 #pragma once
 
+#include "dependent_launch.h"
 #include "fwd_args.h"
 #include "kernels/fwd_traits.cuh"
 #include "kernels/online_softmax.cuh"
@@ -62,6 +63,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     static_assert(kStages >= 2 && kBlockM == 16);
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
+    // The combine may be launched once every CTA of this grid got here (it then waits for the
+    // partials; dependent_launch.h). With the library's split rule the grid is one wave, so its
+    // CTAs start together and the combine's launch overlaps the whole kernel.
+    allow_dependent_launch();
 
     const InferenceWorkItem item = inference_work_item(blockIdx.x, args);
     const int b = item.b, h = item.h, h_kv = item.h_kv, split = item.split;
