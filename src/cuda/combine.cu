@@ -7,8 +7,8 @@
 // one lane must not wait for each other). A split with lse = -inf is never read (its output may be
 // uninitialised); a row with no non-empty split gets out = 0 and lse = -inf.
 //
-// After split-KV's main kernel it is launched as a programmatic dependent (dependent_launch.h), so
-// its launch and first CTAs overlap the main kernel's last ones; it waits for the partials first.
+// After split-KV's split-keys kernel it can be launched as a programmatic dependent
+// (FLASHATTN_CUDA_PDL=1, dependent_launch.h: measured no faster), so it waits for the partials first.
 #include "combine.h"
 
 #include "cuda_check.h"

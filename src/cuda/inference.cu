@@ -268,7 +268,8 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
         c.lse_out_batch_stride = heads * sq;
         c.lse_out_head_stride = sq;
         c.lse_out_row_stride = 1;
-        // The split-keys kernel lets the combine start under its last CTAs (dependent_launch.h).
+        // FLASHATTN_CUDA_PDL=1: the combine as a programmatic dependent of the split-keys kernel
+        // (dependent_launch.h; measured no faster on the H200, so off by default).
         launch_combine(c, stream, splits_keys(variant.schedule) && dependent_launch_available(device));
     }
     return true;
