@@ -11,8 +11,8 @@
 // other runs its softmax, so the tensor cores are busy during the exp2s (the softmax of one
 // warpgroup is a third of its block time at d128, half at d64).
 //
-// Persistent grid: a CTA computes tiles blockIdx.x, blockIdx.x + gridDim.x, ... (the launcher makes
-// the grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
+// Persistent grid (Traits::kPersistent): a CTA computes tiles blockIdx.x, blockIdx.x + gridDim.x, ...
+// (the launcher makes the grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
 // the consumers still normalise and store this tile's O, and the per-CTA start-up (launch, barrier
 // set-up, register reconfiguration) is paid once per SM instead of once per tile. The stage
 // counters run on across tiles. Q's buffer (which also stages O) has an mbarrier for each direction
@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
     constexpr int kStages = Traits::kStages;
+    constexpr bool kPersistent = Traits::kPersistent;
     constexpr int kConsumerThreads = Traits::kThreads; // two warpgroups
     const int warpgroup = int(threadIdx.x) / 128;
     const bool varlen = args.cu_seqlens_q != nullptr;
@@ -131,7 +132,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         int ring_base = 0, tiles_done = 0;
         for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
             const Tile t = tile_at(index);
-            if (t.m0 >= t.seq.q_len) continue;
+            if (t.m0 >= t.seq.q_len) {
+                if constexpr (kPersistent) continue;
+                break;
+            }
             Tensor mQ = rows_of(t, args.q, t.seq.q_row0, t.h, t.seq.q_len);
             Tensor mK = rows_of(t, args.k, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len);
             Tensor mV = rows_of(t, args.v, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len);
@@ -163,6 +167,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             }
             ring_base += t.num_blocks;
             ++tiles_done;
+            if constexpr (!kPersistent) break; // one tile: the loop's state folds to constants
         }
         cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
         return;
@@ -212,7 +217,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     int ring_base = 0, tiles_done = 0;
     for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
         const Tile t = tile_at(index);
-        if (t.m0 >= t.seq.q_len) continue;
+        if (t.m0 >= t.seq.q_len) {
+            if constexpr (kPersistent) continue;
+            break;
+        }
         const int e = t.e, m0 = t.m0, num_blocks = t.num_blocks;
         clear(acc_o);
         OnlineSoftmax<kRows> softmax;
@@ -344,6 +352,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::ClusterBarrier::arrive(q_empty); // this thread has read its part of O
         ring_base += num_blocks;
         ++tiles_done;
+        if constexpr (!kPersistent) break;
     }
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }

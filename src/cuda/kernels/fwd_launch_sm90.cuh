@@ -19,8 +19,10 @@ namespace flashattn::cuda {
 // tiles do unequal work and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
 // against 533 TFLOP/s per tile), so there the hardware's dynamic dispatch of one CTA per tile wins;
 // except at d <= 64, where the tiles are short and persistence measured equal or faster (1k: 246
-// against 214). FLASHATTN_CUDA_SM90_PERSISTENT=0 / 1 forces either (the same kernel; A/B timing).
-inline int64_t sm90_forward_ctas(int64_t tiles, const FwdArgs& args, int head_dim) {
+// against 214). FLASHATTN_CUDA_SM90_PERSISTENT=0 / 1 forces either (the same kernel; A/B timing)
+// where the kernel is compiled persistent (Traits::kPersistent: d <= 128).
+inline int64_t sm90_forward_ctas(int64_t tiles, const FwdArgs& args, int head_dim, bool compiled_persistent) {
+    if (!compiled_persistent) return tiles; // Traits::kPersistent: the kernel computes one tile
     bool persistent = !(args.mask.is_local() && head_dim > 64);
     if (const char* choice = std::getenv("FLASHATTN_CUDA_SM90_PERSISTENT")) {
         if (std::strcmp(choice, "0") == 0) persistent = false;
@@ -37,7 +39,7 @@ template <typename Traits>
 void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     const int64_t tiles = plan_forward_grid<Traits>(args);
     if (tiles == 0) return;
-    const int64_t ctas = sm90_forward_ctas(tiles, args, Traits::kHeadDim);
+    const int64_t ctas = sm90_forward_ctas(tiles, args, Traits::kHeadDim, Traits::kPersistent);
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, args, stream, "forward");
     };
