@@ -21,7 +21,8 @@
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
-#                                               decode_split_keys, profile_decode, pytest_bwd_sm80 / pytest_bwd_sm90 = the
+#                                               decode_split_keys, profile_decode, pytest_sm90_forms,
+#                                               pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
 #                                               the steps to run (default: all)
 # Needs third_party/cutlass (scripts/fetch_cutlass.sh).
@@ -141,6 +142,15 @@ fi
 if wants pytest_sm90 && [[ -f $lib ]]; then
   echo "=== the SM90 kernel (FLASHATTN_CUDA_FWD_KERNEL=sm90)" >> "$logs/tests.log"
   FLASHATTN_CUDA_FWD_KERNEL=sm90 run_tests "$lib" >> "$logs/tests.log" 2>&1
+fi
+# Step pytest_sm90_forms (not in the default list): the Hopper kernel's two forms and grids forced
+# onto every problem (kernels/fwd_launch_sm90.cuh): persistent wherever compiled (masked problems
+# included), and one CTA per tile (the one-tile form; the extras kernel's persistent form at d <= 128).
+if wants pytest_sm90_forms && [[ -f $lib ]]; then
+  for form in 1 0; do
+    echo "=== the SM90 kernel, FLASHATTN_CUDA_SM90_PERSISTENT=$form" >> "$logs/tests.log"
+    FLASHATTN_CUDA_FWD_KERNEL=sm90 FLASHATTN_CUDA_SM90_PERSISTENT=$form run_tests "$lib" >> "$logs/tests.log" 2>&1
+  done
 fi
 
 # C++ suites: every CUDA case of the gtest binaries (label gpu), against the fp64 reference.

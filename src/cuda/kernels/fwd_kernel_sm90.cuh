@@ -11,7 +11,7 @@
 // other runs its softmax, so the tensor cores are busy during the exp2s (the softmax of one
 // warpgroup is a third of its block time at d128, half at d64).
 //
-// Persistent grid (Traits::kPersistent): a CTA computes tiles blockIdx.x, blockIdx.x + gridDim.x, ...
+// Persistent grid (kPersistent; else one tile per CTA, the loop's state folded away): a CTA computes tiles blockIdx.x, blockIdx.x + gridDim.x, ...
 // (the launcher makes the grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
 // the consumers still normalise and store this tile's O, and the per-CTA start-up (launch, barrier
 // set-up, register reconfiguration) is paid once per SM instead of once per tile. The stage
@@ -41,7 +41,7 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras>
+template <typename Traits, bool kExtras, bool kPersistent>
 __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ FwdArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
     constexpr int kStages = Traits::kStages;
-    constexpr bool kPersistent = Traits::kPersistent;
+    static_assert(!kPersistent || Traits::kCanPersist, "see Sm90FwdTraits::kCanPersist");
     constexpr int kConsumerThreads = Traits::kThreads; // two warpgroups
     const int warpgroup = int(threadIdx.x) / 128;
     const bool varlen = args.cu_seqlens_q != nullptr;

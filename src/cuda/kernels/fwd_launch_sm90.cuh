@@ -13,40 +13,59 @@
 
 namespace flashattn::cuda {
 
-// The kernel is persistent (it loops over tiles with a grid stride: one CTA per SM, or one per tile
-// when there are fewer) for unmasked problems, where it measured 1-8% faster than one CTA per tile
-// (the next tile's K/V arrive under the epilogue; session 5). Under a causal or local mask the
-// tiles do unequal work and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
-// against 533 TFLOP/s per tile), so there the hardware's dynamic dispatch of one CTA per tile wins;
-// except at d <= 64, where the tiles are short and persistence measured equal or faster (1k: 246
-// against 214). FLASHATTN_CUDA_SM90_PERSISTENT=0 / 1 forces either (the same kernel; A/B timing)
-// where the kernel is compiled persistent (Traits::kPersistent: d <= 128).
-inline int64_t sm90_forward_ctas(int64_t tiles, const FwdArgs& args, int head_dim, bool compiled_persistent) {
-    if (!compiled_persistent) return tiles; // Traits::kPersistent: the kernel computes one tile
-    bool persistent = !(args.mask.is_local() && head_dim > 64);
+// The kernel has two forms (fwd_kernel_sm90.cuh): persistent, one CTA per SM looping over tiles
+// with a grid stride, and one tile per CTA. Persistence measured 1-8% faster without a mask (the
+// next tile's K/V arrive under the epilogue; session 5). Under a causal or local mask the tiles do
+// unequal work and a grid stride hands some SMs twice the others' (d256 causal 16k: 342 against
+// 533 TFLOP/s per tile), so there one CTA per tile, dispatched by the hardware as SMs free up,
+// wins; except at d <= 64, where the tiles are short and persistence measured equal or faster (1k:
+// 246 against 214). One CTA per tile runs the one-tile form (fewer registers, fewer spills) in the
+// plain kernel; the extras kernel (softcap, ALiBi, dropout) is compiled in one form per head dim
+// to bound compile time, persistent up to d128 (then launched one CTA per tile when not persistent).
+// FLASHATTN_CUDA_SM90_PERSISTENT (read per call, for A/B timing): 1 = persistent wherever compiled,
+// 0 = one CTA per tile, pertile = one CTA per tile running the persistent form.
+struct Sm90Grid {
+    bool persistent_form; // which kernel form
+    bool one_per_tile;    // the grid: one CTA per tile, else one per SM
+};
+
+inline Sm90Grid sm90_forward_grid(const FwdArgs& args, int head_dim, bool can_persist, bool extras) {
+    bool persistent = can_persist && !(args.mask.is_local() && head_dim > 64);
+    bool persistent_form_per_tile = false;
     if (const char* choice = std::getenv("FLASHATTN_CUDA_SM90_PERSISTENT")) {
         if (std::strcmp(choice, "0") == 0) persistent = false;
-        if (std::strcmp(choice, "1") == 0) persistent = true;
+        if (std::strcmp(choice, "1") == 0) persistent = can_persist;
+        if (std::strcmp(choice, "pertile") == 0) persistent = false, persistent_form_per_tile = can_persist;
     }
-    if (!persistent) return tiles;
+    if (persistent) return {true, false};
+    // One CTA per tile: the one-tile form, except where only the persistent form is compiled.
+    return {can_persist && (extras || persistent_form_per_tile), true};
+}
+
+inline int64_t sm_count() {
     int device = 0, sms = 0;
     check_cuda(cudaGetDevice(&device), "querying the current device");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the SM count");
-    return std::min<int64_t>(tiles, sms);
+    return sms;
 }
 
 template <typename Traits>
 void launch_fwd_sm90(FwdArgs args, cudaStream_t stream) {
     const int64_t tiles = plan_forward_grid<Traits>(args);
     if (tiles == 0) return;
-    const int64_t ctas = sm90_forward_ctas(tiles, args, Traits::kHeadDim, Traits::kPersistent);
+    const bool extras = args.dropout || args.transform_scores;
+    const Sm90Grid grid = sm90_forward_grid(args, Traits::kHeadDim, Traits::kCanPersist, extras);
+    const int64_t ctas = grid.one_per_tile ? tiles : std::min<int64_t>(tiles, sm_count());
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, args, stream, "forward");
     };
-    if (args.dropout || args.transform_scores) {
-        launch(kernels::fwd_kernel_sm90<Traits, true>);
+    if constexpr (Traits::kCanPersist) {
+        if (extras) return launch(kernels::fwd_kernel_sm90<Traits, true, true>);
+        if (grid.persistent_form) return launch(kernels::fwd_kernel_sm90<Traits, false, true>);
+        return launch(kernels::fwd_kernel_sm90<Traits, false, false>);
     } else {
-        launch(kernels::fwd_kernel_sm90<Traits, false>);
+        if (extras) return launch(kernels::fwd_kernel_sm90<Traits, true, false>);
+        return launch(kernels::fwd_kernel_sm90<Traits, false, false>);
     }
 }
 

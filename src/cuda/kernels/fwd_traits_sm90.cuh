@@ -95,12 +95,13 @@ struct Sm90FwdTraits {
     // the consumers 232; above d128 the consumers need 240 (232 spilled 124 B at d256), which
     // leaves the producer 24 (624 B of spills, all in the producer); ptxas -v, bf16.
     static constexpr int kLaunchRegs = 65536 / kCtaThreads / 8 * 8;
-    // Whether the kernel is compiled persistent (a CTA loops over tiles, fwd_kernel_sm90.cuh) or
-    // for one tile per CTA. Above d128 the loop's state does not fit beside O's accumulator (128
-    // registers of 240 per consumer thread) and a producer of 24 registers: ptxas spilled 624 B
-    // (plain) / 836 B (extras) there against 68 / 88 B for one tile, and d256 ran 8-22% slower at
-    // 512-1k tokens than the one-tile kernel of session 4, while persistence gained it 0-3%.
-    static constexpr bool kPersistent = kHeadDim <= 128;
+    // Whether the persistent form of the kernel (a CTA loops over tiles, fwd_kernel_sm90.cuh) is
+    // compiled; the one-tile form always is. Above d128 the loop's state does not fit beside O's
+    // accumulator (128 of the consumers' 240 registers) and a 24-register producer: the persistent
+    // form spilled 624 B (plain) / 836 B (extras) at d256 against 16 / 40 B for one tile, and ran
+    // d256 8-22% slower at 512-1k tokens than session 4's one-tile kernel, while persistence gained
+    // it 0-3%. At d128 the one-tile form spills 12 B (persistent: 68; extras 260 against 344).
+    static constexpr bool kCanPersist = kHeadDim <= 128;
     static constexpr int kProducerRegs = kHeadDim <= 128 ? 40 : 24;
     static constexpr int kConsumerRegs = kHeadDim <= 128 ? 232 : 240;
     static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= kLaunchRegs * kCtaThreads,
