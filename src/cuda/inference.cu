@@ -157,10 +157,14 @@ int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
 // batch 1, 8 KV heads, two CTAs per SM: 12% of the slots idle; combine.cu now loads 16 splits at a
 // time, so the extra splits cost little), each split at least kSplitKeysMinBlocks blocks (one per
 // warp: on short caches parallelism matters more than each warp's pipeline), equal shares.
+// split_below: the item count from which it does not split (0.8 x the CTA slots; the experiment
+// FLASHATTN_CUDA_DECODE_SPLIT_BELOW=sms takes 0.8 x the SM count instead: batch 16 with 8 KV heads,
+// 128 items, then runs one CTA per SM unsplit, which the deep variant, unsplit there, measured
+// 1.02-1.17x faster on 1k-8k caches in session 5).
 constexpr int64_t kSplitKeysMinBlocks = 4;
 
-int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
-    if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
+int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots, double split_below) {
+    if (items <= 0 || n_blocks <= 1 || double(items) >= split_below) return 1;
     int s = int(std::clamp<int64_t>(std::min(slots / items, n_blocks / kSplitKeysMinBlocks), 1, 128));
     while (s > 1 && !even_shares(n_blocks, s)) --s;
     return s;
@@ -203,7 +207,9 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
             int sms = 132;
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
-            splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots)
+            const char* below = std::getenv("FLASHATTN_CUDA_DECODE_SPLIT_BELOW");
+            const double split_below = 0.8 * double(below && std::strcmp(below, "sms") == 0 ? sms : slots);
+            splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots, split_below)
                      : variant.fa2_splits          ? fa2_splits(items, n_blocks, slots)
                                                    : wave_splits(items, n_blocks, slots);
         }
