@@ -21,7 +21,7 @@
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
-#                                               decode_split_keys, profile_decode, pytest_sm90_forms,
+#                                               decode_split_keys, profile_decode, profile_bwd, pytest_sm90_forms,
 #                                               pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
 #                                               the steps to run (default: all)
@@ -218,6 +218,20 @@ if wants profile && [[ -f $lib ]] && command -v ncu > /dev/null; then
     --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
     --section InstructionStats --section ComputeWorkloadAnalysis ${FLASHATTN_PROFILE_EXTRA:-} \
     python3 bench/profile_forward.py "${profile_shapes[@]}" > "$logs/profile.log" 2>&1
+fi
+
+# Nsight Compute over one backward call per implementation (bench/profile_backward.py: ours with
+# each main kernel forced, torch FA2, cuDNN) on FLASHATTN_PROFILE_BWD_SHAPES. Step profile_bwd (not
+# in the default list). Log: profile_bwd.log.
+if wants profile_bwd && [[ -f $lib ]] && command -v ncu > /dev/null; then
+  bwd_shapes=(${FLASHATTN_PROFILE_BWD_SHAPES:-d128n1k d128n16k})
+  bwd_impls=(${FLASHATTN_PROFILE_BWD_IMPLS:-ours_sm80 ours_sm90 fa2 cudnn})
+  nvtx=()
+  for s in "${bwd_shapes[@]}"; do for i in "${bwd_impls[@]}"; do nvtx+=(--nvtx-include "$s.$i/"); done; done
+  FLASHATTN_LIB=$lib timeout $(cap 400) ncu --clock-control none --nvtx "${nvtx[@]}" --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis ${FLASHATTN_PROFILE_EXTRA:-} \
+    python3 bench/profile_backward.py "${bwd_shapes[@]}" > "$logs/profile_bwd.log" 2>&1
 fi
 
 # ---- Backward (issue 4) ----------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""One call of each backward implementation on a few benchmark shapes, for Nsight Compute to profile.
+
+    ncu --clock-control none --section ... python3 bench/profile_backward.py [SHAPE ...]
+
+A shape is "d128n16k" style (as bench/profile_forward.py: head dim, 'c' causal or 'n' not, seqlen
+in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py). Each shape runs our
+backward with each main kernel forced (FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90; the library's
+finishing kernels run too) and torch SDPA's FA2 and cuDNN backwards, once each after an
+unprofiled warm-up, inside NVTX ranges named after the shape and the implementation
+(ncu --nvtx --nvtx-include "d128n16k.ours_sm90/" selects one). What the profile should answer for
+the Hopper backward: whether its consumers wait on the producer (barrier stalls, the producer's
+local-memory spills) or on their own products, at 1k and at 16k.
+"""
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fa_ctypes as fa  # noqa: E402
+from profile_forward import parse  # noqa: E402
+
+DEFAULT_SHAPES = ["d128n1k", "d128n16k", "d64n1k", "d256n4k"]
+
+
+def main():
+    shapes = sys.argv[1:] or DEFAULT_SHAPES
+    for shape in shapes:
+        d, causal, s = parse(shape)
+        b, h = 16384 // s, 2048 // d
+        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        out, lse, _ = fa.forward(q, k, v, causal=causal)
+        grads = [torch.empty_like(t) for t in (q, k, v)]
+        params = fa.make_bwd_params(q, k, v, out, lse, dout, *grads, causal=causal, backend=fa.FA_BACKEND_CUDA,
+                                    stream=torch.cuda.current_stream().cuda_stream)
+        runs = {}
+        for kernel in ("sm80", "sm90"):
+            def ours(kernel=kernel):
+                os.environ["FLASHATTN_CUDA_BWD_KERNEL"] = kernel
+                try:
+                    status = fa.lib().fa_backward(ctypes.byref(params))
+                finally:
+                    os.environ.pop("FLASHATTN_CUDA_BWD_KERNEL")
+                if status != 0:
+                    raise fa.FlashAttnError(status, fa.lib().fa_last_error().decode())
+            runs[f"ours_{kernel}"] = ours
+        leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
+        dout_t = dout.transpose(1, 2)
+        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            with sdpa_kernel([backend]):
+                sdpa_out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+
+            def sdpa(sdpa_out=sdpa_out):
+                torch.autograd.grad(sdpa_out, leaves, dout_t, retain_graph=True)
+            runs[name] = sdpa
+        for name, fn in runs.items():
+            fn()  # warm-up
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(f"{shape}.{name}")
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+        print(f"{shape}: b={b} s={s} h={h} d={d} causal={causal}: ran {', '.join(runs)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
