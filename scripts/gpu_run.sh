@@ -234,21 +234,38 @@ if wants pytest_bwd_sm80 && [[ -f $lib ]]; then
   FLASHATTN_CUDA_BWD_KERNEL=sm80 pytest_groups "backward sm80 " test_backward.py 600 "${bwd_test_groups[@]}" \
     >> "$logs/tests_bwd.log" 2>&1
 fi
-# Step pytest_bwd_sm90: the Hopper backward (kernels/bwd_kernel_sm90.cuh; d64/d128 without dropout,
-# the rest runs the mma.sync kernel) forced on the same groups. Its mbarrier ring deadlocks rather than fails
-# on a protocol error, so a short checked CLI problem runs first under a 60 s timeout and the suite
-# runs only if it passed: causal, ragged query and key blocks, and deterministic with 72 (sequence,
-# head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V stage is reused,
-# the Q ring wraps); small enough for the CLI's fp64 check.
+# Step pytest_bwd_sm90: the Hopper backward (kernels/bwd_kernel_sm90.cuh at d64/d128,
+# kernels/bwd_kernel_sm90_pds.cuh at d256, which only this variable selects; without dropout, the
+# rest runs the mma.sync kernel) forced on the same groups. Its mbarrier rings deadlock rather than
+# fail on a protocol error, so short checked CLI problems run first, each under a 60 s timeout, and
+# the suite runs only if all passed. d128: causal, ragged query and key blocks, and deterministic
+# with 72 (sequence, head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V
+# stage is reused, the Q ring wraps). d256 (never run on a GPU before session 7): the same problem
+# (5 key blocks of 64), then the extras kernel (softcap, ALiBi, GQA, a local window, varlen). All
+# small enough for the CLI's fp64 check.
+bwd_sm90_smoke=(
+  "--seqlen-q 100 --seqlen-k 300 --head-dim 128 --heads 8 --batch 9 --causal --backward --deterministic"
+  "--seqlen-q 100 --seqlen-k 300 --head-dim 256 --heads 8 --batch 9 --causal --backward --deterministic"
+  "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 256 --window 40,8 --softcap 30 --alibi --backward"
+)
 if wants pytest_bwd_sm90 && [[ -f $lib ]]; then
   echo "=== the sm90 backward (FLASHATTN_CUDA_BWD_KERNEL=sm90)" >> "$logs/tests_bwd.log"
-  if FLASHATTN_CUDA_BWD_KERNEL=sm90 timeout $(cap 60) "$cli" --backend cuda --seqlen-q 100 --seqlen-k 300 \
-       --head-dim 128 --heads 8 --batch 9 --causal --backward --deterministic --check --iters 1 --warmup 0 \
-       >> "$logs/tests_bwd.log" 2>&1; then
+  smoke_ok=1
+  for c in "${bwd_sm90_smoke[@]}"; do
+    echo "=== sm90 backward smoke: $c" >> "$logs/tests_bwd.log"
+    # shellcheck disable=SC2086
+    if ! FLASHATTN_CUDA_BWD_KERNEL=sm90 timeout $(cap 60) "$cli" --backend cuda $c --check --iters 1 --warmup 0 \
+         >> "$logs/tests_bwd.log" 2>&1; then
+      echo "=== sm90 backward smoke problem failed or hung (rc=$?): $c" >> "$logs/tests_bwd.log"
+      smoke_ok=0
+      break
+    fi
+  done
+  if ((smoke_ok)); then
     FLASHATTN_CUDA_BWD_KERNEL=sm90 pytest_groups "backward sm90 " test_backward.py 600 "${bwd_test_groups[@]}" \
       >> "$logs/tests_bwd.log" 2>&1
   else
-    echo "=== sm90 backward smoke problem failed or hung (rc=$?): sm90 backward suite skipped" >> "$logs/tests_bwd.log"
+    echo "=== sm90 backward suite skipped (a smoke problem failed)" >> "$logs/tests_bwd.log"
   fi
 fi
 sanitize_bwd_cases=(

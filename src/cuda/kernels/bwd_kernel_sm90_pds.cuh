@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             CUTE_UNROLL
             for (int t = 0; t < size(acc_dq); t += 2) {
                 const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                if (row < rows_valid) red_add_pair(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+                if (row < rows_valid) red_add_pair_v2(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
             }
 
             warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
