@@ -266,6 +266,7 @@ if wants pytest_bwd_sm90 && [[ -f $lib ]]; then
       >> "$logs/tests_bwd.log" 2>&1
   else
     echo "=== sm90 backward suite skipped (a smoke problem failed)" >> "$logs/tests_bwd.log"
+    bwd_sm90_smoke_failed=1 # step bench_bwd drops its forced-sm90 variants
   fi
 fi
 sanitize_bwd_cases=(
@@ -279,9 +280,24 @@ if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick && ${FLASHATTN_BENCH_GRID:-} != full ]] && bwd_bench_args=(--quick)
   [[ $tuning == ON ]] && bwd_bench_args+=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
-  # FLASHATTN_BENCH_BWD_ARGS: extra arguments, e.g. "--variant sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90"
+  # FLASHATTN_BENCH_BWD_ARGS: extra arguments, e.g. "--variant sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90".
+  # A variant forcing the Hopper backward is left out when step pytest_bwd_sm90 saw a smoke problem
+  # fail or hang (it would hang the benchmark too).
+  read -r -a extra_bwd_args <<< "${FLASHATTN_BENCH_BWD_ARGS:-}"
+  if [[ ${bwd_sm90_smoke_failed:-0} == 1 ]]; then
+    kept=()
+    for ((i = 0; i < ${#extra_bwd_args[@]}; i++)); do
+      a=${extra_bwd_args[i]}
+      if [[ $a == --variant && ${extra_bwd_args[i+1]:-} == *FLASHATTN_CUDA_BWD_KERNEL=sm90* ]]; then
+        echo "=== left out (sm90 backward smoke failed): --variant ${extra_bwd_args[i+1]}" >> "$logs/bench_bwd.log"
+        ((i++)); continue
+      fi
+      kept+=("$a")
+    done
+    extra_bwd_args=("${kept[@]}")
+  fi
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
-    "${bwd_bench_args[@]}" ${FLASHATTN_BENCH_BWD_ARGS:-} > "$logs/bench_bwd.log" 2>&1
+    "${bwd_bench_args[@]}" "${extra_bwd_args[@]}" >> "$logs/bench_bwd.log" 2>&1
 fi
 # ---- end of the backward block ------------------------------------------------------------------
 
