@@ -248,21 +248,39 @@ if wants pytest_bwd_sm80 && [[ -f $lib ]]; then
   FLASHATTN_CUDA_BWD_KERNEL=sm80 pytest_groups "backward sm80 " test_backward.py 600 "${bwd_test_groups[@]}" \
     >> "$logs/tests_bwd.log" 2>&1
 fi
-# Step pytest_bwd_sm90: the Hopper backward (kernels/bwd_kernel_sm90.cuh; d64/d128 without dropout,
-# the rest runs the mma.sync kernel) forced on the same groups. Its mbarrier ring deadlocks rather than fails
-# on a protocol error, so a short checked CLI problem runs first under a 60 s timeout and the suite
-# runs only if it passed: causal, ragged query and key blocks, and deterministic with 72 (sequence,
-# head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V stage is reused,
-# the Q ring wraps); small enough for the CLI's fp64 check.
+# Step pytest_bwd_sm90: the Hopper backward (kernels/bwd_kernel_sm90.cuh at d64/d128,
+# kernels/bwd_kernel_sm90_pds.cuh at d256, which only this variable selects; without dropout, the
+# rest runs the mma.sync kernel) forced on the same groups. Its mbarrier rings deadlock rather than
+# fail on a protocol error, so short checked CLI problems run first, each under a 60 s timeout, and
+# the suite runs only if all passed. d128: causal, ragged query and key blocks, and deterministic
+# with 72 (sequence, head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V
+# stage is reused, the Q ring wraps). d256 (never run on a GPU before session 7): the same problem
+# (5 key blocks of 64), then the extras kernel (softcap, ALiBi, GQA, a local window, varlen). All
+# small enough for the CLI's fp64 check.
+bwd_sm90_smoke=(
+  "--seqlen-q 100 --seqlen-k 300 --head-dim 128 --heads 8 --batch 9 --causal --backward --deterministic"
+  "--seqlen-q 100 --seqlen-k 300 --head-dim 256 --heads 8 --batch 9 --causal --backward --deterministic"
+  "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 256 --window 40,8 --softcap 30 --alibi --backward"
+)
 if wants pytest_bwd_sm90 && [[ -f $lib ]]; then
   echo "=== the sm90 backward (FLASHATTN_CUDA_BWD_KERNEL=sm90)" >> "$logs/tests_bwd.log"
-  if FLASHATTN_CUDA_BWD_KERNEL=sm90 timeout $(cap 60) "$cli" --backend cuda --seqlen-q 100 --seqlen-k 300 \
-       --head-dim 128 --heads 8 --batch 9 --causal --backward --deterministic --check --iters 1 --warmup 0 \
-       >> "$logs/tests_bwd.log" 2>&1; then
+  smoke_ok=1
+  for c in "${bwd_sm90_smoke[@]}"; do
+    echo "=== sm90 backward smoke: $c" >> "$logs/tests_bwd.log"
+    # shellcheck disable=SC2086
+    if ! FLASHATTN_CUDA_BWD_KERNEL=sm90 timeout $(cap 60) "$cli" --backend cuda $c --check --iters 1 --warmup 0 \
+         >> "$logs/tests_bwd.log" 2>&1; then
+      echo "=== sm90 backward smoke problem failed or hung (rc=$?): $c" >> "$logs/tests_bwd.log"
+      smoke_ok=0
+      break
+    fi
+  done
+  if ((smoke_ok)); then
     FLASHATTN_CUDA_BWD_KERNEL=sm90 pytest_groups "backward sm90 " test_backward.py 600 "${bwd_test_groups[@]}" \
       >> "$logs/tests_bwd.log" 2>&1
   else
-    echo "=== sm90 backward smoke problem failed or hung (rc=$?): sm90 backward suite skipped" >> "$logs/tests_bwd.log"
+    echo "=== sm90 backward suite skipped (a smoke problem failed)" >> "$logs/tests_bwd.log"
+    bwd_sm90_smoke_failed=1 # step bench_bwd drops its forced-sm90 variants
   fi
 fi
 sanitize_bwd_cases=(
@@ -276,9 +294,24 @@ if wants bench_bwd && [[ -f $lib ]]; then
   bwd_bench_args=()
   [[ $mode == quick && ${FLASHATTN_BENCH_GRID:-} != full ]] && bwd_bench_args=(--quick)
   [[ $tuning == ON ]] && bwd_bench_args+=(--tiles) # every backward tiling of the tuning build, h200-backward-tiles.csv
-  # FLASHATTN_BENCH_BWD_ARGS: extra arguments, e.g. "--variant sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90"
+  # FLASHATTN_BENCH_BWD_ARGS: extra arguments, e.g. "--variant sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90".
+  # A variant forcing the Hopper backward is left out when step pytest_bwd_sm90 saw a smoke problem
+  # fail or hang (it would hang the benchmark too).
+  read -r -a extra_bwd_args <<< "${FLASHATTN_BENCH_BWD_ARGS:-}"
+  if [[ ${bwd_sm90_smoke_failed:-0} == 1 ]]; then
+    kept=()
+    for ((i = 0; i < ${#extra_bwd_args[@]}; i++)); do
+      a=${extra_bwd_args[i]}
+      if [[ $a == --variant && ${extra_bwd_args[i+1]:-} == *FLASHATTN_CUDA_BWD_KERNEL=sm90* ]]; then
+        echo "=== left out (sm90 backward smoke failed): --variant ${extra_bwd_args[i+1]}" >> "$logs/bench_bwd.log"
+        ((i++)); continue
+      fi
+      kept+=("$a")
+    done
+    extra_bwd_args=("${kept[@]}")
+  fi
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_BWD_TIMEOUT:-900}) python3 bench/gpu_backward.py --out "$out" \
-    "${bwd_bench_args[@]}" ${FLASHATTN_BENCH_BWD_ARGS:-} > "$logs/bench_bwd.log" 2>&1
+    "${bwd_bench_args[@]}" "${extra_bwd_args[@]}" >> "$logs/bench_bwd.log" 2>&1
 fi
 # ---- end of the backward block ------------------------------------------------------------------
 

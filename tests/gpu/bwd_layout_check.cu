@@ -24,6 +24,14 @@
 // writes each register to its own (key, query); the transposed shared-memory views; the producer's
 // copies cover each tile once. (What cannot be checked here: wgmma's descriptors, the mbarrier
 // ring, which tests/gpu/bwd_sm90_protocol_check.py models.)
+//
+// For the d256 Hopper schedule (Sm90BwdPdSTraits, bwd_kernel_sm90_pds.cuh): S/dP, dK/dV and dQ
+// cover their tiles once in neighbouring column pairs; consumer c holds keys [32c, 32c + 32) of S
+// and dP and columns [128c, 128c + 128) of dK, dV, dQ, and its wgmma operand slices are those (K and
+// V rows for S/dP; Q^T, dO^T, K^T columns for dK/dV/dQ; P^T, dS^T, dS whole); each slice of a cut
+// shared-memory operand is the first slice's layout at a fixed offset (cut at whole swizzle atoms,
+// so one descriptor layout serves both consumers); the P/dS register -> shared copy writes each
+// register to its own (query, key); the transposed views; the producer's copies.
 #include "kernels/bwd_policies.cuh"
 #include "kernels/bwd_traits.cuh"
 #include "kernels/bwd_traits_sm90.cuh"
@@ -194,6 +202,123 @@ void check_sm90_traits() {
     }
 }
 
+// The consumer warpgroup c's slice of a wgmma operand (partition_A / partition_B of a GMMA thread
+// slice is the whole warpgroup's part): every coordinate it reads must lie in [lo, hi) along mode
+// `dim`, and it must read all of them.
+template <int kDim, typename Part>
+void check_slice(const char* name, const char* what, int consumer, Part const& part, int lo, int hi, int other) {
+    std::map<std::pair<int, int>, int> seen;
+    for (int t = 0; t < size(part); ++t) {
+        const int x = get<kDim>(part(t));
+        CHECK(x >= lo && x < hi, "%s: consumer %d reads %s coordinate %d outside [%d, %d)", name, consumer, what, x, lo,
+              hi);
+        seen[{get<0>(part(t)), get<1>(part(t))}]++;
+    }
+    CHECK(int(seen.size()) == (hi - lo) * other, "%s: consumer %d reads %d elements of %s, expected %d", name,
+          consumer, int(seen.size()), what, (hi - lo) * other);
+}
+
+// Slice c of a layout cut along mode kDim into kSlices parts is slice 0 at a fixed offset (the cut
+// falls on whole swizzle atoms): the consumers' descriptors differ only in their start address.
+template <int kDim, int kSlices, typename Layout, int kRows, int kCols>
+void check_atom_cut(const char* name, const char* what) {
+    Layout layout;
+    constexpr int kExtent = kDim == 0 ? kRows : kCols;
+    constexpr int kPer = kExtent / kSlices;
+    for (int c = 1; c < kSlices; ++c) {
+        const int offset = kDim == 0 ? int(layout(c * kPer, 0)) - int(layout(0, 0))
+                                     : int(layout(0, c * kPer)) - int(layout(0, 0));
+        for (int i = 0; i < (kDim == 0 ? kPer : kRows); ++i)
+            for (int j = 0; j < (kDim == 0 ? kCols : kPer); ++j) {
+                const int at = kDim == 0 ? int(layout(c * kPer + i, j)) : int(layout(i, c * kPer + j));
+                CHECK(at == int(layout(i, j)) + offset, "%s: %s slice %d (%d, %d) -> %d, slice 0 + %d -> %d", name, what,
+                      c, i, j, at, offset, int(layout(i, j)) + offset);
+            }
+        // A whole number of 1024-byte swizzle periods (16-bit elements), so the swizzle phase matches.
+        CHECK(offset * 2 % 1024 == 0, "%s: %s slice %d starts %d bytes in, not on a swizzle period", name, what, c,
+              offset * 2);
+    }
+}
+
+template <typename Traits>
+void check_sm90_pds_traits() {
+    using Element = typename Traits::Element;
+    constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim, T = Traits::kConsumerThreads;
+    constexpr int kKeys = Traits::kKeysPerWarpGroup, kCols = Traits::kColsPerWarpGroup;
+    char name[80];
+    std::snprintf(name, sizeof(name), "sm90 P/dS schedule d%d (%d queries x %d keys, %d-bit)", D, M, N,
+                  int(sizeof(Element) * 8));
+    std::printf("checking %s, %d bytes of shared memory\n", name, Traits::kSmemBytes);
+    CHECK(Traits::kSmemBytes <= 227 * 1024, "%s: %d bytes of shared memory", name, Traits::kSmemBytes);
+    CHECK(Traits::kSmemTileBytes % 1024 == 0 && Traits::kSmemQElems * 2 % 1024 == 0 &&
+              Traits::kSmemKVElems * 2 % 1024 == 0 && Traits::kSmemPdSElems * 2 % 1024 == 0,
+          "%s: a tile does not start on a 1024-byte swizzle period", name);
+    check_grid<typename Traits::TiledMmaSdP, M, N>(name, T);
+    check_grid<typename Traits::TiledMmaKV, N, D>(name, T);
+    check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
+    check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
+    check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
+    check_transposed<typename Traits::SmemLayoutPdS, typename Traits::SmemLayoutPdSt, M, N>(name);
+    check_producer_copy<typename Traits::GmemLoadProducer, M, D>(name, Traits::kProducerThreads);
+    check_producer_copy<typename Traits::GmemLoadProducer, N, D>(name, Traits::kProducerThreads);
+    // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.
+    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKV, N, D>(name, "K rows");
+    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");
+    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaKV mma_kv;
+    typename Traits::TiledMmaDq mma_dq;
+    auto copy_pds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    for (int tid = 0; tid < T; ++tid) {
+        const int consumer = tid / 128;
+        auto sdp = mma_sdp.get_thread_slice(tid);
+        auto kv = mma_kv.get_thread_slice(tid);
+        auto dq = mma_dq.get_thread_slice(tid);
+        // Accumulator slices.
+        Tensor cS = sdp.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+        for (int t = 0; t < size(cS); ++t)
+            CHECK(get<1>(cS(t)) / kKeys == consumer, "%s: thread %d holds key %d of S", name, tid, get<1>(cS(t)));
+        Tensor cKV = kv.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+        for (int t = 0; t < size(cKV); ++t)
+            CHECK(get<1>(cKV(t)) / kCols == consumer, "%s: thread %d holds column %d of dK/dV", name, tid,
+                  get<1>(cKV(t)));
+        Tensor cQ = dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+        for (int t = 0; t < size(cQ); ++t)
+            CHECK(get<1>(cQ(t)) / kCols == consumer, "%s: thread %d holds column %d of dQ", name, tid, get<1>(cQ(t)));
+        // The policies' (query, key) view: one query per row, one key per column.
+        Tensor qk = make_tensor(cS.data(), wgmma_rows_cols(cS.layout()));
+        for (int r = 0; r < size<0>(qk); ++r)
+            for (int c = 0; c < size<1>(qk); ++c) {
+                CHECK(get<0>(qk(r, c)) == get<0>(qk(r, 0)), "%s: query varies along a row of the view", name);
+                CHECK(get<1>(qk(r, c)) == get<1>(qk(0, c)), "%s: key varies along a column of the view", name);
+            }
+        // P / dS registers -> shared: register t lands on the (query, key) it holds.
+        auto thr_copy = copy_pds.get_thread_slice(tid);
+        Tensor from = thr_copy.retile_S(cS);
+        Tensor to = thr_copy.partition_D(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+        CHECK(size(from) == size(to), "%s: P/dS copy sizes %d vs %d", name, int(size(from)), int(size(to)));
+        for (int t = 0; t < size(from) && t < size(to); ++t)
+            CHECK(from(t) == to(t), "%s: thread %d, P/dS register %d holds (%d, %d), is stored at (%d, %d)", name, tid,
+                  t, get<0>(from(t)), get<1>(from(t)), get<0>(to(t)), get<1>(to(t)));
+        // Operand slices each consumer's wgmmas read (once per warpgroup: its first thread).
+        if (tid % 128 != 0) continue;
+        const int k_lo = consumer * kKeys, c_lo = consumer * kCols;
+        check_slice<0>(name, "Q rows of S (all)", consumer, sdp.partition_A(make_identity_tensor(Shape<Int<M>, Int<D>>{})),
+                       0, M, D);
+        check_slice<0>(name, "K rows of S", consumer, sdp.partition_B(make_identity_tensor(Shape<Int<N>, Int<D>>{})),
+                       k_lo, k_lo + kKeys, D);
+        check_slice<0>(name, "P^T / dS^T of dV / dK (all)", consumer,
+                       kv.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+        check_slice<0>(name, "dO^T / Q^T columns of dV / dK", consumer,
+                       kv.partition_B(make_identity_tensor(Shape<Int<D>, Int<M>>{})), c_lo, c_lo + kCols, M);
+        check_slice<0>(name, "dS of dQ (all)", consumer, dq.partition_A(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
+                       0, M, N);
+        check_slice<0>(name, "K^T columns of dQ", consumer,
+                       dq.partition_B(make_identity_tensor(Shape<Int<D>, Int<N>>{})), c_lo, c_lo + kCols, N);
+    }
+}
+
 // Brute force: does query row i see key j?
 bool allowed(const MaskSpec& mask, int64_t i, int64_t j, int q_len, int k_len) {
     return j < k_len && mask.allowed(i, j, q_len, k_len);
@@ -261,6 +386,8 @@ int main() {
     check_sm90_traits<Sm90BwdTraits<64, cutlass::bfloat16_t>>();
     check_sm90_traits<Sm90BwdTraits<128, cutlass::bfloat16_t>>();
     check_sm90_traits<Sm90BwdTraits<128, cutlass::half_t>>();
+    check_sm90_pds_traits<Sm90BwdPdSTraits<256, cutlass::bfloat16_t>>();
+    check_sm90_pds_traits<Sm90BwdPdSTraits<256, cutlass::half_t>>();
     std::mt19937 rng(7);
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);

@@ -11,6 +11,20 @@ random walks, S = 2 and 3: no deadlock; every product reads the K/V block and th
 expects; the dQ product of each consumer reads a dS buffer that holds both consumers' dS of its own
 query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
 buffer that holds both consumers' halves of that block and is not overwritten while it reads.
+
+run_pds models the d256 schedule (bwd_kernel_sm90_pds.cuh): the same producer and rings without
+the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
+u % 2, one named barrier, then its dQ, dV, dK wgmmas read both halves (and the stage, K/V) until
+their wait; each consumer adds its own dQ half of every block to the scratch, in order, before
+releasing the stage. Checks: no deadlock; every product reads the blocks it expects; P/dS buffers
+hold both consumers' halves of the reader's block while read; every (block, half) of dQ is added
+once, in walk order per consumer.
+
+Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
+  run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
+           the previous block's)
+  run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
+           barrier), "early_q_release" (the stage released before the dV/dK wait)
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
 """
 import random
@@ -36,7 +50,7 @@ class NBar:  # named barrier: completes when `count` arrivals gathered
         if self.arrived == self.count: self.arrived = 0; self.gen += 1
 
 
-def run(walk, S, seed):
+def run(walk, S, seed, broken=None):
     """walk: [(key block, number of query blocks)], in the kernel's order."""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
@@ -86,7 +100,7 @@ def run(walk, S, seed):
                 assert q_stage[s] == (n, m), (c, n, m, q_stage[s])
                 assert kv_stage[0] == n, (c, n, kv_stage)
                 for _ in range(rnd.randint(0, 3)): yield  # S, dP, softmax, dV, dK issued
-                buf = q_uses % 2
+                buf = 0 if broken == "single_ds" else q_uses % 2
                 ds[buf][c] = q_uses  # dS^T of this block, this consumer's keys
                 g = ds_ready.gen; ds_ready.arrive()
                 while ds_ready.gen == g: yield
@@ -96,7 +110,7 @@ def run(walk, S, seed):
                     yield
                 assert q_stage[s] == (n, m) and kv_stage[0] == n  # dV, dK, dQ done reading
                 q_empty[s].arrive()
-                if q_uses > 0:
+                if q_uses > 0 and broken != "no_dq_empty_wait":
                     while not dq_empty.done((q_uses - 1) & 1): yield
                 dq[c] = q_uses
                 dq_full.arrive()
@@ -123,12 +137,111 @@ def run(walk, S, seed):
     assert added == list(range(uses)), (walk, added)
 
 
+def run_pds(walk, S, seed, broken=None):
+    """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run()."""
+    rnd = random.Random(seed)
+    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
+    kv_full = MBar(1); kv_empty = MBar(2)
+    pds_ready = NBar(2)
+    q_stage = [None] * S; kv_stage = [None]
+    buffers = 1 if broken == "single_pds" else 2
+    pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
+    added = [[], []]  # [consumer] -> uses whose dQ half was added, in order
+    pending = []
+
+    def producer():
+        q_uses = kv_uses = 0
+        for n, blocks in walk:
+            if blocks == 0: continue
+            if kv_uses > 0:
+                while not kv_empty.done((kv_uses - 1) & 1): yield
+            pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
+            kv_uses += 1
+            for m in range(blocks):
+                s = q_uses % S
+                if q_uses >= S:
+                    while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
+                pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
+                q_uses += 1
+                yield
+
+    def consumer(c):
+        q_uses = kv_uses = 0
+        for n, blocks in walk:
+            if blocks == 0: continue  # the epilogue only
+            while not kv_full.done(kv_uses & 1): yield
+            for m in range(blocks):
+                s = q_uses % S
+                while not q_full[s].done((q_uses // S) & 1): yield
+                for _ in range(rnd.randint(1, 3)):  # S, dP read the stage and K, V
+                    assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
+                    yield
+                buf = q_uses % buffers
+                pds[buf][c] = q_uses  # this consumer's keys of P, then of dS
+                yield
+                if broken != "no_pds_barrier":
+                    g = pds_ready.gen; pds_ready.arrive()
+                    while pds_ready.gen == g: yield
+                # dQ, dV, dK read both halves of P / dS, the stage and K until their waits; dQ's
+                # wait comes first, its adds are issued while dV / dK still run.
+                reads = rnd.randint(1, 5)
+                for step in range(reads):
+                    assert pds[buf] == [q_uses, q_uses], (c, q_uses, pds[buf])
+                    assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
+                    if step == 0: added[c].append(q_uses)
+                    if broken == "early_q_release" and step == 0: q_empty[s].arrive()
+                    yield
+                if broken != "early_q_release": q_empty[s].arrive()
+                q_uses += 1
+            kv_empty.arrive()
+            kv_uses += 1
+
+    uses = sum(blocks for _, blocks in walk)
+    live = [producer(), consumer(0), consumer(1)]
+    for _ in range(200000):
+        for p in list(pending):
+            p[0] -= 1
+            if p[0] <= 0:
+                p[1][p[2]] = p[3]
+                p[4].arrive(); pending.remove(p)
+        if not live and not pending: break
+        if live:
+            a = rnd.choice(live)
+            try: next(a)
+            except StopIteration: live.remove(a)
+    else:
+        raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+    assert added == [list(range(uses))] * 2, (walk, added)
+
+
+def random_walk(seed):
+    rnd = random.Random(seed)
+    return [(n, rnd.choice([0, 0, 1, 2, 3, 5, 8])) for n in range(rnd.randint(1, 5))]
+
+
+def caught(model, broken, seeds=400):
+    """How many of the random walks expose the broken variant (an assertion or a deadlock)."""
+    hits = 0
+    for seed in range(seeds):
+        try:
+            model(random_walk(seed), 2, seed, broken=broken)
+        except AssertionError:
+            hits += 1
+    return hits
+
+
 if __name__ == "__main__":
     cases = 0
     for seed in range(3000):
-        rnd = random.Random(seed)
-        walk = [(n, rnd.choice([0, 0, 1, 2, 3, 5, 8])) for n in range(rnd.randint(1, 5))]
+        walk = random_walk(seed)
         for S in (2, 3):
             run(walk, S, seed)
+            run_pds(walk, S, seed)
             cases += 1
-    print(f"bwd ws protocol: {cases} random walks, no deadlock, every stage, dS and dQ buffer as expected")
+    print(f"bwd ws protocol: {cases} random walks x 2 schedules, no deadlock, every stage, dS, P/dS and dQ "
+          "buffer as expected")
+    for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
+                          (run_pds, "no_pds_barrier"), (run_pds, "early_q_release")):
+        hits = caught(model, broken)
+        assert hits > 0, f"{model.__name__} broken={broken}: not caught by any walk"
+        print(f"  broken variant {model.__name__}/{broken}: caught on {hits} of 400 walks")

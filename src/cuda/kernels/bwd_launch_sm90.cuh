@@ -1,10 +1,12 @@
-// Launch template of the Hopper backward kernel for one (head dim, dtype): grid, shared memory, and
+// Launch template of the Hopper backward kernel for one (head dim, dtype): grid, shared memory, the
+// schedule (keys as rows at d64/d128, P and dS through shared memory at d256: Sm90BwdTraitsFor) and
 // the choice between the plain and the extras kernel. Compiled for sm_90a only.
 #pragma once
 
 #include "bwd_launch.h"
 #include "grid_launch.h"
 #include "kernels/bwd_kernel_sm90.cuh"
+#include "kernels/bwd_kernel_sm90_pds.cuh"
 
 #include <type_traits>
 
@@ -19,7 +21,13 @@ void launch_bwd_sm90(BwdArgs args, cudaStream_t stream) {
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "backward");
     };
-    if (args.fwd.transform_scores) {
+    if constexpr (Traits::kPdSSchedule) {
+        if (args.fwd.transform_scores) {
+            launch(kernels::bwd_kernel_sm90_pds<Traits, true>);
+        } else {
+            launch(kernels::bwd_kernel_sm90_pds<Traits, false>);
+        }
+    } else if (args.fwd.transform_scores) {
         launch(kernels::bwd_kernel_sm90<Traits, true>);
     } else {
         launch(kernels::bwd_kernel_sm90<Traits, false>);
@@ -30,7 +38,7 @@ template <int kHeadDim, fa_dtype kDtype>
 void run_bwd_sm90(BwdArgs args, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
     using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
-    launch_bwd_sm90<kernels::Sm90BwdTraits<kHeadDim, Element>>(args, stream);
+    launch_bwd_sm90<kernels::Sm90BwdTraitsFor<kHeadDim, Element>>(args, stream);
 }
 
 } // namespace flashattn::cuda

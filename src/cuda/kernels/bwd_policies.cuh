@@ -25,6 +25,16 @@ __device__ __forceinline__ void red_add_pair(float* address, float x, float y) {
 #endif
 }
 
+// red_add_pair as an explicit reduction on sm_90 (atomicAdd of a float2 is an atom with a result
+// that ptxas may or may not drop); used by the d256 Hopper backward's dQ adds.
+__device__ __forceinline__ void red_add_pair_v2(float* address, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(address), "f"(x), "f"(y) : "memory");
+#else
+    red_add_pair(address, x, y);
+#endif
+}
+
 // Adds four neighbouring fp32 values (16-byte aligned) to global memory without a return value.
 __device__ __forceinline__ void red_add_quad(float* address, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -44,7 +44,8 @@ struct Sm90BwdTraits {
     static constexpr int kDsBuffers = 2; // dS^T is written for block m while dQ of block m-1 may still read
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
-    static_assert(sm90_bwd_supports(kHeadDim), "see bwd_tile_config.h");
+    static_assert(sm90_bwd_supports(kHeadDim) && !sm90_bwd_pds_schedule(kHeadDim), "see bwd_tile_config.h");
+    static constexpr bool kPdSSchedule = false; // bwd_kernel_sm90.cuh
     // backend.cu plans deterministic chunks with the mma.sync kernel's kBlockN.
     static_assert(kBlockN == BwdTileConfig<kHeadDim>::kBlockN);
 
@@ -92,6 +93,7 @@ struct Sm90BwdTraits {
     static constexpr int kSmemQElems = cosize(SmemLayoutQ{});
     static constexpr int kSmemKVElems = cosize(SmemLayoutKV{});
     static constexpr int kSmemdSElems = cosize(SmemLayoutdS{});
+    static constexpr int kSmemScoreElems = kDsBuffers * kSmemdSElems; // bwd_sm90_common.cuh's carve-up
     // Q[stages], dO[stages], K, V, dS[buffers] (1024-byte aligned each: whole swizzle periods),
     // then lse[stages][kBlockM], dsum[stages][kBlockM] in fp32, then the mbarriers.
     static constexpr int kSmemTileBytes =
@@ -101,6 +103,7 @@ struct Sm90BwdTraits {
     // it to the global scratch (red.global.add.v4: a warp per 512-byte row, coalesced) while the
     // consumers go on. Rows padded by 8 floats: the consumers' float2 stores (8 rows x 4 column
     // pairs per warp) then fill all 32 banks in two wavefronts.
+    static constexpr bool kDqHandoff = true;
     static constexpr int kDqRowStride = kHeadDim + 8;
     static constexpr int kSmemDqBytes = kBlockM * kDqRowStride * int(sizeof(float));
     static constexpr int kDqChunksPerRow = kHeadDim / 4; // float4 chunks
@@ -129,5 +132,130 @@ struct Sm90BwdTraits {
     using GmemLoadProducer = typename ProducerCopies::Load;
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
+
+// The d256 schedule (bwd_kernel_sm90_pds.cuh; FlashAttention-3's for its largest head dim, reasoned
+// here): 64 queries x 64 keys per block, the same 384 threads. The keys-as-rows schedule above keeps
+// 64 keys x the whole head dim of dK and of dV in each consumer's registers, 256 fp32 per thread at
+// d256: more than a thread may have. So the head dim is what the consumers split for the three
+// products that carry it, and P / dS go through shared memory to get there:
+//   S  = Q K^T, dP = dO V^T  (queries x keys)    SS, each consumer 32 of the 64 keys with the
+//                                                whole d = 256 contraction (no redundant work);
+//                                                queries as rows, so lse / dsum are per row and the
+//                                                policies see the accumulators directly
+//   P, dS -> shared memory (16-bit, keys contiguous), each consumer its 32 keys; a named barrier
+//   dV += P^T dO             (keys x head dim)   SS, each consumer 64 keys x 128 columns: A = P^T
+//   dK += dS^T Q             (keys x head dim)   (MN-major view of P), B = dO^T / Q^T (MN-major)
+//   dQ  = dS K               (queries x head dim) SS, each consumer 128 columns: A = dS (K-major),
+//                                                B = K^T (MN-major)
+// Per consumer thread: dK 64 + dV 64 + dQ 64 + S 16 + dP 16 fp32 registers, and S / dP are dead
+// before dQ is live (P and dS live in shared memory by then): a peak of 192 accumulators.
+template <int kHeadDim_, typename Element_>
+struct Sm90BwdPdSTraits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr bool kPdSSchedule = true; // bwd_kernel_sm90_pds.cuh
+    static constexpr int kConsumerWarpGroups = 2;
+    static constexpr int kBlockN = 64; // keys per key block
+    static constexpr int kBlockM = 64; // queries per Q/dO stage
+    static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
+    static constexpr int kProducerThreads = 128;
+    static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+    // Q/dO/lse/dsum stages in flight: two, so that block m+1's 64 KB of Q and dO land while block m
+    // computes (one stage would leave the tensor cores idle for that copy on every block). Shared
+    // memory then has no room for the 64 KB dQ hand-off buffer (see kSmemBytes below), so each
+    // consumer adds its dQ half to the scratch itself (kDqHandoff = false).
+    static constexpr int kQStages = 2;
+    // P and dS are written for block m while the other consumer's dV/dK/dQ of block m-1 may still
+    // read them: two buffers (the argument of bwd_kernel_sm90.cuh's dS double buffer).
+    static constexpr int kPdSBuffers = 2;
+
+    static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
+    static_assert(sm90_bwd_supports(kHeadDim) && sm90_bwd_pds_schedule(kHeadDim), "see bwd_tile_config.h");
+    // backend.cu plans deterministic chunks with the mma.sync kernel's kBlockN.
+    static_assert(kBlockN == BwdTileConfig<kHeadDim>::kBlockN);
+    static_assert(kHeadDim % (64 * kConsumerWarpGroups) == 0);
+
+    using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side
+    static constexpr int kKeysPerWarpGroup = kBlockN / kConsumerWarpGroups;     // of S, dP
+    static constexpr int kColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;    // of dK, dV, dQ
+    // S = Q K^T and dP = dO V^T: (queries x keys), each consumer kKeysPerWarpGroup keys.
+    using TiledMmaSdP = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysPerWarpGroup>, Int<kHeadDim>>>(), AlongN{}));
+    // dV += P^T dO and dK += dS^T Q: (keys x head dim), each consumer kColsPerWarpGroup columns.
+    using TiledMmaKV = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroup>, Int<kBlockM>>,
+                             GMMA::Major::MN, GMMA::Major::MN>(),
+        AlongN{}));
+    // dQ = dS K: (queries x head dim), each consumer kColsPerWarpGroup columns.
+    using TiledMmaDq = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroup>, Int<kBlockN>>,
+                             GMMA::Major::K, GMMA::Major::MN>(),
+        AlongN{}));
+    static_assert(kBlockM == 64 && kBlockN == 64, "one wgmma M extent (64) for every product's rows");
+
+    // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows everywhere. An MN-major
+    // operand that a warpgroup reads only part of must be cut at whole swizzle atoms (64 elements of
+    // its MN extent with 128-byte rows): Q^T, dO^T and K^T are cut into the consumers' 128-column
+    // halves (two atoms each). The K-major cuts (K by 32-key halves for S, V for dP) fall on 8-row
+    // atom boundaries. P / dS are read whole by both consumers.
+    using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+    static constexpr int kAtomCols = decltype(size<1>(SmemAtom{}))::value;
+    static constexpr int kAtomRows = decltype(size<0>(SmemAtom{}))::value;
+    static_assert(kColsPerWarpGroup % kAtomCols == 0, "each consumer's head-dim columns span whole atoms");
+    static_assert(kKeysPerWarpGroup % kAtomRows == 0, "each consumer's keys of K / V span whole atoms");
+    static_assert(kBlockN == kAtomCols, "P / dS rows: one 128-byte swizzle row of keys");
+    using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
+    using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
+    // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
+    using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
+                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
+    using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
+                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+    // P and dS (queries x keys), keys contiguous: the accumulators hold neighbouring keys in register
+    // pairs (4-byte stores; a warp's 8 rows x 4 pairs fall in 8 different 16-byte chunks of the
+    // swizzle: conflict-free); dQ reads dS as a K-major A, dV / dK read the (keys, queries) view as
+    // an MN-major A.
+    using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using SmemLayoutPdSt = decltype(composition(SmemLayoutPdS{},
+                                                make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
+
+    static constexpr int kSmemQElems = cosize(SmemLayoutQ{});
+    static constexpr int kSmemKVElems = cosize(SmemLayoutKV{});
+    static constexpr int kSmemPdSElems = cosize(SmemLayoutPdS{});
+    // P[buffers] then dS[buffers] (bwd_sm90_common.cuh's carve-up puts them after V).
+    static constexpr int kSmemScoreElems = 2 * kPdSBuffers * kSmemPdSElems;
+    static constexpr int kSmemTileBytes =
+        (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kSmemScoreElems) * int(sizeof(Element));
+    static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
+    static constexpr bool kDqHandoff = false;
+    static constexpr int kSmemDqBytes = 0;
+    static constexpr int kBarriers = 2 * kQStages + 4;
+    // d256, 16-bit: Q 2 x 32 KB + dO 2 x 32 KB + K 32 KB + V 32 KB + P 2 x 8 KB + dS 2 x 8 KB
+    // = 224 KB, + lse/dsum 1 KB + 64 B of mbarriers = 230,464 B of the 232,448 an sm_90 CTA may use.
+    // A dQ hand-off buffer (64 x 256 fp32 = 64 KB) would only fit with one Q and one dO stage
+    // (210 KB): the alternative this schedule did not take (see kQStages).
+    static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
+    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
+    static_assert(kHeadDim != 256 || kSmemBytes == 230464, "the budget written above");
+
+    // Registers per thread after setmaxnreg (see Sm90BwdTraits): 24 for the producer, 240 for the
+    // consumers, 24 x 128 + 240 x 256 = 168 x 384.
+    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+    static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                  "setmaxnreg cannot hand out more registers than the CTA launched with");
+
+    // Global -> shared by the producer warpgroup, 16-byte chunks (gmem_copies.cuh).
+    using ProducerCopies = GmemTileCopies<Element, 64, kProducerThreads>;
+    static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
+    using GmemLoadProducer = typename ProducerCopies::Load;
+    static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
+};
+
+// The Hopper backward of a tile head dim (bwd_tile_config.h's sm90_bwd_pds_schedule picks).
+template <int kHeadDim, typename Element>
+using Sm90BwdTraitsFor = std::conditional_t<sm90_bwd_pds_schedule(kHeadDim), Sm90BwdPdSTraits<kHeadDim, Element>,
+                                            Sm90BwdTraits<kHeadDim, Element>>;
 
 } // namespace flashattn::cuda::kernels

@@ -1,0 +1,330 @@
+// What the two Hopper backward schedules share (bwd_kernel_sm90.cuh: keys as rows, P^T / dS^T from
+// registers, d64 and d128; bwd_kernel_sm90_pds.cuh: P and dS through shared memory, d256): the work
+// item, the carve-up of shared memory and its mbarriers, the producer warpgroup, the recomputed
+// probabilities and dS on a (query, key) view, and the dK/dV epilogue. The consumers' products are
+// not shared: which operand lives where, and so which warpgroup computes which slice, is what
+// distinguishes the schedules (a traits switch inside one kernel body would leave two interleaved
+// kernels in one function, each condition a place for the other's bug).
+//
+// A schedule's traits provide: Element, kHeadDim, kBlockM, kBlockN, kQStages, kProducerThreads,
+// kConsumerThreads, kSmemQElems, kSmemKVElems, kSmemScoreElems (the schedule's own P/dS buffers),
+// kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqChunksPerRow,
+// SmemLayoutQ, SmemLayoutQt, SmemLayoutKV, GmemLoadProducer.
+#pragma once
+
+#include "bwd_args.h"
+#include "kernels/bwd_policies.cuh"
+#include "kernels/online_softmax.cuh" // fast_exp2
+#include "kernels/producer_copies.cuh"
+#include "kernels/score_policies.cuh"
+#include "kernels/tile_ops.cuh"
+
+#include <cutlass/arch/barrier.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh).
+struct Sm90BwdWork {
+    int chunk, b, h, h_kv;
+    SequenceBounds seq;
+    int k_stored;             // rows of k/v/dk/dv of the sequence (past seqused_k too)
+    bool varlen;
+    int64_t q_global_row0;    // first row of the sequence in the dQ scratch of a head
+    int64_t k_global_row0;    // ... in the dK/dV scratch of a head
+    int64_t row_stat0;        // lse / dsum of query row 0 of this (sequence, head); row i at + i
+
+    __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args) {
+        const FwdArgs& fa = args.fwd;
+        chunk = int(blockIdx.x % unsigned(args.num_chunks));
+        const int bh = int(blockIdx.x / unsigned(args.num_chunks));
+        b = bh / fa.num_heads;
+        h = bh - b * fa.num_heads;
+        h_kv = h / fa.heads_per_kv_head;
+        seq = sequence_bounds(fa, b);
+        k_stored = stored_k_rows(fa, b);
+        varlen = fa.cu_seqlens_q != nullptr;
+        q_global_row0 = varlen ? seq.q_row0 : int64_t(b) * fa.seqlen_q;
+        k_global_row0 = varlen ? seq.k_row0 : int64_t(b) * fa.seqlen_k;
+        row_stat0 = varlen ? int64_t(h) * fa.total_q + seq.q_row0 : (int64_t(b) * fa.num_heads + h) * fa.seqlen_q;
+    }
+
+    // Rows [row0, row0 + rows) of one head of t, (rows, kHeadDim).
+    template <typename Element, int kHeadDim>
+    __device__ __forceinline__ auto rows_of(const fa_tensor& t, int64_t row0, int head, int rows) const {
+        return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
+    }
+
+    // fp32 dQ scratch rows of this (sequence, head) in this chunk's buffer: row i at + i * kHeadDim.
+    template <int kHeadDim>
+    __device__ __forceinline__ float* dq_rows(const BwdArgs& args) const {
+        return args.dq_accum + chunk * args.dq_chunk_stride + (int64_t(h) * args.q_rows_total + q_global_row0) * kHeadDim;
+    }
+};
+
+// Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
+// 1024-byte aligned: whole swizzle periods), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the
+// dQ hand-off buffer (if any), the mbarriers.
+template <typename Traits>
+struct Sm90BwdSmem {
+    using Element = typename Traits::Element;
+    static constexpr int kQStages = Traits::kQStages;
+    static constexpr int kTileBytes =
+        (2 * kQStages * Traits::kSmemQElems + 2 * Traits::kSmemKVElems + Traits::kSmemScoreElems) * int(sizeof(Element));
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty (used with the hand-off only).
+    static constexpr int kBarriers = 2 * kQStages + 4;
+    static constexpr int kBytes = kTileBytes + Traits::kSmemRowStatsBytes + Traits::kSmemDqBytes + kBarriers * 8;
+
+    Element* q;
+    Element* d_o;
+    Element* k;
+    Element* v;
+    Element* scores; // the schedule's P / dS buffers
+    float* lse;      // [stage][kBlockM]
+    float* dsum;
+    float* dq;       // (kBlockM, kDqRowStride) with the hand-off
+    uint64_t* q_full;   // [kQStages] Q, dO, lse, dsum of the stage landed
+    uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
+    uint64_t* kv_full;
+    uint64_t* kv_empty;
+    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
+    uint64_t* dq_empty; // the producer has read it
+
+    __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
+        q = reinterpret_cast<Element*>(smem);
+        d_o = q + kQStages * Traits::kSmemQElems;
+        k = d_o + kQStages * Traits::kSmemQElems;
+        v = k + Traits::kSmemKVElems;
+        scores = v + Traits::kSmemKVElems;
+        lse = reinterpret_cast<float*>(smem + kTileBytes);
+        dsum = lse + kQStages * Traits::kBlockM;
+        dq = dsum + kQStages * Traits::kBlockM;
+        uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + kTileBytes + Traits::kSmemRowStatsBytes +
+                                                          Traits::kSmemDqBytes);
+        q_full = bar;
+        q_empty = bar + kQStages;
+        kv_full = bar + 2 * kQStages;
+        kv_empty = bar + 2 * kQStages + 1;
+        dq_full = bar + 2 * kQStages + 2;
+        dq_empty = bar + 2 * kQStages + 3;
+    }
+
+    // By thread 0, before the CTA's one __syncthreads.
+    __device__ __forceinline__ void init_barriers() const {
+        for (int s = 0; s < kQStages; ++s) {
+            cutlass::arch::ClusterBarrier::init(q_full + s, Traits::kProducerThreads);
+            cutlass::arch::ClusterBarrier::init(q_empty + s, Traits::kConsumerThreads);
+        }
+        cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
+        cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kProducerThreads);
+        cutlass::arch::fence_barrier_init();
+    }
+
+    // Stage s of the Q or dO ring as (rows, head dim), and as the (head dim, rows) view.
+    __device__ __forceinline__ auto q_stage(Element* base, int s) const {
+        return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQ{});
+    }
+    __device__ __forceinline__ auto qt_stage(Element* base, int s) const {
+        return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQt{});
+    }
+};
+
+// The producer warpgroup (the caller has lowered its registers): K, V of a key block once
+// (kv_full; refilled once both consumers finished the block, kv_empty), then for every query block
+// that meets it Q, dO, lse, dsum into stage q_uses % kQStages (q_full; refilled once both consumers
+// released it, q_empty). Both roles walk the same sequence: key blocks n of the chunk, and for each
+// the query blocks of q_block_range (empty ranges skip the loads); q_uses counts query blocks over
+// the whole walk, kv_uses key blocks with work. With the dQ hand-off (Traits::kDqHandoff) it adds
+// the consumers' dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty),
+// and the last one after the loop.
+template <typename Traits>
+__device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm90BwdWork& w,
+                                                  const Sm90BwdSmem<Traits>& sm) {
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kQStages = Traits::kQStages;
+    const FwdArgs& fa = args.fwd;
+    const SequenceBounds& seq = w.seq;
+    const int ptid = int(threadIdx.x);
+    typename Traits::GmemLoadProducer gmem_load;
+    auto load_thr = gmem_load.get_thread_slice(ptid);
+    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < fa.head_dim;
+    auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
+        return w.template rows_of<Element, kHeadDim>(t, row0, head, rows);
+    };
+    Tensor gQ = local_tile(rows_of(fa.q, seq.q_row0, w.h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                           make_coord(_, 0));
+    Tensor gdO = local_tile(rows_of(args.dout, seq.q_row0, w.h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                            make_coord(_, 0));
+    Tensor gK = local_tile(rows_of(fa.k, seq.k_row0, w.h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                           make_coord(_, 0));
+    Tensor gV = local_tile(rows_of(fa.v, seq.k_row0, w.h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                           make_coord(_, 0));
+    Tensor tQg = load_thr.partition_S(gQ);
+    Tensor tdOg = load_thr.partition_S(gdO);
+    Tensor tKg = load_thr.partition_S(gK);
+    Tensor tVg = load_thr.partition_S(gV);
+    Tensor sK = make_tensor(make_smem_ptr(sm.k), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(sm.v), typename Traits::SmemLayoutKV{});
+    // One lse or dsum value per producer thread and stage.
+    static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
+    const bool loads_lse = ptid < kBlockM;
+    const int stat_row = loads_lse ? ptid : ptid - kBlockM;
+    const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + w.row_stat0;
+    float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
+
+    // The dQ of query-block use `use` (first row m0): a warp per row of kHeadDim floats, added
+    // with 16-byte reductions; rows past the sequence belong to other sequences' rows (or to none).
+    float* const dq_rows = Traits::kDqHandoff ? w.template dq_rows<kHeadDim>(args) : nullptr;
+    auto add_dq = [&](int use, int m0) {
+        if constexpr (Traits::kDqHandoff) {
+            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
+            const int rows_valid = seq.q_len - m0;
+            CUTE_UNROLL
+            for (int i = ptid; i < kBlockM * Traits::kDqChunksPerRow; i += Traits::kProducerThreads) {
+                const int row = i / Traits::kDqChunksPerRow, col = (i % Traits::kDqChunksPerRow) * 4;
+                if (row < rows_valid) {
+                    const float4 v = *reinterpret_cast<const float4*>(sm.dq + row * Traits::kDqRowStride + col);
+                    red_add_quad(dq_rows + int64_t(m0 + row) * kHeadDim + col, v);
+                }
+            }
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
+        }
+    };
+
+    int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
+        const int n0 = n * kBlockN;
+        const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
+        if (range.m_end <= range.m_begin) continue;
+        const Element* safe = &gK(0, 0, 0); // k_len > n0 >= 0 whenever the range is not empty
+        if (kv_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.kv_empty, (kv_uses - 1) & 1);
+        produce_tile(tKg(_, _, _, n), load_thr.partition_D(sK), tKVc, column_ok, seq.k_len - n0, safe);
+        produce_tile(tVg(_, _, _, n), load_thr.partition_D(sV), tKVc, column_ok, seq.k_len - n0, safe);
+        cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
+        ++kv_uses;
+        for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
+            const int s = q_uses % kQStages;
+            const int m0 = m * kBlockM;
+            if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
+            produce_tile(tQg(_, _, _, m), load_thr.partition_D(sm.q_stage(sm.q, s)), tQc, column_ok, seq.q_len - m0,
+                         safe);
+            produce_tile(tdOg(_, _, _, m), load_thr.partition_D(sm.q_stage(sm.d_o, s)), tQc, column_ok,
+                         seq.q_len - m0, safe);
+            const bool row_ok = m0 + stat_row < seq.q_len;
+            cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
+            cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
+            if (q_uses > 0) add_dq(q_uses - 1, last_m0);
+            last_m0 = m0;
+        }
+    }
+    if (q_uses > 0) add_dq(q_uses - 1, last_m0);
+    cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
+}
+
+// lse of the query rows a thread holds (natural log; -inf: the row saw no key) in log2 units, +inf
+// so that P = 0 there and for rows past the sequence (their Q rows are zeros, their S 0).
+// coords_qk: the thread's (query, key) coordinates, one query per row of the view.
+template <int kRows, typename Coords>
+__device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], Coords const& coords_qk,
+                                                  const float* stage_lse, int m0, int q_len) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    CUTE_UNROLL
+    for (int q = 0; q < kRows; ++q) {
+        const int i = get<0>(coords_qk(q, 0));
+        const float lse = stage_lse[i];
+        lse_log2[q] = m0 + i < q_len && lse != -INFINITY ? lse * kLog2e : INFINITY;
+    }
+}
+
+// P = exp2(S * exp_scale - lse_log2) in place on the (query, key) view, after the score transform
+// (extras kernel) and the key mask (masked blocks): the forward's probabilities, recomputed.
+template <bool kMasked, bool kExtras, int kRows, typename Scores, typename Coords>
+__device__ __forceinline__ void sm90_bwd_probs(Scores& scores_qk, Coords const& coords_qk, const FwdArgs& fa,
+                                               float alibi_slope, const SequenceBounds& seq, int m0, int n0,
+                                               float exp_scale, const float (&lse_log2)[kRows]) {
+    if constexpr (kExtras) {
+        if (fa.transform_scores) apply_score_transform(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0);
+    }
+    if constexpr (kMasked) apply_key_mask(scores_qk, coords_qk, fa.mask, seq, m0, n0);
+    CUTE_UNROLL
+    for (int q = 0; q < kRows; ++q) {
+        CUTE_UNROLL
+        for (int k = 0; k < size<1>(scores_qk); ++k)
+            scores_qk(q, k) = fast_exp2(fmaf(scores_qk(q, k), exp_scale, -lse_log2[q]));
+    }
+}
+
+// dS = P (dP - dsum[query]) in place on dP's (query, key) view (P already carries the softcap
+// derivative where the extras kernel applies one).
+template <typename Grads, typename Probs, typename Coords>
+__device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& probs_qk, Coords const& coords_qk,
+                                                 const float* stage_dsum) {
+    CUTE_UNROLL
+    for (int q = 0; q < size<0>(grads_qk); ++q) {
+        const float dsum = stage_dsum[get<0>(coords_qk(q, 0))];
+        CUTE_UNROLL
+        for (int k = 0; k < size<1>(grads_qk); ++k) grads_qk(q, k) = probs_qk(q, k) * (grads_qk(q, k) - dsum);
+    }
+}
+
+// Epilogue of key block n: dK = scale * dS^T Q, dV = (P keep)^T dO / (1-p), straight from the
+// consumers' registers (tdKVc: the (key, column) of each register, 2t and 2t+1 neighbours) to
+// dk/dv (16-bit pairs) or to the per-query-head fp32 scratch. Rows past k_len hold zeros: their
+// keys were masked, which is what keys beyond seqused_k receive.
+template <typename Traits, typename Acc, typename Coords>
+__device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const Sm90BwdWork& w, int n, Acc& acc_dk,
+                                                    Acc& acc_dv, Coords const& tdKVc) {
+    using Element = typename Traits::Element;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    const int n0 = n * kBlockN;
+    const int rows_valid = w.k_stored - n0;
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dk); ++t) {
+        acc_dk(t) *= args.dk_scale;
+        acc_dv(t) *= args.dv_scale;
+    }
+    if (args.dk_accum) {
+        const int64_t row0 = (int64_t(w.h) * args.k_rows_total + w.k_global_row0 + n0) * kHeadDim;
+        float* const dk_rows = args.dk_accum + row0;
+        float* const dv_rows = args.dv_accum + row0;
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dk); t += 2) {
+            const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
+            if (row < rows_valid) {
+                *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
+                *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
+            }
+        }
+    } else {
+        // Written only without GQA (the host gives GQA the scratch), so h_kv == h. 16-bit pairs.
+        Tensor gdK = local_tile(w.template rows_of<Element, kHeadDim>(args.dk, w.seq.k_row0, w.h_kv, w.k_stored),
+                                Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
+        Tensor gdV = local_tile(w.template rows_of<Element, kHeadDim>(args.dv, w.seq.k_row0, w.h_kv, w.k_stored),
+                                Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
+        Tensor dk16 = convert_fragment<Element>(acc_dk);
+        Tensor dv16 = convert_fragment<Element>(acc_dv);
+        Tensor dk_pairs = recast<uint32_t>(dk16);
+        Tensor dv_pairs = recast<uint32_t>(dv16);
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dk); t += 2) {
+            const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
+            if (row < rows_valid && col < args.fwd.head_dim) {
+                *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
+                *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+            }
+        }
+    }
+}
+
+} // namespace flashattn::cuda::kernels
