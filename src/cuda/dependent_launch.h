@@ -6,9 +6,10 @@
 //
 // The rule for a dependent kernel: call wait_for_prerequisite_grid() before touching anything the
 // kernels before it wrote, or anything those kernels read that it writes. The primary calls
-// allow_dependent_launch() once every CTA of its grid is resident (any time, for a one-wave grid);
-// the dependent grid starts when every CTA of the primary has called it or exited. On older
-// devices, and in kernels launched without the attribute, both are no-ops.
+// allow_dependent_launch() from the point where the dependent may start occupying SMs; the
+// dependent grid is launched once every CTA of the primary has called it or exited (so a CTA of a
+// later wave that has not started yet holds it back). On older devices, and in kernels launched
+// without the attribute, both are no-ops.
 #pragma once
 
 #include "cuda_check.h"
