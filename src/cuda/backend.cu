@@ -49,6 +49,19 @@ int tile_head_dim(int head_dim) {
          FLASHATTN_CUDA_HEADDIMS_STRING, "); rebuild with a head dim >= ", head_dim);
 }
 
+#if FLASHATTN_CUDA_HAS_SM90
+// A kernel choice the environment may force ($name = sm80 or sm90; read per call, so that tests and
+// benchmarks switch it in one process: a getenv, no allocation): true for sm90, false for sm80,
+// `by_default` otherwise.
+bool sm90_unless_forced(const char* name, bool by_default) {
+    if (const char* choice = std::getenv(name)) {
+        if (std::strcmp(choice, "sm80") == 0) return false;
+        if (std::strcmp(choice, "sm90") == 0) return true;
+    }
+    return by_default;
+}
+#endif
+
 // Which forward kernel runs on compute capability 9.0: the Hopper kernel (wgmma, warp-specialised;
 // kernels/fwd_kernel_sm90.cuh), which measured 1.03-1.91x torch's FA2 on the H200 from 1k keys on
 // where the mma.sync kernel measured 0.94-1.21x (bench/results/, docs/perf-log.md, session 4);
@@ -59,12 +72,7 @@ int tile_head_dim(int head_dim) {
 bool use_sm90_kernel(int major, int minor, int tile_dim, const FwdArgs& args) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
-    // Read per call (benchmarks switch it in one process): a getenv, no allocation.
-    if (const char* choice = std::getenv("FLASHATTN_CUDA_FWD_KERNEL")) {
-        if (std::strcmp(choice, "sm80") == 0) return false;
-        if (std::strcmp(choice, "sm90") == 0) return true;
-    }
-    return !(tile_dim <= 64 && args.seqlen_k <= 512);
+    return sm90_unless_forced("FLASHATTN_CUDA_FWD_KERNEL", !(tile_dim <= 64 && args.seqlen_k <= 512));
 #else
     (void)major;
     (void)minor;
@@ -277,11 +285,7 @@ bool use_sm90_backward(int major, int minor, int tile_dim, const BwdArgs& args) 
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
     if (!kernels::sm90_bwd_supports(tile_dim) || args.fwd.dropout) return false;
-    if (const char* choice = std::getenv("FLASHATTN_CUDA_BWD_KERNEL")) {
-        if (std::strcmp(choice, "sm80") == 0) return false;
-        if (std::strcmp(choice, "sm90") == 0) return true;
-    }
-    return tile_dim <= 64 || args.fwd.seqlen_q >= 2048;
+    return sm90_unless_forced("FLASHATTN_CUDA_BWD_KERNEL", tile_dim <= 64 || args.fwd.seqlen_q >= 2048);
 #else
     (void)major;
     (void)minor;
