@@ -10,16 +10,29 @@ SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TOKENS, HIDDEN = 16384, 2048
 
 
+def parse_variant(text):
+    """--variant "LABEL:ENV=VALUE[,ENV=VALUE]" -> (LABEL, {ENV: VALUE, ...})."""
+    label, _, assignments = text.partition(":")
+    return label, dict(a.split("=", 1) for a in assignments.split(","))
+
+
 def best_of_rounds(entries, rounds, bench_ms, work):
     """Times each (column, fn, env) once per round, round-robin, with env's variables set while it
-    runs; returns {column: best work / ms}. No implementation gains from its place in the order."""
+    runs (then put back as they were); returns {column: best work / ms}. No implementation gains
+    from its place in the order."""
     best = {}
     for _ in range(rounds):
         for column, fn, env in entries:
+            saved = {name: os.environ.get(name) for name in env}
             os.environ.update(env)
-            rate = work / bench_ms(fn)
-            for name in env:
-                os.environ.pop(name)
+            try:
+                rate = work / bench_ms(fn)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
             best[column] = max(best.get(column, 0.0), rate)
     return best
 

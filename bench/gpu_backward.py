@@ -40,7 +40,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit  # noqa: E402
+from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
 # Tilings of a FLASHATTN_CUDA_TUNING build (src/cuda/CMakeLists.txt, FLASHATTN_CUDA_BWD_TILE_VARIANTS),
 # "MxNxW-S.K.Q-sD": block_m x block_n x warps, M extents (in warps) of the S/dP, dK/dV, dQ warp
 # grids, dQ column slabs. The defaults (src/cuda/kernels/bwd_tile_config.h) are 128x128x8-4.4.4-s1
@@ -191,10 +191,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
 
-    variants = []
-    for v in args.variant:
-        label, _, assignments = v.partition(":")
-        variants.append((label, dict(a.split("=", 1) for a in assignments.split(","))))
+    variants = [parse_variant(v) for v in args.variant]
     rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles, variants=variants,
                               rounds=args.rounds)
     date, rev = datetime.date.today().isoformat(), commit()

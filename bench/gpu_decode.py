@@ -28,7 +28,6 @@ import argparse
 import csv
 import datetime
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from bench_common import commit  # noqa: E402
+from bench_common import best_of_rounds, commit, parse_variant  # noqa: E402
 
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 CACHE_LENS = (1024, 8192, 32768, 131072)
@@ -88,39 +87,15 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None):
 SKIPPED = set()  # --skip: variants reported as nan
 
 
-def variant_env(variant):
-    """(variable, value) of a variant: "NAME:VAR=VALUE" (--variant), else a FLASHATTN_CUDA_DECODE value."""
-    if ":" in variant:
-        var, value = variant.split(":", 1)[1].split("=", 1)
-        return var, value
-    return "FLASHATTN_CUDA_DECODE", variant
-
-
-def variant_name(variant):
-    return variant.split(":", 1)[0] if variant else variant
-
-
 def time_variants(fns, kv_bytes, variants):
-    """{variant name: TB/s} of the rotating fns under each variant's environment. The variable is set
-    around the whole timed loop (do_bench times many calls), not per call."""
+    """{name: TB/s} of the rotating fns under each (name, environment) of variants (name None: the
+    library as built). The variables are set around the whole timed loop, not per call."""
     rates = {}
-    for variant in variants:
-        name = variant_name(variant)
+    for name, env in variants:
         if name in SKIPPED:  # its smoke problem failed (gpu_run.sh): not timed
             rates[name] = float("nan")
-            continue
-        if not variant:
-            rates[name] = kv_bytes / bench_ms(rotating(fns)) / 1e9
-            continue
-        var, value = variant_env(variant)
-        old = os.environ.pop(var, None)
-        os.environ[var] = value
-        try:
-            rates[name] = kv_bytes / bench_ms(rotating(fns)) / 1e9
-        finally:
-            os.environ.pop(var, None)
-            if old is not None:
-                os.environ[var] = old
+        else:
+            rates.update(best_of_rounds([(name, rotating(fns), env)], 1, bench_ms, kv_bytes / 1e9))
     return rates
 
 
@@ -210,14 +185,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
                     help="also time FLASHATTN_CUDA_DECODE=narrow, =baseline and =wave_splits")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
-                    help="also time ours with the environment variable VAR=VALUE, in column NAME")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                    help="also time ours with these environment variables set, in column NAME")
     ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
                     help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
     args = ap.parse_args()
     SKIPPED.update(args.skip)
-    variants = [None, "tile64", "split_keys_deep"] + (["narrow", "baseline", "wave_splits"] if args.variants else [])
-    variants += args.variant
+    # (column name, environment): the library as built, then FLASHATTN_CUDA_DECODE values, then --variant.
+    decode_values = ["tile64", "split_keys_deep"] + (["narrow", "baseline", "wave_splits"] if args.variants else [])
+    variants = [(None, {})] + [(v, {"FLASHATTN_CUDA_DECODE": v}) for v in decode_values]
+    variants += [parse_variant(v) for v in args.variant]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -269,9 +246,8 @@ def main():
               f"{r['cudnn_tbps']:5.2f} | {o / r['torch_fa2_tbps']:5.2f} {o / r['cudnn_tbps']:6.2f} "
               f"{100 * o / copy:5.0f} {r['ours_paged_tbps'] / o:12.2f}")
 
-
-    print(f"\nours as built vs FLASHATTN_CUDA_DECODE variants, TB/s (contiguous | paged 16)")
-    names = [variant_name(v) for v in variants if v]
+    print("\nours as built vs its variants, TB/s (contiguous | paged 16)")
+    names = [name for name, _ in variants if name]
     print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>15}" for n in names) + " | "
           f"{'built':>5} " + " ".join(f"{n:>15}" for n in names))
     for r in rows:
@@ -279,8 +255,8 @@ def main():
         print(f"{r['cache_len']:6d} {r['batch']:5d} | {cv[None]:5.2f} " + " ".join(f"{cv[n]:15.2f}" for n in names)
               + f" | {pv[None]:5.2f} " + " ".join(f"{pv[n]:15.2f}" for n in names))
 
-    print(f"\nagainst the issue's goals: >= 1.0x cuDNN, >= 1.5x at batch 1, >= 85% of copy above the L2, "
-          f"paged within 10%")
+    print("\nagainst the issue's goals: >= 1.0x cuDNN, >= 1.5x at batch 1, >= 85% of copy above the L2, "
+          "paged within 10%")
     l2 = props.L2_cache_size
     for r in rows:
         o = r["ours_tbps"]

@@ -32,7 +32,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit  # noqa: E402
+from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
 # Tilings of a FLASHATTN_CUDA_TUNING build (head dim -> variants). "sm90:N" is the Hopper kernel
 # with N keys per block ($FLASHATTN_CUDA_SM90_BLOCK_N; the default N needs no variable); "MxNxW"
 # the SM80 kernel's variants ($FLASHATTN_CUDA_FWD_TILE; measured in session 2's first run:
@@ -205,10 +205,7 @@ def main():
     print(ceil, flush=True)
     (out / "h200-ceilings.json").write_text(json.dumps(ceil, indent=1))
 
-    variants = []
-    for v in args.variant:
-        label, _, assignments = v.partition(":")
-        variants.append((label, dict(a.split("=", 1) for a in assignments.split(","))))
+    variants = [parse_variant(v) for v in args.variant]
     seqlens = (1024, 4096, 16384) if args.quick else SEQLENS
     if args.seqlens:
         seqlens = tuple(int(s) for s in args.seqlens.split(","))

@@ -1,13 +1,13 @@
 """One decode call of each implementation on a few shapes, for Nsight Compute to profile.
 
-    ncu --clock-control none --nvtx --nvtx-include "L32k_b1.split_keys/" --section ... \
+    ncu --clock-control none --nvtx --nvtx-include "L32k_b1.built/" --section ... \
         python3 bench/profile_decode.py [SHAPE ...]
 
 A shape is "L32k_b1" style: cache length in k, batch; 32 query / 8 KV heads, d 128, bf16, one query
 token, contiguous cache, num_splits = 0 (the library's split rule), as in bench/gpu_decode.py; a
 "p" suffix ("L32k_b1p") reads a pool of 16-row pages instead. Each shape runs ours under every
-FLASHATTN_CUDA_DECODE value named in FLASHATTN_PROFILE_DECODE_VARIANTS (default: built, narrow,
-split_keys, split_keys_deep) and, for contiguous caches, torch SDPA's cuDNN backend, once each after
+FLASHATTN_CUDA_DECODE value named in FLASHATTN_PROFILE_DECODE_VARIANTS (default: built, tile64,
+split_keys_deep) and, for contiguous caches, torch SDPA's cuDNN backend, once each after
 an unprofiled warm-up, inside NVTX ranges named after the shape and the implementation. Our ranges
 hold the forward kernel and, when the call splits, the combine kernel.
 """
@@ -36,7 +36,7 @@ def parse(shape):
 
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
-    variants = os.environ.get("FLASHATTN_PROFILE_DECODE_VARIANTS", "built narrow split_keys split_keys_deep").split()
+    variants = os.environ.get("FLASHATTN_PROFILE_DECODE_VARIANTS", "built tile64 split_keys_deep").split()
     for shape in shapes:
         cache_len, batch, paged = parse(shape)
         q = torch.randn(batch, 1, HEADS, HDIM, device="cuda", dtype=torch.bfloat16)

@@ -363,7 +363,7 @@ fi
 # Step profile_decode (not in the default list). Log: profile_decode.log.
 if wants profile_decode && [[ -f $lib ]] && command -v ncu > /dev/null; then
   decode_shapes=(${FLASHATTN_PROFILE_DECODE_SHAPES:-L32k_b1 L8k_b64 L8k_b64p L128k_b16})
-  decode_impls=(${FLASHATTN_PROFILE_DECODE_VARIANTS:-built narrow split_keys split_keys_deep} cudnn)
+  decode_impls=(${FLASHATTN_PROFILE_DECODE_VARIANTS:-built tile64 split_keys_deep} cudnn)
   nvtx=()
   for s in "${decode_shapes[@]}"; do for i in "${decode_impls[@]}"; do nvtx+=(--nvtx-include "$s.$i/"); done; done
   FLASHATTN_LIB=$lib timeout $(cap 400) ncu --clock-control none --nvtx "${nvtx[@]}" --section SpeedOfLight \

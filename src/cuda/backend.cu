@@ -49,10 +49,10 @@ int tile_head_dim(int head_dim) {
          FLASHATTN_CUDA_HEADDIMS_STRING, "); rebuild with a head dim >= ", head_dim);
 }
 
-// A kernel choice forced by the environment ($name = sm80 or sm90; read per call, so that tests
-// and benchmarks switch it in one process: a getenv, no allocation): true for sm90, false for
-// sm80, `by_default` otherwise.
 #if FLASHATTN_CUDA_HAS_SM90
+// A kernel choice the environment may force ($name = sm80 or sm90; read per call, so that tests and
+// benchmarks switch it in one process: a getenv, no allocation): true for sm90, false for sm80,
+// `by_default` otherwise.
 bool sm90_unless_forced(const char* name, bool by_default) {
     if (const char* choice = std::getenv(name)) {
         if (std::strcmp(choice, "sm80") == 0) return false;

@@ -125,9 +125,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
     // A thread's column chunks are the same in every (rows x head dim) tile.
-    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
-    CUTE_UNROLL
-    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < fa.head_dim;
+    Tensor column_ok = head_dim_chunks(tKVc, fa.head_dim);
 
     // S and dP: (query rows x keys).
     typename Traits::TiledMmaSdP mma_sdp;
@@ -346,17 +344,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         const int rows_valid = k_stored - n0;
         if (args.dk_accum) {
             // fp32 per query head; the finishing kernel sums each KV head's query heads in order.
-            const int64_t row0 = (int64_t(h) * args.k_rows_total + k_global_row0 + n0) * kHeadDim;
-            float* const dk_rows = args.dk_accum + row0;
-            float* const dv_rows = args.dv_accum + row0;
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dk); t += 2) {
-                const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
-                if (row < rows_valid) {
-                    *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
-                    *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
-                }
-            }
+            store_dkv_scratch<kHeadDim>(args, h, k_global_row0 + n0, acc_dk, acc_dv, tdKVc, rows_valid);
         } else {
             // 16-bit through shared memory (K's and V's buffers) to 16-byte global stores.
             Tensor dk16 = convert_fragment<Element>(acc_dk);

@@ -35,6 +35,26 @@ __device__ __forceinline__ void red_add_pair_v2(float* address, float x, float y
 #endif
 }
 
+// dK and dV of one key block, in fp32, to the per-query-head scratch (GQA, odd dK/dV layouts: the
+// finishing kernel sums each KV head's query heads in order). first_key_row: the block's first row
+// among all sequences' keys; rows at or past rows_valid are not written. Accumulator registers 2t,
+// 2t + 1 are neighbouring columns (tdKVc: their (row, column)).
+template <int kHeadDim, typename Acc, typename Coords>
+__device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, int64_t first_key_row, Acc const& acc_dk,
+                                                  Acc const& acc_dv, Coords const& tdKVc, int rows_valid) {
+    const int64_t row0 = (int64_t(h) * args.k_rows_total + first_key_row) * kHeadDim;
+    float* const dk_rows = args.dk_accum + row0;
+    float* const dv_rows = args.dv_accum + row0;
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dk); t += 2) {
+        const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
+        if (row < rows_valid) {
+            *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
+            *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
+        }
+    }
+}
+
 // Adds four neighbouring fp32 values (16-byte aligned) to global memory without a return value.
 __device__ __forceinline__ void red_add_quad(float* address, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -155,9 +155,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
     auto load_thr = gmem_load.get_thread_slice(ptid);
     Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
-    CUTE_UNROLL
-    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < fa.head_dim;
+    Tensor column_ok = head_dim_chunks(tKVc, fa.head_dim);
     auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
         return w.template rows_of<Element, kHeadDim>(t, row0, head, rows);
     };
@@ -295,17 +293,7 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
         acc_dv(t) *= args.dv_scale;
     }
     if (args.dk_accum) {
-        const int64_t row0 = (int64_t(w.h) * args.k_rows_total + w.k_global_row0 + n0) * kHeadDim;
-        float* const dk_rows = args.dk_accum + row0;
-        float* const dv_rows = args.dv_accum + row0;
-        CUTE_UNROLL
-        for (int t = 0; t < size(acc_dk); t += 2) {
-            const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
-            if (row < rows_valid) {
-                *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
-                *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
-            }
-        }
+        store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKVc, rows_valid);
     } else {
         // Written only without GQA (the host gives GQA the scratch), so h_kv == h. 16-bit pairs.
         Tensor gdK = local_tile(w.template rows_of<Element, kHeadDim>(args.dk, w.seq.k_row0, w.h_kv, w.k_stored),

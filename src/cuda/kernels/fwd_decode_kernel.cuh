@@ -109,9 +109,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     Tensor tVs = load_thr.partition_D(sV);
     Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
-    CUTE_UNROLL
-    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
+    Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
 
     // Tensor cores, one warp. Up to d128 Q stays in registers (A of S = Q K^T) for the whole loop;
     // above, with O's accumulator twice as large, that spills, and Q is read from shared memory per

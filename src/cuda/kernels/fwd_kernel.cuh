@@ -106,9 +106,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
     // Which of this thread's 16-byte column chunks hold real head-dim columns (same for Q, K, V, O).
-    Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
-    CUTE_UNROLL
-    for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
+    Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
 
     // Tensor-core partitions.
     typename Traits::TiledMma tiled_mma;

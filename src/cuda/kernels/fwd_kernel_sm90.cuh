@@ -125,9 +125,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         auto load_thr = gmem_load.get_thread_slice(ptid);
         Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
         Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-        Tensor column_ok = make_tensor<bool>(make_shape(size<2>(tKVc)));
-        CUTE_UNROLL
-        for (int k = 0; k < size(column_ok); ++k) column_ok(k) = get<1>(tKVc(0, 0, k)) < args.head_dim;
+        Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
 
         int ring_base = 0, tiles_done = 0;
         for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
@@ -345,9 +343,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         typename Traits::GmemStore gmem_store;
         auto store_thr = gmem_store.get_thread_slice(tid);
         Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-        Tensor store_column_ok = make_tensor<bool>(make_shape(size<2>(tOc)));
-        CUTE_UNROLL
-        for (int k = 0; k < size(store_column_ok); ++k) store_column_ok(k) = get<1>(tOc(0, 0, k)) < args.head_dim;
+        Tensor store_column_ok = head_dim_chunks(tOc, args.head_dim);
         store_tile<typename Traits::GmemStore>(tid, sO, gO, store_column_ok, t.seq.q_len - m0);
         cutlass::arch::ClusterBarrier::arrive(q_empty); // this thread has read its part of O
         ring_base += num_blocks;

@@ -64,6 +64,16 @@ __device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& f
     return to;
 }
 
+// Which of one thread's 16-byte column chunks (mode 2 of a partitioned (row, column) identity
+// tensor) hold real head-dim columns: the tile's head dim is the compiled one, at least head_dim.
+template <typename Coords>
+__device__ __forceinline__ auto head_dim_chunks(Coords const& coords, int head_dim) {
+    Tensor ok = make_tensor<bool>(make_shape(size<2>(coords)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(ok); ++k) ok(k) = get<1>(coords(0, 0, k)) < head_dim;
+    return ok;
+}
+
 // Visits one thread's 16-byte chunks of a global -> shared tile copy: chunk(m, k, in_bounds), where
 // in_bounds says the chunk's row is before `rows_valid` and its columns are real head-dim columns
 // (column_ok(k)). Rows are compared relative to this thread's first row: compile-time offsets
