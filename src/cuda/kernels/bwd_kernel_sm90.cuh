@@ -163,12 +163,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             Element* const do_base = sm.d_o;
             Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
             Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.q_stage(do_base, s));
-            // Zeroed by clear(), not by the wgmma's scale-d: a wgmma reads its accumulator registers
-            // as far as the compiler knows, so they would stay live from one block to the next.
-            clear(acc_s);
-            clear(acc_dp);
-            wgmma_issue<false>(mma_sdp, tSrK, tSrQ, acc_s);
-            wgmma_issue<false>(mma_sdp, tdPrV, tdPrdO, acc_dp);
+            // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
+            // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
+            // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
+            // resources": each k step waited for the previous one), and clear(acc_dp) after S's
+            // issue cost an injected wait (C7517) between S and dP at every head dim.
+            wgmma_issue<true>(mma_sdp, tSrK, tSrQ, acc_s);
+            wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO, acc_dp);
 
             float lse_log2[kQueries];
             sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
@@ -207,8 +208,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
             // dQ queues behind dK on the tensor cores (no wait in between).
             Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
-            clear(acc_dq);
-            wgmma_issue<false>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
             warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
             warpgroup_fence_operand(acc_dv);
             warpgroup_fence_operand(acc_dk);

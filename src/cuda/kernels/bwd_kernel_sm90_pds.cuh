@@ -151,11 +151,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             Tensor tSrK = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
             Tensor tdPrdO = sdp_thr.partition_fragment_A(sm.q_stage(sm.d_o, s));
             Tensor tdPrV = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
-            // Zeroed by clear(), not by the wgmma's scale-d (bwd_kernel_sm90.cuh says why).
-            clear(acc_s);
-            clear(acc_dp);
-            wgmma_issue<false>(mma_sdp, tSrQ, tSrK, acc_s);
-            wgmma_issue<false>(mma_sdp, tdPrdO, tdPrV, acc_dp);
+            // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
+            wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
+            wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
 
             float lse_log2[kRows];
             sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
@@ -185,8 +183,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             // dQ first: its result leaves while dV and dK run.
             Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
             Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
-            clear(acc_dq);
-            wgmma_issue<false>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
             Tensor tdVrPt = kv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
             Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(sm.d_o, s));
             wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
