@@ -274,19 +274,19 @@ void forward(const Problem& problem) {
 namespace {
 
 // Which backward main kernel runs on compute capability 9.0: the Hopper kernel (wgmma,
-// warp-specialised; kernels/bwd_kernel_sm90.cuh) for the tile head dims it has
-// (kernels::sm90_bwd_supports: 64, 128, 256) without dropout (its registers hold query pairs, the
-// Philox words come in key pairs), where it measured faster than the mma.sync kernel on the H200
-// (session 5): at d64 from 1k queries on (1.07-1.34x), at d128 from 4k (1.07-1.19x; at 1k it
-// measured 0.91-0.94x, so d128 takes it from 2k queries on). The mma.sync kernel everywhere else,
-// and at d256 (kernels/bwd_kernel_sm90_pds.cuh, kernels::sm90_bwd_opt_in) unless asked for: that
-// kernel has not run on a GPU yet. $FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90 (read per call, so
-// benchmarks time both in one process) forces one where both can run.
+// warp-specialised; kernels/bwd_kernel_sm90.cuh at d64/d128, kernels/bwd_kernel_sm90_pds.cuh at
+// d256) for the tile head dims it has (kernels::sm90_bwd_supports: 64, 128, 256) without dropout
+// (its registers hold query pairs, the Philox words come in key pairs), where it measured faster
+// than the mma.sync kernel on the H200 (session 6, run 2): at d64 and d256 everywhere (d256
+// 1.1-1.6x from 512 queries; causal 512 even), at d128 from 1k queries (1.0-1.14x at 1k,
+// 1.1-1.3x beyond; at 512 0.86-0.98x). The mma.sync kernel everywhere else.
+// $FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90 (read per call, so benchmarks time both in one process)
+// forces one where both can run.
 bool use_sm90_backward(int major, int minor, int tile_dim, const BwdArgs& args) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
     if (!kernels::sm90_bwd_supports(tile_dim) || args.fwd.dropout) return false;
-    const bool by_default = !kernels::sm90_bwd_opt_in(tile_dim) && (tile_dim <= 64 || args.fwd.seqlen_q >= 2048);
+    const bool by_default = tile_dim != 128 || args.fwd.seqlen_q >= 1024;
     return sm90_unless_forced("FLASHATTN_CUDA_BWD_KERNEL", by_default);
 #else
     (void)major;

@@ -34,9 +34,6 @@ constexpr bool sm90_bwd_supports(int tile_head_dim) {
 // kernels/bwd_kernel_sm90_pds.cuh): in the keys-as-rows one, dK and dV alone would take 256 fp32
 // registers per consumer thread (64 keys x the whole head dim each).
 constexpr bool sm90_bwd_pds_schedule(int tile_head_dim) { return tile_head_dim == 256; }
-// Head dims whose Hopper backward runs only when asked for ($FLASHATTN_CUDA_BWD_KERNEL=sm90,
-// backend.cu): d256 has not run on a GPU yet, so the library keeps the mma.sync kernel there.
-constexpr bool sm90_bwd_opt_in(int tile_head_dim) { return tile_head_dim == 256; }
 
 // kBlockN of a tile head dim at run time (0 for a head dim without a tiling).
 constexpr int bwd_block_n(int tile_head_dim) {
