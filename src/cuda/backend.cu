@@ -273,6 +273,17 @@ void forward(const Problem& problem) {
 // The backward: dsum, the main kernel, the finishing sums (bwd_launch.h, bwd_aux_kernels.h).
 namespace {
 
+// CTA order of the backward (BwdArgs::chunk_major). $FLASHATTN_CUDA_BWD_ORDER=chunk_major |
+// pair_major (read per call) forces one; the default is pair-major (an experiment, session 6).
+bool backward_chunk_major(const BwdArgs&) {
+    if (const char* order = std::getenv("FLASHATTN_CUDA_BWD_ORDER")) {
+        if (std::strcmp(order, "chunk_major") == 0) return true;
+        if (std::strcmp(order, "pair_major") == 0) return false;
+        fail(FA_ERROR_INVALID_ARGUMENT, "FLASHATTN_CUDA_BWD_ORDER must be chunk_major or pair_major, not '", order, "'");
+    }
+    return false;
+}
+
 // Which backward main kernel runs on compute capability 9.0: the Hopper kernel (wgmma,
 // warp-specialised; kernels/bwd_kernel_sm90.cuh at d64/d128, kernels/bwd_kernel_sm90_pds.cuh at
 // d256) for the tile head dims it has (kernels::sm90_bwd_supports: 64, 128, 256) without dropout
@@ -458,6 +469,7 @@ void backward(const BwdProblem& problem) {
     args.dq_accum = ws_float(plan.dq_at);
     args.dq_chunk_stride = plan.dq_chunk_stride;
     args.num_chunks = plan.num_chunks;
+    args.chunk_major = backward_chunk_major(args);
     args.dk_accum = plan.dkv_scratch ? ws_float(plan.dk_at) : nullptr;
     args.dv_accum = plan.dkv_scratch ? ws_float(plan.dv_at) : nullptr;
     args.q_rows_total = plan.q_rows_total;

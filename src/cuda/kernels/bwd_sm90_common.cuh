@@ -37,8 +37,9 @@ struct Sm90BwdWork {
 
     __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args) {
         const FwdArgs& fa = args.fwd;
-        chunk = int(blockIdx.x % unsigned(args.num_chunks));
-        const int bh = int(blockIdx.x / unsigned(args.num_chunks));
+        const BwdCta cta = bwd_cta(args);
+        chunk = cta.chunk;
+        const int bh = cta.bh;
         b = bh / fa.num_heads;
         h = bh - b * fa.num_heads;
         h_kv = h / fa.heads_per_kv_head;
