@@ -273,31 +273,24 @@ void forward(const Problem& problem) {
 // The backward: dsum, the main kernel, the finishing sums (bwd_launch.h, bwd_aux_kernels.h).
 namespace {
 
-// CTA order of the backward (BwdArgs::chunk_major). $FLASHATTN_CUDA_BWD_ORDER=chunk_major |
-// pair_major (read per call) forces one; the default is pair-major (an experiment, session 6).
-bool backward_chunk_major(const BwdArgs&) {
-    if (const char* order = std::getenv("FLASHATTN_CUDA_BWD_ORDER")) {
-        if (std::strcmp(order, "chunk_major") == 0) return true;
-        if (std::strcmp(order, "pair_major") == 0) return false;
-        fail(FA_ERROR_INVALID_ARGUMENT, "FLASHATTN_CUDA_BWD_ORDER must be chunk_major or pair_major, not '", order, "'");
-    }
-    return false;
-}
-
 // Which backward main kernel runs on compute capability 9.0: the Hopper kernel (wgmma,
 // warp-specialised; kernels/bwd_kernel_sm90.cuh at d64/d128, kernels/bwd_kernel_sm90_pds.cuh at
 // d256) for the tile head dims it has (kernels::sm90_bwd_supports: 64, 128, 256) without dropout
 // (its registers hold query pairs, the Philox words come in key pairs), where it measured faster
 // than the mma.sync kernel on the H200 (session 6, run 2): at d64 and d256 everywhere (d256
 // 1.1-1.6x from 512 queries; causal 512 even), at d128 from 1k queries (1.0-1.14x at 1k,
-// 1.1-1.3x beyond; at 512 0.86-0.98x). The mma.sync kernel everywhere else.
+// 1.1-1.3x beyond; at 512 0.86-0.98x); but not for d256 in deterministic mode, where its CTAs walk
+// several key blocks each and it measured 0.71-0.85x the mma.sync kernel (run 4: 16k 150 vs 176).
+// The mma.sync kernel everywhere else.
 // $FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90 (read per call, so benchmarks time both in one process)
 // forces one where both can run.
 bool use_sm90_backward(int major, int minor, int tile_dim, const BwdArgs& args) {
 #if FLASHATTN_CUDA_HAS_SM90
     if (major != 9 || minor != 0) return false;
     if (!kernels::sm90_bwd_supports(tile_dim) || args.fwd.dropout) return false;
-    const bool by_default = tile_dim != 128 || args.fwd.seqlen_q >= 1024;
+    const bool deterministic = args.dq_chunk_stride != 0;
+    const bool by_default = tile_dim == 64 || (tile_dim == 128 && args.fwd.seqlen_q >= 1024) ||
+                            (tile_dim == 256 && !deterministic);
     return sm90_unless_forced("FLASHATTN_CUDA_BWD_KERNEL", by_default);
 #else
     (void)major;
@@ -469,7 +462,6 @@ void backward(const BwdProblem& problem) {
     args.dq_accum = ws_float(plan.dq_at);
     args.dq_chunk_stride = plan.dq_chunk_stride;
     args.num_chunks = plan.num_chunks;
-    args.chunk_major = backward_chunk_major(args);
     args.dk_accum = plan.dkv_scratch ? ws_float(plan.dk_at) : nullptr;
     args.dv_accum = plan.dkv_scratch ? ws_float(plan.dv_at) : nullptr;
     args.q_rows_total = plan.q_rows_total;

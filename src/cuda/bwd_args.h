@@ -37,9 +37,6 @@ struct BwdArgs {
     int32_t num_chunks;      // CTAs per (sequence, head) along the keys: CTA c visits key blocks
                              // c, c + num_chunks, ...; == key blocks unless deterministic
     int32_t num_n_blocks;    // key blocks of the longest sequence; set by the launcher
-    int32_t chunk_major;     // 1: CTA i is chunk i / (batch * heads) (every pair's chunk 0 first:
-                             // heaviest first under a causal mask); 0: chunk i % num_chunks (the
-                             // chunks of a pair side by side, sharing its Q/dO through the L2)
     float* dk_accum;         // null: the main kernel writes dk/dv (scaled, converted) itself
     float* dv_accum;
     int64_t q_rows_total;    // rows of the dQ scratch per head: varlen ? total_q : batch * seqlen_q
@@ -49,19 +46,5 @@ struct BwdArgs {
     float dk_scale;          // softmax scale
     float dv_scale;          // 1 / (1 - dropout_p): the kernel accumulates (P * keep)^T dO
 };
-
-#ifdef __CUDACC__
-// The (chunk, sequence * heads + head) of this CTA (BwdArgs::chunk_major).
-struct BwdCta {
-    int chunk, bh;
-};
-__device__ __forceinline__ BwdCta bwd_cta(const BwdArgs& args) {
-    if (args.chunk_major) {
-        const unsigned pairs = unsigned(args.fwd.batch) * unsigned(args.fwd.num_heads);
-        return {int(blockIdx.x / pairs), int(blockIdx.x % pairs)};
-    }
-    return {int(blockIdx.x % unsigned(args.num_chunks)), int(blockIdx.x / unsigned(args.num_chunks))};
-}
-#endif
 
 } // namespace flashattn::cuda

@@ -54,9 +54,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     const int tid = threadIdx.x;
 
     // Work item: chunk of key blocks, sequence, query head.
-    const BwdCta cta = bwd_cta(args);
-    const int chunk = cta.chunk;
-    const int bh = cta.bh;
+    const int chunk = int(blockIdx.x % unsigned(args.num_chunks));
+    const int bh = int(blockIdx.x / unsigned(args.num_chunks));
     const int b = bh / fa.num_heads;
     const int h = bh - b * fa.num_heads;
     const int h_kv = h / fa.heads_per_kv_head;

@@ -37,9 +37,8 @@ struct Sm90BwdWork {
 
     __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args) {
         const FwdArgs& fa = args.fwd;
-        const BwdCta cta = bwd_cta(args);
-        chunk = cta.chunk;
-        const int bh = cta.bh;
+        chunk = int(blockIdx.x % unsigned(args.num_chunks));
+        const int bh = int(blockIdx.x / unsigned(args.num_chunks));
         b = bh / fa.num_heads;
         h = bh - b * fa.num_heads;
         h_kv = h / fa.heads_per_kv_head;
