@@ -22,6 +22,7 @@
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
 #                                               decode_split_keys, profile_decode, profile_bwd, pytest_sm90_forms,
+#                                               bwd_timeline (a measuring build: bench/bwd_timeline.py),
 #                                               pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
 #                                               the steps to run (default: all)
@@ -234,6 +235,27 @@ if wants profile_bwd && [[ -f $lib ]] && command -v ncu > /dev/null; then
     python3 bench/profile_backward.py "${bwd_shapes[@]}" > "$logs/profile_bwd.log" 2>&1
 fi
 
+# Step bwd_timeline (not in the default list): a second, measuring build (build-timeline: d64 and
+# d128 only, -DFLASHATTN_CUDA_BWD_TIMELINE=ON) whose Hopper backward records per-CTA event times,
+# then bench/bwd_timeline.py on FLASHATTN_TIMELINE_SHAPES: where a key block's time goes
+# (kv wait, first S, per query block, epilogue, producer tail, the gap between CTAs of an SM).
+# Logs: build_timeline.log, bwd_timeline.log; OUTDIR gets bwd-timeline.json.
+if wants bwd_timeline; then
+  start=$SECONDS
+  cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
+    -DFLASHATTN_HEADDIMS="64;128" -DFLASHATTN_CUDA_BWD_TIMELINE=ON -DFLASHATTN_BUILD_TESTS=OFF \
+    -DFLASHATTN_BUILD_TOOLS=OFF > "$logs/build_timeline.log" 2>&1 &&
+    timeout $(cap 400) ninja -C build-timeline -j"$(nproc)" flashattn >> "$logs/build_timeline.log" 2>&1
+  echo "BUILD (timeline) rc=$? seconds=$((SECONDS - start))" >> "$logs/build_timeline.log"
+  if [[ -f build-timeline/src/libflashattn.so ]]; then
+    mkdir -p "$out/timeline"
+    FLASHATTN_LIB=$root/build-timeline/src/libflashattn.so timeout $(cap 200) python3 bench/bwd_timeline.py \
+      --out "$out/timeline" ${FLASHATTN_TIMELINE_SHAPES:-} > "$logs/bwd_timeline.log" 2>&1
+    cp "$out/timeline/bwd-timeline.json" "$out/" 2>/dev/null
+    tar -czf "$out/timeline-csv.tar.gz" -C "$out" timeline && rm -rf "$out/timeline"
+  fi
+fi
+
 # ---- Backward (issue 4) ----------------------------------------------------------------------
 # Steps pytest_bwd, sanitize_bwd, bench_bwd (C++ backward cases run in the ctest step above, label
 # gpu). Logs: tests_bwd.log, sanitize_bwd.log, bench_bwd.log; OUTDIR gets h200-backward.csv/.png.
@@ -388,6 +410,8 @@ fi
   grep -hE '^pip install|^Successfully|ERROR' "$logs/pip_install.log" 2>/dev/null | head -5
   grep -hE '(passed|failed|error).* in [0-9.]+s|^FAILED|^ERROR|^SKIPPED' "$logs/tests_pip_python.log" 2>/dev/null | head -30
   # backward (issue 4)
+  grep -hE '^BUILD' "$logs/build_timeline.log" 2>/dev/null
+  cat "$logs/bwd_timeline.log" 2>/dev/null | grep -v '^$' | tail -40
   grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation' "$logs/tests_bwd.log" 2>/dev/null
   grep -hE '^FAILED|^ERROR' "$logs/tests_bwd.log" 2>/dev/null | head -20
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_bwd.log" 2>/dev/null

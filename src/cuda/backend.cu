@@ -12,6 +12,9 @@
 #include "inference.h"
 #include "tile_dim_dispatch.h"
 #include "kernels/bwd_tile_config.h"
+#if FLASHATTN_CUDA_BWD_TIMELINE
+#include "kernels/bwd_timeline.cuh"
+#endif
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -26,8 +29,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace flashattn::cuda {
 namespace {
@@ -273,6 +279,54 @@ void forward(const Problem& problem) {
 // The backward: dsum, the main kernel, the finishing sums (bwd_launch.h, bwd_aux_kernels.h).
 namespace {
 
+#if FLASHATTN_CUDA_BWD_TIMELINE
+// Measuring builds (CMake FLASHATTN_CUDA_BWD_TIMELINE=ON) only: with $FLASHATTN_CUDA_BWD_TIMELINE_FILE
+// set, the Hopper backward records per-CTA event times (kernels/bwd_timeline.cuh) into a buffer
+// allocated here, written to that file as CSV after the call (the stream is synchronised: not for
+// production). bench/bwd_timeline.py reads it.
+class BwdTimeline {
+public:
+    BwdTimeline(BwdArgs& args, int64_t ctas, cudaStream_t stream) : stream_(stream), ctas_(ctas) {
+        const char* path = std::getenv("FLASHATTN_CUDA_BWD_TIMELINE_FILE");
+        if (path == nullptr || *path == '\0' || ctas <= 0) return;
+        path_ = path;
+        check_cuda(cudaMalloc(&buffer_, bytes()), "allocating the backward timeline");
+        check_cuda(cudaMemsetAsync(buffer_, 0, bytes(), stream), "clearing the backward timeline");
+        args.timeline = buffer_;
+    }
+    BwdTimeline(const BwdTimeline&) = delete;
+    BwdTimeline& operator=(const BwdTimeline&) = delete;
+    ~BwdTimeline() {
+        if (buffer_) (void)cudaFree(buffer_);
+    }
+    void write() const {
+        if (buffer_ == nullptr) return;
+        std::vector<uint64_t> host(size_t(ctas_) * kernels::kBwdTimelineSlots);
+        check_cuda(cudaMemcpyAsync(host.data(), buffer_, bytes(), cudaMemcpyDeviceToHost, stream_),
+                   "reading the backward timeline");
+        check_cuda(cudaStreamSynchronize(stream_), "reading the backward timeline");
+        std::FILE* file = std::fopen(path_.c_str(), "w");
+        if (file == nullptr) fail(FA_ERROR_INVALID_ARGUMENT, "FLASHATTN_CUDA_BWD_TIMELINE_FILE: cannot write ", path_);
+        std::fprintf(file, "cta,smid,global_start_ns,global_end_ns,start,kv_ready,first_scores,blocks_done,"
+                           "epilogue_done,producer_issued,producer_exit\n");
+        for (int64_t c = 0; c < ctas_; ++c) {
+            std::fprintf(file, "%lld", static_cast<long long>(c));
+            for (int slot = 0; slot < kernels::kBwdTimelineSlots; ++slot)
+                std::fprintf(file, ",%llu", static_cast<unsigned long long>(host[size_t(c) * kernels::kBwdTimelineSlots + slot]));
+            std::fprintf(file, "\n");
+        }
+        std::fclose(file);
+    }
+
+private:
+    size_t bytes() const { return size_t(ctas_) * kernels::kBwdTimelineSlots * sizeof(uint64_t); }
+    cudaStream_t stream_;
+    int64_t ctas_;
+    std::string path_;
+    uint64_t* buffer_ = nullptr;
+};
+#endif
+
 // Which backward main kernel runs on compute capability 9.0: the Hopper kernel (wgmma,
 // warp-specialised; kernels/bwd_kernel_sm90.cuh at d64/d128, kernels/bwd_kernel_sm90_pds.cuh at
 // d256) for the tile head dims it has (kernels::sm90_bwd_supports: 64, 128, 256) without dropout
@@ -487,11 +541,20 @@ void backward(const BwdProblem& problem) {
 
     bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
     const bool sm90 = use_sm90_backward(major, minor, plan.tile_dim, args);
+#if FLASHATTN_CUDA_BWD_TIMELINE
+    const int64_t key_chunks = plan.num_chunks > 0 ? plan.num_chunks
+                                                   : (int64_t(p.seqlen_k) + kernels::bwd_block_n(plan.tile_dim) - 1) /
+                                                         kernels::bwd_block_n(plan.tile_dim);
+    const BwdTimeline timeline(args, sm90 ? key_chunks * p.batch * p.num_heads : 0, stream);
+#endif
     if (p.dtype == FA_FLOAT16) {
         run_backward_kernel<FA_FLOAT16>(plan.tile_dim, sm90, args, stream);
     } else {
         run_backward_kernel<FA_BFLOAT16>(plan.tile_dim, sm90, args, stream);
     }
+#if FLASHATTN_CUDA_BWD_TIMELINE
+    timeline.write();
+#endif
     bwd_finish(args, p.dtype, stream);
 }
 

@@ -45,6 +45,9 @@ struct BwdArgs {
     float dq_scale;          // softmax scale (dS is in units of the scaled score)
     float dk_scale;          // softmax scale
     float dv_scale;          // 1 / (1 - dropout_p): the kernel accumulates (P * keep)^T dO
+
+    uint64_t* timeline;      // FLASHATTN_CUDA_BWD_TIMELINE builds: per-CTA event times of the
+                             // Hopper backward (kernels/bwd_timeline.cuh); null otherwise
 };
 
 } // namespace flashattn::cuda

@@ -41,6 +41,7 @@
 
 #include "bwd_args.h"
 #include "kernels/bwd_sm90_common.cuh"
+#include "kernels/bwd_timeline.cuh"
 #include "kernels/bwd_traits_sm90.cuh"
 #include "kernels/wgmma_ops.cuh"
 
@@ -95,6 +96,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     // ---------------- consumers ----------------
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
+    const bool timeline_writer = tid == 0; // FLASHATTN_CUDA_BWD_TIMELINE builds only
+    timeline_mark(args, kTimelineSmid, timeline_writer);
+    timeline_mark(args, kTimelineGlobalStart, timeline_writer);
+    timeline_mark(args, kTimelineStart, timeline_writer);
     constexpr uint32_t kDsReadyBarrier = 0; // cutlass::arch::NamedBarrier adds its reserved offset
 
     typename Traits::TiledMmaSdP mma_sdp;
@@ -176,6 +181,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
 
             warpgroup_wait<1>(); // S^T (dP^T may still run)
             warpgroup_fence_operand(acc_s);
+            timeline_mark(args, kTimelineFirstScores, timeline_writer && q_uses == 0);
             sm90_bwd_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
             {
                 Tensor p16 = convert_fragment<Element>(acc_s);
@@ -228,6 +234,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if (range.m_end > range.m_begin) {
             cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
             cutlass::arch::fence_view_async_shared();
+            timeline_mark(args, kTimelineKvReady, timeline_writer && kv_uses == 0);
             // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
             for (int m = range.m_begin; m < range.m_end;) {
                 for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
@@ -236,10 +243,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
                     process_block(m, cute::false_type{});
             }
             cutlass::arch::ClusterBarrier::arrive(sm.kv_empty); // every wgmma reading K, V has completed
+            timeline_mark(args, kTimelineBlocksDone, timeline_writer && kv_uses == 0);
             ++kv_uses;
         }
 
         sm90_bwd_store_dkdv<Traits>(args, w, n, acc_dk, acc_dv, tdKVc);
+        if (kv_uses == 1 && range.m_end > range.m_begin) { // the first key block with work
+            timeline_mark(args, kTimelineEpilogueDone, timeline_writer);
+            timeline_mark(args, kTimelineGlobalEnd, timeline_writer);
+        }
     }
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }

@@ -14,6 +14,7 @@
 
 #include "bwd_args.h"
 #include "kernels/bwd_policies.cuh"
+#include "kernels/bwd_timeline.cuh"
 #include "kernels/online_softmax.cuh" // fast_exp2
 #include "kernels/producer_copies.cuh"
 #include "kernels/score_policies.cuh"
@@ -221,12 +222,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
             const bool row_ok = m0 + stat_row < seq.q_len;
             cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
             cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
+            timeline_mark(args, kTimelineProducerIssued, ptid == 0 && q_uses == 0);
             if (q_uses > 0) add_dq(q_uses - 1, last_m0);
             last_m0 = m0;
         }
     }
     if (q_uses > 0) add_dq(q_uses - 1, last_m0);
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
+    timeline_mark(args, kTimelineProducerExit, ptid == 0);
 }
 
 // lse of the query rows a thread holds (natural log; -inf: the row saw no key) in log2 units, +inf
