@@ -26,7 +26,6 @@ import argparse
 import csv
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -137,19 +136,14 @@ def main():
     import torch
 
     import fa_ctypes as fa
-    from profile_forward import parse
+    from profile_backward import BackwardProblem
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for shape in args.shapes:
-        d, causal, s = parse(shape)
-        b, h = 16384 // s, 2048 // d
-        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-        o, lse, _ = fa.forward(q, k, v, causal=causal)
-        grads = [torch.empty_like(t) for t in (q, k, v)]
-        params = fa.make_bwd_params(q, k, v, o, lse, dout, *grads, causal=causal, backend=fa.FA_BACKEND_CUDA,
-                                    stream=torch.cuda.current_stream().cuda_stream)
+        problem = BackwardProblem(shape)
+        d, causal, s, b, h, params = problem.d, problem.causal, problem.s, problem.b, problem.h, problem.params
         path = out / f"timeline-{shape}.csv"
         os.environ["FLASHATTN_CUDA_BWD_KERNEL"] = "sm90"
         try:

@@ -28,16 +28,28 @@ from profile_forward import parse  # noqa: E402
 DEFAULT_SHAPES = ["d128n1k", "d128n16k", "d64n1k", "d256n4k"]
 
 
+class BackwardProblem:
+    """One benchmark shape's backward, ready to call: inputs (b, s, h, d) bf16, the forward's out
+    and lse, gradient buffers and the fa_bwd_params over them (`params`; `lib().fa_backward`)."""
+
+    def __init__(self, shape):
+        self.d, self.causal, self.s = parse(shape)
+        self.b, self.h = 16384 // self.s, 2048 // self.d
+        self.q, self.k, self.v, self.dout = (
+            torch.randn(self.b, self.s, self.h, self.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        self.out, self.lse, _ = fa.forward(self.q, self.k, self.v, causal=self.causal)
+        self.grads = [torch.empty_like(t) for t in (self.q, self.k, self.v)]
+        self.params = fa.make_bwd_params(self.q, self.k, self.v, self.out, self.lse, self.dout, *self.grads,
+                                         causal=self.causal, backend=fa.FA_BACKEND_CUDA,
+                                         stream=torch.cuda.current_stream().cuda_stream)
+
+
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
     for shape in shapes:
-        d, causal, s = parse(shape)
-        b, h = 16384 // s, 2048 // d
-        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-        out, lse, _ = fa.forward(q, k, v, causal=causal)
-        grads = [torch.empty_like(t) for t in (q, k, v)]
-        params = fa.make_bwd_params(q, k, v, out, lse, dout, *grads, causal=causal, backend=fa.FA_BACKEND_CUDA,
-                                    stream=torch.cuda.current_stream().cuda_stream)
+        problem = BackwardProblem(shape)
+        d, causal, s, b, h = problem.d, problem.causal, problem.s, problem.b, problem.h
+        q, k, v, dout, params = problem.q, problem.k, problem.v, problem.dout, problem.params
         runs = {}
         for kernel in ("sm80", "sm90"):
             def ours(kernel=kernel):
