@@ -265,7 +265,7 @@ if wants pytest_bwd && [[ -f $lib ]]; then
   pytest_groups "backward " test_backward.py 600 "${bwd_test_groups[@]}" > "$logs/tests_bwd.log" 2>&1
 fi
 # Step pytest_bwd_sm80 (not in the default list): the same groups with the mma.sync kernel forced
-# (the library picks the Hopper kernel at d64, and at d128 from 2k queries, on sm_90).
+# (the library picks the Hopper kernel at d64, d128 from 1k queries and d256 unless deterministic, on sm_90).
 if wants pytest_bwd_sm80 && [[ -f $lib ]]; then
   FLASHATTN_CUDA_BWD_KERNEL=sm80 pytest_groups "backward sm80 " test_backward.py 600 "${bwd_test_groups[@]}" \
     >> "$logs/tests_bwd.log" 2>&1
@@ -276,7 +276,7 @@ fi
 # fail on a protocol error, so short checked CLI problems run first, each under a 60 s timeout, and
 # the suite runs only if all passed. d128: causal, ragged query and key blocks, and deterministic
 # with 72 (sequence, head) pairs, so one chunk per pair and each CTA walks all 3 key blocks (the K/V
-# stage is reused, the Q ring wraps). d256 (never run on a GPU before session 7): the same problem
+# stage is reused, the Q ring wraps). d256 (first run in session 6): the same problem
 # (5 key blocks of 64), then the extras kernel (softcap, ALiBi, GQA, a local window, varlen). All
 # small enough for the CLI's fp64 check.
 bwd_sm90_smoke=(
