@@ -11,7 +11,9 @@ with $FLASHATTN_CUDA_BWD_TIMELINE_FILE set: the library writes one CSV row per C
 block's epilogue, clock64 at each event). This script turns each CTA's cycles into microseconds with
 that CTA's own (ns / cycles) ratio and prints, per shape, the median and 90th percentile of:
 
-  kv wait      consumers' start -> the first key block's K, V landed
+  kv wait      consumers' start -> the first key block's K, V landed, of which
+    producer set-up   consumers' start -> the producer's loop (its setmaxnreg, address set-up)
+    K/V issue         the producer issuing K and V (cp.async)
   first S      K, V landed -> the first query block's S^T done (its Q stage, then one wgmma)
   per block    the remaining query blocks of the first key block, per block
   epilogue     last query block done -> dK, dV stored
@@ -54,7 +56,8 @@ def query_blocks(seqlen, causal, key_block):
 
 def analyse(rows, seqlen, causal, num_chunks):
     """Per-CTA phases in us, and the gaps between consecutive CTAs of an SM."""
-    phases = {k: [] for k in ("kv wait", "first S", "per block", "epilogue", "producer", "SM gap", "CTA")}
+    phases = {k: [] for k in ("kv wait", "producer set-up", "K/V issue", "first S", "per block", "epilogue", "producer",
+                              "SM gap", "CTA")}
     ctas = []
     for r in rows:
         v = {k: int(x) for k, x in r.items()}
@@ -70,6 +73,9 @@ def analyse(rows, seqlen, causal, num_chunks):
         phases["epilogue"].append(us("blocks_done", "epilogue_done"))
         if v["producer_exit"]:
             phases["producer"].append(us("epilogue_done", "producer_exit"))
+        if v["producer_start"] and v["producer_kv_issued"]:
+            phases["producer set-up"].append(us("start", "producer_start"))
+            phases["K/V issue"].append(us("producer_start", "producer_kv_issued"))
         phases["CTA"].append((v["global_end_ns"] - v["global_start_ns"]) / 1000.0)
         ctas.append(v)
     by_sm = {}
@@ -106,10 +112,13 @@ def self_check():
             c.append(c[-1] + p * cycles_per_us)
         rows.append({"cta": cta, "smid": sm, "global_start_ns": start_ns, "global_end_ns": end_ns[sm],
                      "start": c[0], "kv_ready": c[1], "first_scores": c[2], "blocks_done": c[3],
-                     "epilogue_done": c[4], "producer_issued": c[0] + 100, "producer_exit": c[4] + cycles_per_us})
+                     "epilogue_done": c[4], "producer_start": c[0] + cycles_per_us,
+                     "producer_kv_issued": c[0] + 3 * cycles_per_us, "producer_issued": c[0] + 4 * cycles_per_us,
+                     "producer_exit": c[4] + cycles_per_us})
     rows = [{k: str(v) for k, v in r.items()} for r in rows]
     got = analyse(rows, 256, True, num_chunks=2)
-    for name, want in (("kv wait", 5), ("first S", 1), ("per block", 4), ("epilogue", 2), ("producer", 1)):
+    for name, want in (("kv wait", 5), ("producer set-up", 1), ("K/V issue", 2), ("first S", 1), ("per block", 4),
+                       ("epilogue", 2), ("producer", 1)):
         assert abs(got[name]["median_us"] - want) < 1e-6, (name, got[name], want)
     assert got["ctas_recorded"] == 4 and got["sms"] == 2, got
     assert got["SM gap"]["n"] == 2 and abs(got["SM gap"]["median_us"] - 3) < 1e-6, got["SM gap"]
@@ -165,7 +174,8 @@ def main():
         results[shape] = summary = analyse(rows, s, causal, num_chunks)
         print(f"{shape}: b={b} h={h} d={d} causal={causal}: {summary['ctas_recorded']} CTAs on {summary['sms']} SMs, "
               f"first CTA start to last epilogue {summary['span_us']:.0f} us", flush=True)
-        for name in ("kv wait", "first S", "per block", "epilogue", "producer", "SM gap", "CTA"):
+        for name in ("kv wait", "producer set-up", "K/V issue", "first S", "per block", "epilogue", "producer",
+                     "SM gap", "CTA"):
             p = summary[name]
             print(f"    {name:10s} median {p['median_us']:8.2f} us   p90 {p['p90_us']:8.2f} us   (n={p['n']})")
     with open(out / "bwd-timeline.json", "w") as f:

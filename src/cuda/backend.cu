@@ -308,7 +308,7 @@ public:
         std::FILE* file = std::fopen(path_.c_str(), "w");
         if (file == nullptr) fail(FA_ERROR_INVALID_ARGUMENT, "FLASHATTN_CUDA_BWD_TIMELINE_FILE: cannot write ", path_);
         std::fprintf(file, "cta,smid,global_start_ns,global_end_ns,start,kv_ready,first_scores,blocks_done,"
-                           "epilogue_done,producer_issued,producer_exit\n");
+                           "epilogue_done,producer_start,producer_kv_issued,producer_issued,producer_exit\n");
         for (int64_t c = 0; c < ctas_; ++c) {
             std::fprintf(file, "%lld", static_cast<long long>(c));
             for (int slot = 0; slot < kernels::kBwdTimelineSlots; ++slot)

@@ -201,6 +201,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
     };
 
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    timeline_mark(args, kTimelineProducerStart, ptid == 0);
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
         const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
@@ -210,6 +211,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
         produce_tile(tKg(_, _, _, n), load_thr.partition_D(sK), tKVc, column_ok, seq.k_len - n0, safe);
         produce_tile(tVg(_, _, _, n), load_thr.partition_D(sV), tKVc, column_ok, seq.k_len - n0, safe);
         cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
+        timeline_mark(args, kTimelineProducerKvIssued, ptid == 0 && kv_uses == 0);
         ++kv_uses;
         for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
             const int s = q_uses % kQStages;

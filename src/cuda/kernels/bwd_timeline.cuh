@@ -25,6 +25,8 @@ enum BwdTimelineSlot : int {
     kTimelineFirstScores,      // first query block's S^T completed (its Q stage landed, then the wgmma)
     kTimelineBlocksDone,       // last query block of the first key block done (before the epilogue)
     kTimelineEpilogueDone,     // dK, dV of the first key block stored
+    kTimelineProducerStart,    // producer: entered its loop (after setmaxnreg and its address set-up)
+    kTimelineProducerKvIssued, // producer: K, V of the first key block issued
     kTimelineProducerIssued,   // producer: K, V and the first Q stage of the first key block issued
     kTimelineProducerExit,     // producer: its last dQ add issued and its copies landed
     kBwdTimelineSlots
