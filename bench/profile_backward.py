@@ -10,6 +10,12 @@ unprofiled warm-up, inside NVTX ranges named after the shape and the implementat
 (ncu --nvtx --nvtx-include "d128n16k.ours_sm90/" selects one). What the profile should answer for
 the Hopper backward: whether its consumers wait on the producer (barrier stalls, the producer's
 local-memory spills) or on their own products, at 1k and at 16k.
+
+torch runs the SDPA backwards on its autograd thread, outside the NVTX ranges pushed here (ranges
+are per thread): the NVTX filter catches ours only. $FLASHATTN_PROFILE_BWD_ONLY=fa2 runs just the
+named implementations (comma-separated), for a second Nsight pass that selects by kernel name
+(`--kernel-name regex:flash_bwd`: FA2's dot_do_o, main and convert_dq kernels; warm-up and timed
+call both appear).
 """
 import ctypes
 import os
@@ -70,6 +76,9 @@ def main():
             def sdpa(sdpa_out=sdpa_out):
                 torch.autograd.grad(sdpa_out, leaves, dout_t, retain_graph=True)
             runs[name] = sdpa
+        only = os.environ.get("FLASHATTN_PROFILE_BWD_ONLY")
+        if only:  # e.g. "fa2": a pass that filters by kernel name instead of NVTX (see the docstring)
+            runs = {name: fn for name, fn in runs.items() if name in only.split(",")}
         for name, fn in runs.items():
             fn()  # warm-up
             torch.cuda.synchronize()

@@ -233,6 +233,13 @@ if wants profile_bwd && [[ -f $lib ]] && command -v ncu > /dev/null; then
     --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis ${FLASHATTN_PROFILE_EXTRA:-} \
     python3 bench/profile_backward.py "${bwd_shapes[@]}" > "$logs/profile_bwd.log" 2>&1
+  # torch's FA2 backward runs on the autograd thread, outside the NVTX ranges: a second pass that
+  # runs FA2 alone and selects its kernels by name. Log: profile_bwd_fa2.log.
+  if [[ " ${bwd_impls[*]} " == *" fa2 "* ]]; then
+    FLASHATTN_PROFILE_BWD_ONLY=fa2 FLASHATTN_LIB=$lib timeout $(cap 200) ncu --clock-control none \
+      --kernel-name regex:flash_bwd --section SpeedOfLight --section LaunchStats --section Occupancy \
+      python3 bench/profile_backward.py "${bwd_shapes[@]}" > "$logs/profile_bwd_fa2.log" 2>&1
+  fi
 fi
 
 # Step bwd_timeline (not in the default list): a second, measuring build (build-timeline: d64 and
