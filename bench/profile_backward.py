@@ -29,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from profile_forward import parse  # noqa: E402
+from profile_forward import parse, run_in_nvtx_ranges  # noqa: E402
 
 DEFAULT_SHAPES = ["d128n1k", "d128n16k", "d64n1k", "d256n4k"]
 
@@ -79,13 +79,7 @@ def main():
         only = os.environ.get("FLASHATTN_PROFILE_BWD_ONLY")
         if only:  # e.g. "fa2": a pass that filters by kernel name instead of NVTX (see the docstring)
             runs = {name: fn for name, fn in runs.items() if name in only.split(",")}
-        for name, fn in runs.items():
-            fn()  # warm-up
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(f"{shape}.{name}")
-            fn()
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
+        run_in_nvtx_ranges(shape, runs)
         print(f"{shape}: b={b} s={s} h={h} d={d} causal={causal}: ran {', '.join(runs)}", flush=True)
 
 

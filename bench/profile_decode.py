@@ -23,6 +23,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import fa_ctypes as fa  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_forward import run_in_nvtx_ranges  # noqa: E402
+
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 DEFAULT_SHAPES = ["L32k_b1", "L8k_b64", "L8k_b64p", "L128k_b16"]
 
@@ -67,13 +70,7 @@ def main():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
             runs["cudnn"] = cudnn
-        for name, fn in runs.items():
-            fn()  # warm-up (cuDNN builds its plan here)
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(f"{shape}.{name}")
-            fn()
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
+        run_in_nvtx_ranges(shape, runs)
         print(f"{shape}: L={cache_len} batch={batch} paged={paged}: ran {', '.join(runs)}", flush=True)
         del k, v, table, params, out, lse
         torch.cuda.empty_cache()

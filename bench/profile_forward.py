@@ -30,6 +30,18 @@ def parse(shape):
     return int(m.group(1)), m.group(2) == "c", int(m.group(3)) * 1024
 
 
+def run_in_nvtx_ranges(shape, runs):
+    """Each of `runs` (name -> callable) once unprofiled (the warm-up: cuDNN builds its plan there),
+    then once inside the NVTX range "SHAPE.NAME" that Nsight's --nvtx-include selects."""
+    for name, fn in runs.items():
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(f"{shape}.{name}")
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+
+
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
     for shape in shapes:
@@ -51,13 +63,7 @@ def main():
                 with sdpa_kernel([backend]):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             runs[name] = sdpa
-        for name, fn in runs.items():
-            fn()  # warm-up (cuDNN builds its plan here)
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(f"{shape}.{name}")
-            fn()
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
+        run_in_nvtx_ranges(shape, runs)
         print(f"{shape}: b={b} s={s} h={h} d={d} causal={causal}: ran {', '.join(runs)}", flush=True)
 
 

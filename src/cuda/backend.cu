@@ -542,10 +542,9 @@ void backward(const BwdProblem& problem) {
     bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
     const bool sm90 = use_sm90_backward(major, minor, plan.tile_dim, args);
 #if FLASHATTN_CUDA_BWD_TIMELINE
-    const int64_t key_chunks = plan.num_chunks > 0 ? plan.num_chunks
-                                                   : (int64_t(p.seqlen_k) + kernels::bwd_block_n(plan.tile_dim) - 1) /
-                                                         kernels::bwd_block_n(plan.tile_dim);
-    const BwdTimeline timeline(args, sm90 ? key_chunks * p.batch * p.num_heads : 0, stream);
+    BwdArgs grid_args = args; // the launcher's grid, planned on a copy (plan_bwd_grid fills it in)
+    const BwdTimeline timeline(
+        args, sm90 ? plan_bwd_grid(grid_args, plan.tile_dim, kernels::bwd_block_n(plan.tile_dim)) : 0, stream);
 #endif
     if (p.dtype == FA_FLOAT16) {
         run_backward_kernel<FA_FLOAT16>(plan.tile_dim, sm90, args, stream);

@@ -245,15 +245,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, at_offset(tSsQ, buffer), tSsK, copy_sdp_a, copy_sdp_b,
                       copy_sdp_a_thr, copy_sdp_b_thr);
             Tensor probs = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
-            if constexpr (kExtras) {
-                if (fa.transform_scores) apply_score_transform(probs, s_coords, fa, alibi_slope, seq, m0, n0);
-            }
-            if constexpr (kMasked) apply_key_mask(probs, s_coords, fa.mask, seq, m0, n0);
-            CUTE_UNROLL
-            for (int r = 0; r < kRows; ++r) {
-                CUTE_UNROLL
-                for (int c = 0; c < size<1>(probs); ++c) probs(r, c) = fast_exp2(fmaf(probs(r, c), exp_scale, -lse_log2[r]));
-            }
+            recompute_probs<kMasked, kExtras>(probs, s_coords, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
             if constexpr (kExtras) {
                 if (fa.dropout) negate_dropped(probs, s_coords, fa, dropout_key, b, h, m0, n0);
             }

@@ -61,7 +61,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr int kHeadDim = Traits::kHeadDim;
     constexpr int kQStages = Traits::kQStages;
     const FwdArgs& fa = args.fwd;
-    const int warpgroup = int(threadIdx.x) / 128;
 
     const Sm90BwdWork w(args);
     const SequenceBounds& seq = w.seq;
@@ -71,9 +70,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
 
     // Shared memory (bwd_traits_sm90.cuh, bwd_sm90_common.cuh).
     extern __shared__ __align__(1024) char smem[];
-    using Smem = Sm90BwdSmem<Traits>;
-    static_assert(Smem::kBytes == Traits::kSmemBytes && Smem::kTileBytes == Traits::kSmemTileBytes);
-    const Smem sm(smem);
+    const Sm90BwdSmem<Traits> sm(smem);
     Element* const smem_k = sm.k;
     Element* const smem_v = sm.v;
     Element* const smem_ds = sm.scores; // dS^T [kDsBuffers]
@@ -84,17 +81,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdSt{});
     };
 
-    if (threadIdx.x == 0) sm.init_barriers();
-    __syncthreads(); // the last CTA-wide barrier
-
-    if (warpgroup == 0) {
-        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-        sm90_bwd_producer<Traits>(args, w, sm);
-        return;
-    }
+    if (sm90_bwd_ran_producer<Traits>(args, w, sm)) return;
 
     // ---------------- consumers ----------------
-    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
     const bool timeline_writer = tid == 0; // FLASHATTN_CUDA_BWD_TIMELINE builds only
     timeline_mark(args, kTimelineSmid, timeline_writer);
@@ -182,7 +171,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             warpgroup_wait<1>(); // S^T (dP^T may still run)
             warpgroup_fence_operand(acc_s);
             timeline_mark(args, kTimelineFirstScores, timeline_writer && q_uses == 0);
-            sm90_bwd_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+            recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
             {
                 Tensor p16 = convert_fragment<Element>(acc_s);
                 CUTE_UNROLL

@@ -59,16 +59,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     constexpr int kQStages = Traits::kQStages;
     constexpr int kPdSBuffers = Traits::kPdSBuffers;
     const FwdArgs& fa = args.fwd;
-    const int warpgroup = int(threadIdx.x) / 128;
 
     const Sm90BwdWork w(args);
     const SequenceBounds& seq = w.seq;
     if (w.chunk * kBlockN >= w.k_stored) return; // the whole CTA, before any barrier
 
     extern __shared__ __align__(1024) char smem[];
-    using Smem = Sm90BwdSmem<Traits>;
-    static_assert(Smem::kBytes == Traits::kSmemBytes && Smem::kTileBytes == Traits::kSmemTileBytes);
-    const Smem sm(smem);
+    const Sm90BwdSmem<Traits> sm(smem);
     Element* const smem_p = sm.scores;                                     // P [kPdSBuffers]
     Element* const smem_ds = sm.scores + kPdSBuffers * Traits::kSmemPdSElems; // dS [kPdSBuffers]
     // (queries, keys) and its (keys, queries) view, of buffer `buffer` of P or dS.
@@ -79,17 +76,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         return make_tensor(make_smem_ptr(base + buffer * Traits::kSmemPdSElems), typename Traits::SmemLayoutPdSt{});
     };
 
-    if (threadIdx.x == 0) sm.init_barriers();
-    __syncthreads(); // the last CTA-wide barrier
-
-    if (warpgroup == 0) {
-        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-        sm90_bwd_producer<Traits>(args, w, sm);
-        return;
-    }
+    if (sm90_bwd_ran_producer<Traits>(args, w, sm)) return;
 
     // ---------------- consumers ----------------
-    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
     constexpr uint32_t kPdSReadyBarrier = 0; // cutlass::arch::NamedBarrier adds its reserved offset
 
@@ -160,7 +149,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
 
             warpgroup_wait<1>(); // S (dP may still run)
             warpgroup_fence_operand(acc_s);
-            sm90_bwd_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+            recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
             {
                 Tensor p16 = convert_fragment<Element>(acc_s);
                 copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));

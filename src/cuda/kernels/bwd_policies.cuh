@@ -5,6 +5,7 @@
 #pragma once
 
 #include "bwd_args.h"
+#include "kernels/online_softmax.cuh" // fast_exp2
 #include "kernels/score_policies.cuh"
 
 #include <flashattn/philox.h>
@@ -162,6 +163,24 @@ __device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coord
             if (w0 >= args.keep_threshold) probs(r, c) = -probs(r, c);
             if (w1 >= args.keep_threshold) probs(r, c + 1) = -probs(r, c + 1);
         }
+    }
+}
+
+// P = exp2(S * exp_scale - lse_log2) in place on a (query row, key) view of the scores, after the
+// score transform (extras kernels) and the key mask (masked blocks): the forward's probabilities,
+// recomputed from its lse (lse_log2: per row of the view, in log2 units). Both backward kernels.
+template <bool kMasked, bool kExtras, int kRows, typename Scores, typename Coords>
+__device__ __forceinline__ void recompute_probs(Scores& scores, Coords const& coords, const FwdArgs& fa,
+                                                float alibi_slope, const SequenceBounds& seq, int m0, int n0,
+                                                float exp_scale, const float (&lse_log2)[kRows]) {
+    if constexpr (kExtras) {
+        if (fa.transform_scores) apply_score_transform(scores, coords, fa, alibi_slope, seq, m0, n0);
+    }
+    if constexpr (kMasked) apply_key_mask(scores, coords, fa.mask, seq, m0, n0);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) scores(r, c) = fast_exp2(fmaf(scores(r, c), exp_scale, -lse_log2[r]));
     }
 }
 

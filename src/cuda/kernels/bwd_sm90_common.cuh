@@ -1,7 +1,8 @@
 // What the two Hopper backward schedules share (bwd_kernel_sm90.cuh: keys as rows, P^T / dS^T from
 // registers, d64 and d128; bwd_kernel_sm90_pds.cuh: P and dS through shared memory, d256): the work
-// item, the carve-up of shared memory and its mbarriers, the producer warpgroup, the recomputed
-// probabilities and dS on a (query, key) view, and the dK/dV epilogue. The consumers' products are
+// item, the carve-up of shared memory and its mbarriers, the CTA start and the producer warpgroup,
+// the recomputed dS on a (query, key) view, and the dK/dV epilogue (the recomputed P is bwd_policies.cuh's
+// recompute_probs, shared with the mma.sync kernel). The consumers' products are
 // not shared: which operand lives where, and so which warpgroup computes which slice, is what
 // distinguishes the schedules (a traits switch inside one kernel body would leave two interleaved
 // kernels in one function, each condition a place for the other's bug).
@@ -21,6 +22,7 @@
 #include "kernels/tile_ops.cuh"
 
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 
 namespace flashattn::cuda::kernels {
 
@@ -76,6 +78,8 @@ struct Sm90BwdSmem {
     // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty (used with the hand-off only).
     static constexpr int kBarriers = 2 * kQStages + 4;
     static constexpr int kBytes = kTileBytes + Traits::kSmemRowStatsBytes + Traits::kSmemDqBytes + kBarriers * 8;
+    static_assert(kBytes == Traits::kSmemBytes && kTileBytes == Traits::kSmemTileBytes,
+                  "the traits' shared-memory budget describes this carve-up");
 
     Element* q;
     Element* d_o;
@@ -234,6 +238,23 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
     timeline_mark(args, kTimelineProducerExit, ptid == 0);
 }
 
+// The CTA's start in both schedules, after the work item's early return: thread 0 initialises the
+// mbarriers before the CTA's only __syncthreads; then warpgroup 0 lowers its registers and runs the
+// producer to its end (true: the caller returns), while the consumers raise theirs (false).
+template <typename Traits>
+__device__ __forceinline__ bool sm90_bwd_ran_producer(const BwdArgs& args, const Sm90BwdWork& w,
+                                                      const Sm90BwdSmem<Traits>& sm) {
+    if (threadIdx.x == 0) sm.init_barriers();
+    __syncthreads(); // the last CTA-wide barrier
+    if (int(threadIdx.x) / 128 == 0) {
+        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+        sm90_bwd_producer<Traits>(args, w, sm);
+        return true;
+    }
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+    return false;
+}
+
 // lse of the query rows a thread holds (natural log; -inf: the row saw no key) in log2 units, +inf
 // so that P = 0 there and for rows past the sequence (their Q rows are zeros, their S 0).
 // coords_qk: the thread's (query, key) coordinates, one query per row of the view.
@@ -246,24 +267,6 @@ __device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], Coor
         const int i = get<0>(coords_qk(q, 0));
         const float lse = stage_lse[i];
         lse_log2[q] = m0 + i < q_len && lse != -INFINITY ? lse * kLog2e : INFINITY;
-    }
-}
-
-// P = exp2(S * exp_scale - lse_log2) in place on the (query, key) view, after the score transform
-// (extras kernel) and the key mask (masked blocks): the forward's probabilities, recomputed.
-template <bool kMasked, bool kExtras, int kRows, typename Scores, typename Coords>
-__device__ __forceinline__ void sm90_bwd_probs(Scores& scores_qk, Coords const& coords_qk, const FwdArgs& fa,
-                                               float alibi_slope, const SequenceBounds& seq, int m0, int n0,
-                                               float exp_scale, const float (&lse_log2)[kRows]) {
-    if constexpr (kExtras) {
-        if (fa.transform_scores) apply_score_transform(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0);
-    }
-    if constexpr (kMasked) apply_key_mask(scores_qk, coords_qk, fa.mask, seq, m0, n0);
-    CUTE_UNROLL
-    for (int q = 0; q < kRows; ++q) {
-        CUTE_UNROLL
-        for (int k = 0; k < size<1>(scores_qk); ++k)
-            scores_qk(q, k) = fast_exp2(fmaf(scores_qk(q, k), exp_scale, -lse_log2[q]));
     }
 }
 

@@ -8,6 +8,8 @@
 
 namespace flashattn::cuda::kernels {
 
+using namespace cute;
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
