@@ -35,6 +35,7 @@
 #include "kernels/bwd_policies.cuh"
 #include "kernels/bwd_traits.cuh"
 #include "kernels/bwd_traits_sm90.cuh"
+#include "kernels/producer_copies.cuh"
 #include "kernels/tile_ops.cuh"
 #include "kernels/wgmma_ops.cuh"
 
@@ -132,17 +133,33 @@ void check_traits() {
     }
 }
 
-template <typename Copy, int kRows, int kCols>
-void check_producer_copy(const char* name, int threads) {
-    Copy load;
+// The Hopper producer's tile copy (ProducerTileCopy): thread tid's chunk (m, k) is the 16 bytes at
+// smem_base + chunk_offset(m, k), which the layout gives to elements (row + m * kRowsPerPass,
+// col + 64 k + e), e < 8, in order; the chunks cover the tile once.
+template <typename Element, typename SmemLayout, int kThreads>
+void check_producer_copy(const char* name, const char* what) {
+    using Copy = ProducerTileCopy<Element, SmemLayout, kThreads>;
+    constexpr int kRows = Copy::kRows, kCols = Copy::kCols, kChunk = Copy::kChunkElems;
     std::map<std::pair<int, int>, int> cover;
-    for (int tid = 0; tid < threads; ++tid) {
-        Tensor c = load.get_thread_slice(tid).partition_S(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
-        for (int t = 0; t < size(c); ++t) cover[{get<0>(c(t)), get<1>(c(t))}]++;
+    for (int tid = 0; tid < kThreads; ++tid) {
+        const Copy copy(tid);
+        for (int m = 0; m < Copy::kPasses; ++m)
+            for (int k = 0; k < Copy::kColBlocks; ++k) {
+                const int r = copy.row + m * Copy::kRowsPerPass, c = copy.col + k * Copy::kBlockCols;
+                const uint32_t bytes = copy.smem_base + Copy::chunk_offset(m, k);
+                for (int e = 0; e < kChunk; ++e) {
+                    const int at = int(SmemLayout{}(r, c + e));
+                    CHECK(uint32_t(at) * sizeof(Element) == bytes + e * sizeof(Element),
+                          "%s %s: thread %d chunk (%d, %d) element %d at %d, the copy writes byte %u", name, what, tid,
+                          m, k, e, at, unsigned(bytes + e * sizeof(Element)));
+                    cover[{r, c + e}]++;
+                }
+            }
     }
-    CHECK(int(cover.size()) == kRows * kCols, "%s: producer copy covers %d of %d", name, int(cover.size()),
+    CHECK(int(cover.size()) == kRows * kCols, "%s %s: producer copy covers %d of %d", name, what, int(cover.size()),
           kRows * kCols);
-    for (auto& [rc, n] : cover) CHECK(n == 1, "%s: producer copy element (%d, %d) %d times", name, rc.first, rc.second, n);
+    for (auto& [rc, n] : cover)
+        CHECK(n == 1, "%s %s: producer copy element (%d, %d) %d times", name, what, rc.first, rc.second, n);
 }
 
 template <typename Traits>
@@ -161,8 +178,9 @@ void check_sm90_traits() {
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
     check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
     check_transposed<typename Traits::SmemLayoutdS, typename Traits::SmemLayoutdSt, M, N>(name);
-    check_producer_copy<typename Traits::GmemLoadProducer, M, D>(name, Traits::kProducerThreads);
-    check_producer_copy<typename Traits::GmemLoadProducer, N, D>(name, Traits::kProducerThreads);
+    using Element = typename Traits::Element;
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
+    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaKV mma_kv;
@@ -259,8 +277,9 @@ void check_sm90_pds_traits() {
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
     check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
     check_transposed<typename Traits::SmemLayoutPdS, typename Traits::SmemLayoutPdSt, M, N>(name);
-    check_producer_copy<typename Traits::GmemLoadProducer, M, D>(name, Traits::kProducerThreads);
-    check_producer_copy<typename Traits::GmemLoadProducer, N, D>(name, Traits::kProducerThreads);
+    using Element = typename Traits::Element;
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
+    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
     // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKV, N, D>(name, "K rows");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");

@@ -10,7 +10,7 @@
 // A schedule's traits provide: Element, kHeadDim, kBlockM, kBlockN, kQStages, kProducerThreads,
 // kConsumerThreads, kSmemQElems, kSmemKVElems, kSmemScoreElems (the schedule's own P/dS buffers),
 // kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqChunksPerRow,
-// SmemLayoutQ, SmemLayoutQt, SmemLayoutKV, GmemLoadProducer.
+// SmemLayoutQ, SmemLayoutQt, SmemLayoutKV (the producer copies with ProducerTileCopy).
 #pragma once
 
 #include "bwd_args.h"
@@ -156,28 +156,23 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
     const FwdArgs& fa = args.fwd;
     const SequenceBounds& seq = w.seq;
     const int ptid = int(threadIdx.x);
-    typename Traits::GmemLoadProducer gmem_load;
-    auto load_thr = gmem_load.get_thread_slice(ptid);
-    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    Tensor column_ok = head_dim_chunks(tKVc, fa.head_dim);
-    auto rows_of = [&](const fa_tensor& t, int64_t row0, int head, int rows) {
-        return w.template rows_of<Element, kHeadDim>(t, row0, head, rows);
+    using KVCopy = ProducerTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>;
+    using QCopy = ProducerTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>;
+    const KVCopy copy_kv(ptid);
+    const QCopy copy_q(ptid);
+    // Row 0 of this head's rows of each input (the K/V rows at seq.k_row0, the Q/dO rows at seq.q_row0).
+    const auto first_row = [&](const fa_tensor& t, int64_t row0, int head) {
+        return w.template rows_of<Element, kHeadDim>(t, row0, head, 1).data().get();
     };
-    Tensor gQ = local_tile(rows_of(fa.q, seq.q_row0, w.h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                           make_coord(_, 0));
-    Tensor gdO = local_tile(rows_of(args.dout, seq.q_row0, w.h, seq.q_len), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                            make_coord(_, 0));
-    Tensor gK = local_tile(rows_of(fa.k, seq.k_row0, w.h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                           make_coord(_, 0));
-    Tensor gV = local_tile(rows_of(fa.v, seq.k_row0, w.h_kv, seq.k_len), Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                           make_coord(_, 0));
-    Tensor tQg = load_thr.partition_S(gQ);
-    Tensor tdOg = load_thr.partition_S(gdO);
-    Tensor tKg = load_thr.partition_S(gK);
-    Tensor tVg = load_thr.partition_S(gV);
-    Tensor sK = make_tensor(make_smem_ptr(sm.k), typename Traits::SmemLayoutKV{});
-    Tensor sV = make_tensor(make_smem_ptr(sm.v), typename Traits::SmemLayoutKV{});
+    const Element* const k_rows = first_row(fa.k, seq.k_row0, w.h_kv);
+    const Element* const v_rows = first_row(fa.v, seq.k_row0, w.h_kv);
+    const Element* const q_rows = first_row(fa.q, seq.q_row0, w.h);
+    const Element* const do_rows = first_row(args.dout, seq.q_row0, w.h);
+    const int64_t k_stride = fa.k.row_stride, v_stride = fa.v.row_stride;
+    const int64_t q_stride = fa.q.row_stride, do_stride = args.dout.row_stride;
+    const uint32_t smem_k = cast_smem_ptr_to_uint(sm.k), smem_v = cast_smem_ptr_to_uint(sm.v);
+    const uint32_t smem_q = cast_smem_ptr_to_uint(sm.q), smem_do = cast_smem_ptr_to_uint(sm.d_o);
+    constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
     // One lse or dsum value per producer thread and stage.
     static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
     const bool loads_lse = ptid < kBlockM;
@@ -188,16 +183,24 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
     // The dQ of query-block use `use` (first row m0): a warp per row of kHeadDim floats, added
     // with 16-byte reductions; rows past the sequence belong to other sequences' rows (or to none).
     float* const dq_rows = Traits::kDqHandoff ? w.template dq_rows<kHeadDim>(args) : nullptr;
+    // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid % kDqChunksPerRow) of
+    // pass j: one base address and compile-time offsets per pass (see ProducerTileCopy for why).
     auto add_dq = [&](int use, int m0) {
         if constexpr (Traits::kDqHandoff) {
+            constexpr int kDqChunksPerRow = Traits::kDqChunksPerRow;
+            constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
+            static_assert(Traits::kProducerThreads % kDqChunksPerRow == 0 && kBlockM % kDqRowsPerPass == 0);
+            const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
-            const int rows_valid = seq.q_len - m0;
+            const int rows_left = seq.q_len - m0 - dq_row;
+            const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
+            float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
+            asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (ProducerTileCopy)
             CUTE_UNROLL
-            for (int i = ptid; i < kBlockM * Traits::kDqChunksPerRow; i += Traits::kProducerThreads) {
-                const int row = i / Traits::kDqChunksPerRow, col = (i % Traits::kDqChunksPerRow) * 4;
-                if (row < rows_valid) {
-                    const float4 v = *reinterpret_cast<const float4*>(sm.dq + row * Traits::kDqRowStride + col);
-                    red_add_quad(dq_rows + int64_t(m0 + row) * kHeadDim + col, v);
+            for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
+                if (j * kDqRowsPerPass < rows_left) {
+                    const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
+                    red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
                 }
             }
             cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
@@ -210,10 +213,10 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
         const int n0 = n * kBlockN;
         const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
         if (range.m_end <= range.m_begin) continue;
-        const Element* safe = &gK(0, 0, 0); // k_len > n0 >= 0 whenever the range is not empty
+        const Element* safe = k_rows; // k_len > n0 >= 0 whenever the range is not empty
         if (kv_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.kv_empty, (kv_uses - 1) & 1);
-        produce_tile(tKg(_, _, _, n), load_thr.partition_D(sK), tKVc, column_ok, seq.k_len - n0, safe);
-        produce_tile(tVg(_, _, _, n), load_thr.partition_D(sV), tKVc, column_ok, seq.k_len - n0, safe);
+        copy_kv(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
+        copy_kv(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, fa.head_dim, safe);
         cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
         timeline_mark(args, kTimelineProducerKvIssued, ptid == 0 && kv_uses == 0);
         ++kv_uses;
@@ -221,10 +224,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
             const int s = q_uses % kQStages;
             const int m0 = m * kBlockM;
             if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
-            produce_tile(tQg(_, _, _, m), load_thr.partition_D(sm.q_stage(sm.q, s)), tQc, column_ok, seq.q_len - m0,
-                         safe);
-            produce_tile(tdOg(_, _, _, m), load_thr.partition_D(sm.q_stage(sm.d_o, s)), tQc, column_ok,
-                         seq.q_len - m0, safe);
+            copy_q(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
+            copy_q(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
             const bool row_ok = m0 + stat_row < seq.q_len;
             cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
             cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);

@@ -18,7 +18,6 @@
 #pragma once
 
 #include "kernels/bwd_tile_config.h"
-#include "kernels/gmem_copies.cuh"
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
@@ -126,10 +125,6 @@ struct Sm90BwdTraits {
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
-    // Global -> shared by the producer warpgroup, 16-byte chunks (gmem_copies.cuh).
-    using ProducerCopies = GmemTileCopies<Element, 64, kProducerThreads>;
-    static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
-    using GmemLoadProducer = typename ProducerCopies::Load;
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
@@ -246,10 +241,6 @@ struct Sm90BwdPdSTraits {
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
-    // Global -> shared by the producer warpgroup, 16-byte chunks (gmem_copies.cuh).
-    using ProducerCopies = GmemTileCopies<Element, 64, kProducerThreads>;
-    static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
-    using GmemLoadProducer = typename ProducerCopies::Load;
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 

@@ -14,10 +14,12 @@ using namespace cute;
 
 // 16 bytes global -> shared, or 16 zero bytes when !valid (source size 0: nothing is read, but the
 // address must still be a valid one, so the caller passes a safe pointer then).
-__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
-    const uint32_t dst = cast_smem_ptr_to_uint(smem);
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+__device__ __forceinline__ void cp_async_16_or_zero(uint32_t smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                  "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
+    cp_async_16_or_zero(cast_smem_ptr_to_uint(smem), gmem, valid);
 }
 
 // One tile global -> shared by the producer's threads, every 16-byte chunk through cp.async.
@@ -30,6 +32,67 @@ __device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords c
         cp_async_16_or_zero(raw_pointer_cast(&dst(0, m, k)), in_bounds ? &src(0, m, k) : safe, in_bounds);
     });
 }
+
+// A producer thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout
+// (K-major, swizzled): the same thread -> chunk map as GmemTileCopies<Element, 64, kThreads> (8
+// threads per 64-column row, kRowsPerPass rows per pass), with the addresses kept as one base plus
+// compile-time offsets. Why not produce_tile: CuTe's partitioned tensors give every chunk its own
+// swizzled shared address and global pointer, the compiler hoists all of them out of the producer's
+// loops, and a producer lowered to 24 registers (d128, d256 backward) then spills them: every
+// cp.async waited for a local-memory load queued behind the cp.asyncs before it, and issuing one
+// key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
+// Here the shared offset of chunk (pass m, column block k) is base + SmemLayout(m * kRowsPerPass,
+// k * 64): the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk index,
+// kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither moves the
+// XOR (bwd_layout_check compares this with the layout for every thread and chunk).
+template <typename Element, typename SmemLayout, int kThreads>
+struct ProducerTileCopy {
+    static constexpr int kChunkElems = 16 / int(sizeof(Element));
+    static constexpr int kBlockCols = 64;
+    static constexpr int kThreadsPerRow = kBlockCols / kChunkElems;
+    static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
+    static constexpr int kRows = decltype(size<0>(SmemLayout{}))::value;
+    static constexpr int kCols = decltype(size<1>(SmemLayout{}))::value;
+    static constexpr int kPasses = kRows / kRowsPerPass;
+    static constexpr int kColBlocks = kCols / kBlockCols;
+    static_assert(kRowsPerPass % 8 == 0 && kRows % kRowsPerPass == 0 && kCols % kBlockCols == 0);
+
+    int row;             // the thread's row in pass 0
+    int col;             // its first column in column block 0
+    uint32_t smem_base;  // bytes from the tile's start to its chunk (row, col)
+
+    __host__ __device__ explicit ProducerTileCopy(int tid)
+        : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems),
+          smem_base(uint32_t(SmemLayout{}(row, col)) * uint32_t(sizeof(Element))) {}
+
+    // Bytes from chunk (row, col) to chunk (row + m * kRowsPerPass, col + k * 64): a constant.
+    __host__ __device__ static uint32_t chunk_offset(int m, int k) {
+        return uint32_t(SmemLayout{}(m * kRowsPerPass, k * kBlockCols)) * uint32_t(sizeof(Element));
+    }
+
+    // Rows [0, rows_valid) of the tile starting at `first_row` (its row 0, column 0; rows
+    // `row_stride` elements apart) into the shared tile at `smem_tile`; rows past rows_valid and
+    // columns past head_dim are zero-filled (nothing read; `safe` is any readable address).
+    __device__ __forceinline__ void operator()(uint32_t smem_tile, const Element* first_row, int64_t row_stride,
+                                               int rows_valid, int head_dim, const Element* safe) const {
+        int64_t pass_stride = row_stride * kRowsPerPass;
+        // Opaque to the optimiser: the per-pass products stay inside this call instead of being
+        // precomputed, one register pair per pass, in front of the caller's loops.
+        asm volatile("" : "+l"(pass_stride));
+        const Element* p = first_row + row * row_stride + col;
+        const uint32_t s = smem_tile + smem_base;
+        const int rows_left = rows_valid - row;
+        CUTE_UNROLL
+        for (int m = 0; m < kPasses; ++m) {
+            CUTE_UNROLL
+            for (int k = 0; k < kColBlocks; ++k) {
+                const bool ok = m * kRowsPerPass < rows_left && col + k * kBlockCols < head_dim;
+                cp_async_16_or_zero(s + chunk_offset(m, k), ok ? p + k * kBlockCols : safe, ok);
+            }
+            p += pass_stride;
+        }
+    }
+};
 
 // 4 bytes global -> shared, or 4 zero bytes when !valid (the per-row lse / dsum of the backward).
 __device__ __forceinline__ void cp_async_4_or_zero(void* smem, const void* gmem, bool valid) {
