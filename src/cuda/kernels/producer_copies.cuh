@@ -41,10 +41,10 @@ __device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords c
 // loops, and a producer lowered to 24 registers (d128, d256 backward) then spills them: every
 // cp.async waited for a local-memory load queued behind the cp.asyncs before it, and issuing one
 // key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
-// Here the shared offset of chunk (pass m, column block k) is base + SmemLayout(m * kRowsPerPass,
-// k * 64): the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk index,
+// Here the shared offset of chunk (pass m, column block k) is base + offset(m * kRowsPerPass, k * 64):
+// the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk index,
 // kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither moves the
-// XOR (bwd_layout_check compares this with the layout for every thread and chunk).
+// XOR (bwd_layout_check compares every thread's chunks with CuTe's tiled copy).
 template <typename Element, typename SmemLayout, int kThreads>
 struct ProducerTileCopy {
     static constexpr int kChunkElems = 16 / int(sizeof(Element));
@@ -61,14 +61,20 @@ struct ProducerTileCopy {
     int col;             // its first column in column block 0
     uint32_t smem_base;  // bytes from the tile's start to its chunk (row, col)
 
+    // Bytes from the tile's start to element (r, c). The GMMA layouts swizzle shared-memory
+    // addresses, not the layout's element offsets (CuTe's smem_ptr_flag), so the offset is taken
+    // through a tensor at an address on a 1024-byte swizzle period, as the tile's own.
+    __host__ __device__ static uint32_t byte_offset(int r, int c) {
+        constexpr uintptr_t kBase = uintptr_t(1) << 20;
+        Tensor t = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(kBase)), SmemLayout{});
+        return uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(r, c))) - kBase);
+    }
+
     __host__ __device__ explicit ProducerTileCopy(int tid)
-        : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems),
-          smem_base(uint32_t(SmemLayout{}(row, col)) * uint32_t(sizeof(Element))) {}
+        : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems), smem_base(byte_offset(row, col)) {}
 
     // Bytes from chunk (row, col) to chunk (row + m * kRowsPerPass, col + k * 64): a constant.
-    __host__ __device__ static uint32_t chunk_offset(int m, int k) {
-        return uint32_t(SmemLayout{}(m * kRowsPerPass, k * kBlockCols)) * uint32_t(sizeof(Element));
-    }
+    __host__ __device__ static uint32_t chunk_offset(int m, int k) { return byte_offset(m * kRowsPerPass, k * kBlockCols); }
 
     // Rows [0, rows_valid) of the tile starting at `first_row` (its row 0, column 0; rows
     // `row_stride` elements apart) into the shared tile at `smem_tile`; rows past rows_valid and
