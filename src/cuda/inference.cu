@@ -157,10 +157,10 @@ int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
 // batch 1, 8 KV heads, two CTAs per SM: 12% of the slots idle; combine.cu now loads 16 splits at a
 // time, so the extra splits cost little), each split at least kSplitKeysMinBlocks blocks (one per
 // warp: on short caches parallelism matters more than each warp's pipeline), equal shares.
-// split_below: the item count from which it does not split (0.8 x the CTA slots; the experiment
-// FLASHATTN_CUDA_DECODE_SPLIT_BELOW=sms takes 0.8 x the SM count instead: batch 16 with 8 KV heads,
-// 128 items, then runs one CTA per SM unsplit, which the deep variant, unsplit there, measured
-// 1.02-1.17x faster on 1k-8k caches in session 5).
+// split_below: the item count from which it does not split: 0.8 x the SM count for contiguous
+// caches (batch 16 with 8 KV heads, 128 items, then runs one CTA per SM unsplit: 1k 1.90 -> 2.28
+// TB/s, 8k 3.70 -> 3.83, 32k 4.23 -> 4.29, H200 session 7 run 1), 0.8 x the CTA slots for paged
+// ones (unsplit, their page-table lookups leave too little in flight: 8k 3.67 -> 3.11).
 constexpr int64_t kSplitKeysMinBlocks = 4;
 
 int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots, double split_below) {
@@ -207,8 +207,7 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
             int sms = 132;
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
-            const char* below = std::getenv("FLASHATTN_CUDA_DECODE_SPLIT_BELOW");
-            const double split_below = 0.8 * double(below && std::strcmp(below, "sms") == 0 ? sms : slots);
+            const double split_below = 0.8 * double(kv.paged() ? slots : sms);
             splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots, split_below)
                      : variant.fa2_splits          ? fa2_splits(items, n_blocks, slots)
                                                    : wave_splits(items, n_blocks, slots);
