@@ -20,14 +20,18 @@
 //     blocks from the stage that block was loaded into, every wait covers the block it guards, no
 //     fetch overwrites a stage still to be read, the warps together visit every block once); the
 //     merge scratch (disjoint from Q, 16-byte aligned float4 rows, conflict-free float2 writes);
-//     split_share() and inference_work_item() cover their ranges exactly once.
+//     split_share() and inference_work_item() cover their ranges exactly once;
+//   - the Hopper forward's producer copies (ProducerTileCopy) of Q and K/V against CuTe's tiled
+//     copy, for every head dim (producer_copy_check.h).
 #include "kernels/fwd_decode_kernel.cuh"
 #include "kernels/fwd_traits.cuh"
+#include "kernels/fwd_traits_sm90.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
 #include "kernels/tile_order.cuh"
 
 #include "host_check.h"
+#include "producer_copy_check.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -347,9 +351,25 @@ void check_inference_work_items(std::mt19937& rng) {
     std::printf("inference_work_item          ok so far (%d failures)\n", failures);
 }
 
+template <typename Traits>
+void check_sm90_producer(const char* name) {
+    using Element = typename Traits::Element;
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads, Traits::kSwizzleCols>(name, "Q");
+    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads, Traits::kSwizzleCols>(name,
+                                                                                                              "K/V");
+}
+
 int main() {
     using bf16 = cutlass::bfloat16_t;
     using fp16 = cutlass::half_t;
+    check_sm90_producer<DefaultSm90FwdTraits<32, bf16>>("sm90 d32");
+    check_sm90_producer<DefaultSm90FwdTraits<64, bf16>>("sm90 d64");
+    check_sm90_producer<DefaultSm90FwdTraits<96, fp16>>("sm90 d96");
+    check_sm90_producer<DefaultSm90FwdTraits<128, bf16>>("sm90 d128");
+    check_sm90_producer<Sm90FwdTraits<128, 64, bf16>>("sm90 d128 64 keys");
+    check_sm90_producer<DefaultSm90FwdTraits<192, bf16>>("sm90 d192");
+    check_sm90_producer<DefaultSm90FwdTraits<256, fp16>>("sm90 d256");
+    std::printf("sm90 forward producer copies  ok so far (%d failures)\n", failures);
     check_traits<DefaultFwdTraits<32, bf16>>("d32 default");
     check_traits<DefaultFwdTraits<64, bf16>>("d64 default");
     check_traits<DefaultFwdTraits<96, fp16>>("d96 default fp16");

@@ -121,11 +121,17 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         // ---------------- producer ----------------
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
         const int ptid = int(threadIdx.x);
-        typename Traits::GmemLoadProducer gmem_load;
-        auto load_thr = gmem_load.get_thread_slice(ptid);
-        Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-        Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-        Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
+        // One base address and compile-time offsets per chunk (producer_copies.cuh says why).
+        using KVCopy = ProducerTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads,
+                                        Traits::kSwizzleCols>;
+        using QCopy = ProducerTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads,
+                                       Traits::kSwizzleCols>;
+        const KVCopy copy_kv(ptid);
+        const QCopy copy_q(ptid);
+        constexpr uint32_t kKvStageBytes = kKvElems * sizeof(Element);
+        const uint32_t smem_q_at = cast_smem_ptr_to_uint(smem_q);
+        const uint32_t smem_k_at = cast_smem_ptr_to_uint(smem_k), smem_v_at = cast_smem_ptr_to_uint(smem_v);
+        const int64_t q_stride = args.q.row_stride, k_stride = args.k.row_stride, v_stride = args.v.row_stride;
 
         int ring_base = 0, tiles_done = 0;
         for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
@@ -134,34 +140,32 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 if constexpr (kPersistent) continue;
                 break;
             }
-            Tensor mQ = rows_of(t, args.q, t.seq.q_row0, t.h, t.seq.q_len);
-            Tensor mK = rows_of(t, args.k, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len);
-            Tensor mV = rows_of(t, args.v, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len);
-            Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(t.m_block, 0));
-            Tensor tKg = load_thr.partition_S(local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)));
-            Tensor tVg = load_thr.partition_S(local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)));
+            // Row 0 of this tile's sequence and head in Q, K, V.
+            const Element* q_rows = rows_of(t, args.q, t.seq.q_row0, t.h, t.seq.q_len).data().get();
+            const Element* k_rows = rows_of(t, args.k, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len).data().get();
+            const Element* v_rows = rows_of(t, args.v, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len).data().get();
             // A readable address for the zero-filled chunks: Q has rows (m0 < q_len); K may not.
-            const Element* safe = &mQ(0, 0);
-            auto produce_block = [&](int idx, auto& tXg, auto stage_of, uint64_t* full, uint64_t* empty)
-                __attribute__((always_inline)) {
+            const Element* safe = q_rows;
+            auto produce_block = [&](int idx, const Element* rows, int64_t stride, uint32_t smem_at, uint64_t* full,
+                                     uint64_t* empty) __attribute__((always_inline)) {
                 const int r = ring_base + idx;
                 const int s = r % kStages;
                 const int j = t.e - 1 - idx;
                 if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
-                produce_tile(tXg(_, _, _, j), load_thr.partition_D(stage_of(s)), tKVc, column_ok,
-                             t.seq.k_len - j * kBlockN, safe);
+                copy_kv(smem_at + s * kKvStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
+                        t.seq.k_len - j * kBlockN, args.head_dim, safe);
                 cutlass::arch::cpasync_barrier_arrive_noinc(full + s);
             };
             // The first K block goes before Q: it needs no more than a free stage, while Q's buffer
             // is free only once the consumers have stored the previous tile's O from it.
-            if (t.num_blocks > 0) produce_block(0, tKg, k_stage, k_full, k_empty);
+            if (t.num_blocks > 0) produce_block(0, k_rows, k_stride, smem_k_at, k_full, k_empty);
             if (tiles_done > 0) cutlass::arch::ClusterBarrier::wait(q_empty, (tiles_done - 1) & 1);
-            produce_tile(load_thr.partition_S(gQ), load_thr.partition_D(sQ), tQc, column_ok, t.seq.q_len - t.m0, safe);
+            copy_q(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, t.seq.q_len - t.m0, args.head_dim, safe);
             cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
-            if (t.num_blocks > 0) produce_block(0, tVg, v_stage, v_full, v_empty);
+            if (t.num_blocks > 0) produce_block(0, v_rows, v_stride, smem_v_at, v_full, v_empty);
             for (int idx = 1; idx < t.num_blocks; ++idx) {
-                produce_block(idx, tKg, k_stage, k_full, k_empty);
-                produce_block(idx, tVg, v_stage, v_full, v_empty);
+                produce_block(idx, k_rows, k_stride, smem_k_at, k_full, k_empty);
+                produce_block(idx, v_rows, v_stride, smem_v_at, v_full, v_empty);
             }
             ring_base += t.num_blocks;
             ++tiles_done;

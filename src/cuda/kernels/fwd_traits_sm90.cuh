@@ -79,12 +79,9 @@ struct Sm90FwdTraits {
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
-    // Global <-> shared, 16-byte chunks (gmem_copies.cuh): loads by the producer's threads, the O
-    // store by the consumers'.
+    // Global <-> shared, 16-byte chunks in kSwizzleCols-wide rows: loads by the producer's threads
+    // (ProducerTileCopy, producer_copies.cuh), the O store by the consumers' (gmem_copies.cuh).
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    using ProducerCopies = GmemTileCopies<Element, kSwizzleCols, kProducerThreads>;
-    static_assert(kBlockM % ProducerCopies::kRowsPerPass == 0 && kBlockN % ProducerCopies::kRowsPerPass == 0);
-    using GmemLoadProducer = typename ProducerCopies::Load;
     using GmemStore = typename GmemTileCopies<Element, kSwizzleCols, kThreads>::Store;
     // Registers per thread after setmaxnreg. A CTA gets kLaunchRegs per thread at launch
     // (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8 = 168), and setmaxnreg.inc waits

@@ -34,21 +34,23 @@ __device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords c
 }
 
 // A producer thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout
-// (K-major, swizzled): the same thread -> chunk map as GmemTileCopies<Element, 64, kThreads> (8
-// threads per 64-column row, kRowsPerPass rows per pass), with the addresses kept as one base plus
+// (K-major, swizzled in kBlockCols-wide atoms): the same thread -> chunk map as
+// GmemTileCopies<Element, kBlockCols, kThreads> (kBlockCols / 8 threads per row, kRowsPerPass rows
+// per pass), with the addresses kept as one base plus
 // compile-time offsets. Why not produce_tile: CuTe's partitioned tensors give every chunk its own
 // swizzled shared address and global pointer, the compiler hoists all of them out of the producer's
 // loops, and a producer lowered to 24 registers (d128, d256 backward) then spills them: every
 // cp.async waited for a local-memory load queued behind the cp.asyncs before it, and issuing one
 // key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
-// Here the shared offset of chunk (pass m, column block k) is base + offset(m * kRowsPerPass, k * 64):
+// Here the shared offset of chunk (pass m, column block k) is base + offset(m * kRowsPerPass,
+// k * kBlockCols):
 // the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk index,
 // kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither moves the
 // XOR (bwd_layout_check compares every thread's chunks with CuTe's tiled copy).
-template <typename Element, typename SmemLayout, int kThreads>
+template <typename Element, typename SmemLayout, int kThreads, int kBlockCols_ = 64>
 struct ProducerTileCopy {
     static constexpr int kChunkElems = 16 / int(sizeof(Element));
-    static constexpr int kBlockCols = 64;
+    static constexpr int kBlockCols = kBlockCols_;
     static constexpr int kThreadsPerRow = kBlockCols / kChunkElems;
     static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
     static constexpr int kRows = decltype(size<0>(SmemLayout{}))::value;
@@ -73,7 +75,7 @@ struct ProducerTileCopy {
     __host__ __device__ explicit ProducerTileCopy(int tid)
         : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems), smem_base(byte_offset(row, col)) {}
 
-    // Bytes from chunk (row, col) to chunk (row + m * kRowsPerPass, col + k * 64): a constant.
+    // Bytes from chunk (row, col) to chunk (row + m * kRowsPerPass, col + k * kBlockCols): a constant.
     __host__ __device__ static uint32_t chunk_offset(int m, int k) { return byte_offset(m * kRowsPerPass, k * kBlockCols); }
 
     // Rows [0, rows_valid) of the tile starting at `first_row` (its row 0, column 0; rows

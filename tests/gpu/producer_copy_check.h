@@ -1,0 +1,55 @@
+// The check of the Hopper producers' tile copy (ProducerTileCopy, producer_copies.cuh), shared by
+// layout_check.cu (forward) and bwd_layout_check.cu (backward). Include after host_check.h.
+#pragma once
+
+#include "kernels/gmem_copies.cuh"
+#include "kernels/producer_copies.cuh"
+
+#include <cute/tensor.hpp>
+
+#include <map>
+#include <utility>
+
+// The Hopper producers' tile copy (ProducerTileCopy) against CuTe's tiled copy of the same thread
+// -> chunk map (GmemTileCopies, which the producer used before): thread tid's chunk (m, k) starts
+// at the shared address CuTe gives it, in a tile placed as the kernel's (on a 1024-byte period),
+// its 8 elements are contiguous there, and the chunks cover the tile once.
+template <typename Element, typename SmemLayout, int kThreads, int kBlockCols = 64>
+void check_producer_copy(const char* name, const char* what) {
+    using namespace cute;
+    using namespace flashattn::cuda::kernels;
+    using Copy = ProducerTileCopy<Element, SmemLayout, kThreads, kBlockCols>;
+    constexpr int kRows = Copy::kRows, kCols = Copy::kCols;
+    using Reference = typename GmemTileCopies<Element, kBlockCols, kThreads>::Load;
+    const uintptr_t base = uintptr_t(3) << 20;
+    Tensor tile = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), SmemLayout{});
+    std::map<std::pair<int, int>, int> cover;
+    for (int tid = 0; tid < kThreads; ++tid) {
+        const Copy copy(tid);
+        auto thr = Reference{}.get_thread_slice(tid);
+        Tensor dst = thr.partition_D(tile);
+        Tensor coords = thr.partition_S(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
+        CHECK(int(size<1>(dst)) == Copy::kPasses && int(size<2>(dst)) == Copy::kColBlocks,
+              "%s %s: the reference copy has %d x %d chunks per thread", name, what, int(size<1>(dst)),
+              int(size<2>(dst)));
+        for (int m = 0; m < Copy::kPasses; ++m)
+            for (int k = 0; k < Copy::kColBlocks; ++k) {
+                const auto rc = coords(0, m, k);
+                CHECK(get<0>(rc) == copy.row + m * Copy::kRowsPerPass && get<1>(rc) == copy.col + k * Copy::kBlockCols,
+                      "%s %s: thread %d chunk (%d, %d) is element (%d, %d) in the reference", name, what, tid, m, k,
+                      int(get<0>(rc)), int(get<1>(rc)));
+                const uint32_t bytes = copy.smem_base + Copy::chunk_offset(m, k);
+                for (int e = 0; e < Copy::kChunkElems; ++e) {
+                    const uintptr_t at = reinterpret_cast<uintptr_t>(raw_pointer_cast(&dst(e, m, k))) - base;
+                    CHECK(at == bytes + e * sizeof(Element), "%s %s: thread %d chunk (%d, %d) element %d at byte %d, the copy writes %u",
+                          name, what, tid, m, k, e, int(at), unsigned(bytes + e * sizeof(Element)));
+                    cover[{int(get<0>(coords(e, m, k))), int(get<1>(coords(e, m, k)))}]++;
+                }
+            }
+    }
+    CHECK(int(cover.size()) == kRows * kCols, "%s %s: producer copy covers %d of %d", name, what, int(cover.size()),
+          kRows * kCols);
+    for (auto& [rc, n] : cover)
+        CHECK(n == 1, "%s %s: producer copy element (%d, %d) %d times", name, what, rc.first, rc.second, n);
+}
+
