@@ -407,7 +407,28 @@ fi
   echo "== summary ($mode; steps:$steps) =="
   echo "${build_line:-no build line}"
   grep -hE " error|FAILED" "$logs/build.log" 2>/dev/null | head -5
-  grep -hE "spill stores" "$logs/build.log" 2>/dev/null | sort | uniq -c | sort -rn | head -4
+  # Spills per kernel, the largest first: a count summary once hid the d128 Hopper backward's
+  # 604 B (its producer's copy addresses) behind the many kernels with none.
+  python3 - "$logs/build.log" <<'PY' 2>/dev/null
+import re, subprocess, sys
+kernel, spills = None, []
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"Compiling entry function '([^']+)'", line)
+    if m:
+        kernel = m.group(1)
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+    if m and kernel and int(m.group(1)) > 0:
+        spills.append((int(m.group(1)), int(m.group(2)), kernel))
+spills = sorted(set(spills), reverse=True)
+try:
+    names = subprocess.run(["c++filt"], input="\n".join(k for _, _, k in spills), capture_output=True, text=True).stdout.split("\n")
+except OSError:
+    names = [k for _, _, k in spills]
+print(f"spills: {len(spills)} kernels with spill stores" + (", the largest:" if spills else ""))
+for (stores, loads, kernel), name in list(zip(spills, names))[:6]:
+    name = re.sub(r"flashattn::cuda::(kernels::)?|cutlass::", "", name or kernel)
+    print(f"  {stores:5d} / {loads:5d} B  {name[:140]}")
+PY
   grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation' "$logs/tests.log" 2>/dev/null
   grep -hE '^FAILED|^ERROR' "$logs/tests.log" 2>/dev/null | head -20
   grep -hE 'tests passed|tests failed|\(Failed\)|\(Timeout\)' "$logs/ctest.log" 2>/dev/null | head -20
