@@ -332,9 +332,10 @@ private:
 // d256) for the tile head dims it has (kernels::sm90_bwd_supports: 64, 128, 256) without dropout
 // (its registers hold query pairs, the Philox words come in key pairs), where it measured faster
 // than the mma.sync kernel on the H200 (session 6, run 2): at d64 and d256 everywhere (d256
-// 1.1-1.6x from 512 queries; causal 512 even), at d128 from 1k queries (1.0-1.14x at 1k,
-// 1.1-1.3x beyond; at 512 0.86-0.98x); but not for d256 in deterministic mode, where its CTAs walk
-// several key blocks each and it measured 0.71-0.85x the mma.sync kernel (run 4: 16k 150 vs 176).
+// 1.1-1.6x from 512 queries; causal 512 even), at d128 from 512 queries (session 7 run 6, once its
+// producer stopped spilling: 512 1.32x the mma.sync kernel, causal 1.26x; shorter not measured);
+// but not for d256 in deterministic mode, where its CTAs walk several key blocks each and it
+// measured 0.71-0.85x the mma.sync kernel (session 6 run 4, before the producer fix: 16k 150 vs 176).
 // The mma.sync kernel everywhere else.
 // $FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90 (read per call, so benchmarks time both in one process)
 // forces one where both can run.
@@ -343,7 +344,7 @@ bool use_sm90_backward(int major, int minor, int tile_dim, const BwdArgs& args) 
     if (major != 9 || minor != 0) return false;
     if (!kernels::sm90_bwd_supports(tile_dim) || args.fwd.dropout) return false;
     const bool deterministic = args.dq_chunk_stride != 0;
-    const bool by_default = tile_dim == 64 || (tile_dim == 128 && args.fwd.seqlen_q >= 1024) ||
+    const bool by_default = tile_dim == 64 || (tile_dim == 128 && args.fwd.seqlen_q >= 512) ||
                             (tile_dim == 256 && !deterministic);
     return sm90_unless_forced("FLASHATTN_CUDA_BWD_KERNEL", by_default);
 #else
