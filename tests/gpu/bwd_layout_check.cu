@@ -22,8 +22,9 @@
 // coordinates the policies see are S^T's swapped; the S^T registers read as the A operand of
 // dV += P^T dO hold the (key, query) the RS wgmma expects there; the registers -> shared copy of dS^T
 // writes each register to its own (key, query); the transposed shared-memory views; the producer's
-// copies cover each tile once. (What cannot be checked here: wgmma's descriptors, the mbarrier
-// ring, which tests/gpu/bwd_sm90_protocol_check.py models.)
+// copies (128 threads) and the dK/dV epilogue's (256) address each chunk where CuTe's tiled copy
+// does and cover each tile once (producer_copy_check.h). (What cannot be checked here: wgmma's
+// descriptors, the mbarrier ring, which tests/gpu/bwd_sm90_protocol_check.py models.)
 //
 // For the d256 Hopper schedule (Sm90BwdPdSTraits, bwd_kernel_sm90_pds.cuh): S/dP, dK/dV and dQ
 // cover their tiles once in neighbouring column pairs; consumer c holds keys [32c, 32c + 32) of S
@@ -31,7 +32,8 @@
 // V rows for S/dP; Q^T, dO^T, K^T columns for dK/dV/dQ; P^T, dS^T, dS whole); each slice of a cut
 // shared-memory operand is the first slice's layout at a fixed offset (cut at whole swizzle atoms,
 // so one descriptor layout serves both consumers); the P/dS register -> shared copy writes each
-// register to its own (query, key); the transposed views; the producer's copies.
+// register to its own (query, key); the transposed views; the producer's and the dK/dV epilogue's
+// copies.
 #include "kernels/bwd_policies.cuh"
 #include "kernels/bwd_traits.cuh"
 #include "kernels/bwd_traits_sm90.cuh"
@@ -152,6 +154,7 @@ void check_sm90_traits() {
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
+    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>(name, "dK/dV epilogue");
 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaKV mma_kv;
@@ -251,6 +254,7 @@ void check_sm90_pds_traits() {
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
+    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>(name, "dK/dV epilogue");
     // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKV, N, D>(name, "K rows");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");

@@ -21,7 +21,7 @@
 //     fetch overwrites a stage still to be read, the warps together visit every block once); the
 //     merge scratch (disjoint from Q, 16-byte aligned float4 rows, conflict-free float2 writes);
 //     split_share() and inference_work_item() cover their ranges exactly once;
-//   - the Hopper forward's producer copies (ProducerTileCopy) of Q and K/V against CuTe's tiled
+//   - the Hopper forward's producer copies (SwizzledTileCopy) of Q and K/V against CuTe's tiled
 //     copy, for every head dim (producer_copy_check.h).
 #include "kernels/fwd_decode_kernel.cuh"
 #include "kernels/fwd_traits.cuh"

@@ -1,4 +1,4 @@
-// The check of the Hopper producers' tile copy (ProducerTileCopy, producer_copies.cuh), shared by
+// The check of the Hopper producers' tile copy (SwizzledTileCopy, producer_copies.cuh), shared by
 // layout_check.cu (forward) and bwd_layout_check.cu (backward). Include after host_check.h.
 #pragma once
 
@@ -10,15 +10,16 @@
 #include <map>
 #include <utility>
 
-// The Hopper producers' tile copy (ProducerTileCopy) against CuTe's tiled copy of the same thread
+// The Hopper producers' tile copy (SwizzledTileCopy) against CuTe's tiled copy of the same thread
 // -> chunk map (GmemTileCopies, which the producer used before): thread tid's chunk (m, k) starts
 // at the shared address CuTe gives it, in a tile placed as the kernel's (on a 1024-byte period),
-// its 8 elements are contiguous there, and the chunks cover the tile once.
+// its 8 elements are contiguous there, and the chunks cover the tile once; byte_offset of every
+// element is CuTe's.
 template <typename Element, typename SmemLayout, int kThreads, int kBlockCols = 64>
 void check_producer_copy(const char* name, const char* what) {
     using namespace cute;
     using namespace flashattn::cuda::kernels;
-    using Copy = ProducerTileCopy<Element, SmemLayout, kThreads, kBlockCols>;
+    using Copy = SwizzledTileCopy<Element, SmemLayout, kThreads, kBlockCols>;
     constexpr int kRows = Copy::kRows, kCols = Copy::kCols;
     using Reference = typename GmemTileCopies<Element, kBlockCols, kThreads>::Load;
     const uintptr_t base = uintptr_t(3) << 20;
@@ -47,6 +48,13 @@ void check_producer_copy(const char* name, const char* what) {
                 }
             }
     }
+    // byte_offset of every element (the Hopper backward's epilogue writes 4-byte pairs with it).
+    for (int r = 0; r < kRows; ++r)
+        for (int c = 0; c < kCols; ++c) {
+            const uintptr_t at = reinterpret_cast<uintptr_t>(raw_pointer_cast(&tile(r, c))) - base;
+            CHECK(at == Copy::byte_offset(r, c), "%s %s: element (%d, %d) at byte %d, byte_offset says %u", name, what,
+                  r, c, int(at), unsigned(Copy::byte_offset(r, c)));
+        }
     CHECK(int(cover.size()) == kRows * kCols, "%s %s: producer copy covers %d of %d", name, what, int(cover.size()),
           kRows * kCols);
     for (auto& [rc, n] : cover)

@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             ++kv_uses;
         }
 
-        sm90_bwd_store_dkdv<Traits>(args, w, n, acc_dk, acc_dv, tdKVc);
+        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
         if (kv_uses == 1 && range.m_end > range.m_begin) { // the first key block with work
             timeline_mark(args, kTimelineEpilogueDone, timeline_writer);
             timeline_mark(args, kTimelineGlobalEnd, timeline_writer);

@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             ++kv_uses;
         }
 
-        sm90_bwd_store_dkdv<Traits>(args, w, n, acc_dk, acc_dv, tdKVc);
+        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
     }
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }

@@ -122,9 +122,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
         const int ptid = int(threadIdx.x);
         // One base address and compile-time offsets per chunk (producer_copies.cuh says why).
-        using KVCopy = ProducerTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads,
+        using KVCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads,
                                         Traits::kSwizzleCols>;
-        using QCopy = ProducerTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads,
+        using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads,
                                        Traits::kSwizzleCols>;
         const KVCopy copy_kv(ptid);
         const QCopy copy_q(ptid);
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 const int s = r % kStages;
                 const int j = t.e - 1 - idx;
                 if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
-                copy_kv(smem_at + s * kKvStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
+                copy_kv.load_async(smem_at + s * kKvStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
                         t.seq.k_len - j * kBlockN, args.head_dim, safe);
                 cutlass::arch::cpasync_barrier_arrive_noinc(full + s);
             };
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             // is free only once the consumers have stored the previous tile's O from it.
             if (t.num_blocks > 0) produce_block(0, k_rows, k_stride, smem_k_at, k_full, k_empty);
             if (tiles_done > 0) cutlass::arch::ClusterBarrier::wait(q_empty, (tiles_done - 1) & 1);
-            copy_q(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, t.seq.q_len - t.m0, args.head_dim, safe);
+            copy_q.load_async(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, t.seq.q_len - t.m0, args.head_dim, safe);
             cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
             if (t.num_blocks > 0) produce_block(0, v_rows, v_stride, smem_v_at, v_full, v_empty);
             for (int idx = 1; idx < t.num_blocks; ++idx) {

@@ -80,7 +80,7 @@ struct Sm90FwdTraits {
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
 
     // Global <-> shared, 16-byte chunks in kSwizzleCols-wide rows: loads by the producer's threads
-    // (ProducerTileCopy, producer_copies.cuh), the O store by the consumers' (gmem_copies.cuh).
+    // (SwizzledTileCopy, producer_copies.cuh), the O store by the consumers' (gmem_copies.cuh).
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
     using GmemStore = typename GmemTileCopies<Element, kSwizzleCols, kThreads>::Store;
     // Registers per thread after setmaxnreg. A CTA gets kLaunchRegs per thread at launch

@@ -33,22 +33,24 @@ __device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords c
     });
 }
 
-// A producer thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout
-// (K-major, swizzled in kBlockCols-wide atoms): the same thread -> chunk map as
-// GmemTileCopies<Element, kBlockCols, kThreads> (kBlockCols / 8 threads per row, kRowsPerPass rows
-// per pass), with the addresses kept as one base plus
-// compile-time offsets. Why not produce_tile: CuTe's partitioned tensors give every chunk its own
-// swizzled shared address and global pointer, the compiler hoists all of them out of the producer's
-// loops, and a producer lowered to 24 registers (d128, d256 backward) then spills them: every
-// cp.async waited for a local-memory load queued behind the cp.asyncs before it, and issuing one
-// key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
+// One thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout (K-major,
+// swizzled in kBlockCols-wide atoms): the same thread -> chunk map as GmemTileCopies<Element,
+// kBlockCols, kThreads> (kBlockCols / 8 threads per row, kRowsPerPass rows per pass), with the
+// addresses kept as one base plus compile-time offsets. load_async: global -> shared by cp.async
+// (the Hopper kernels' producers); store: shared -> global, 16 bytes a thread (the Hopper
+// backward's dK/dV epilogue).
+// Why not produce_tile: CuTe's partitioned tensors give every chunk its own swizzled shared address
+// and global pointer, the compiler hoists all of them out of the producer's loops, and a producer
+// lowered to 24 registers (d128, d256 backward) then spills them: every cp.async waited for a
+// local-memory load queued behind the cp.asyncs before it, and issuing one key block's K and V took
+// ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
 // Here the shared offset of chunk (pass m, column block k) is base + offset(m * kRowsPerPass,
-// k * kBlockCols):
-// the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk index,
-// kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither moves the
-// XOR (bwd_layout_check compares every thread's chunks with CuTe's tiled copy).
+// k * kBlockCols): the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk
+// index, kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither
+// moves the XOR (layout_check and bwd_layout_check compare every thread's chunks with CuTe's
+// tiled copy).
 template <typename Element, typename SmemLayout, int kThreads, int kBlockCols_ = 64>
-struct ProducerTileCopy {
+struct SwizzledTileCopy {
     static constexpr int kChunkElems = 16 / int(sizeof(Element));
     static constexpr int kBlockCols = kBlockCols_;
     static constexpr int kThreadsPerRow = kBlockCols / kChunkElems;
@@ -72,7 +74,7 @@ struct ProducerTileCopy {
         return uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(r, c))) - kBase);
     }
 
-    __host__ __device__ explicit ProducerTileCopy(int tid)
+    __host__ __device__ explicit SwizzledTileCopy(int tid)
         : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems), smem_base(byte_offset(row, col)) {}
 
     // Bytes from chunk (row, col) to chunk (row + m * kRowsPerPass, col + k * kBlockCols): a constant.
@@ -81,21 +83,45 @@ struct ProducerTileCopy {
     // Rows [0, rows_valid) of the tile starting at `first_row` (its row 0, column 0; rows
     // `row_stride` elements apart) into the shared tile at `smem_tile`; rows past rows_valid and
     // columns past head_dim are zero-filled (nothing read; `safe` is any readable address).
-    __device__ __forceinline__ void operator()(uint32_t smem_tile, const Element* first_row, int64_t row_stride,
+    __device__ __forceinline__ void load_async(uint32_t smem_tile, const Element* first_row, int64_t row_stride,
                                                int rows_valid, int head_dim, const Element* safe) const {
+        for_each_chunk(first_row, row_stride, rows_valid, head_dim, [&](uint32_t offset, const Element* g, bool ok) {
+            cp_async_16_or_zero(smem_tile + offset, ok ? g : safe, ok);
+        });
+    }
+
+    // The shared tile at `smem_tile` to rows [0, rows_valid) and columns [0, head_dim) of the
+    // global tile starting at `first_row` (head_dim a multiple of 8: whole chunks).
+    __device__ __forceinline__ void store(uint32_t smem_tile, Element* first_row, int64_t row_stride, int rows_valid,
+                                          int head_dim) const {
+        for_each_chunk(first_row, row_stride, rows_valid, head_dim, [&](uint32_t offset, const Element* g, bool ok) {
+            if (ok) {
+                uint4 v;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(smem_tile + offset));
+                *reinterpret_cast<uint4*>(const_cast<Element*>(g)) = v;
+            }
+        });
+    }
+
+  private:
+    // chunk(shared offset from the tile's start, global address, in bounds) for every chunk.
+    template <typename Chunk>
+    __device__ __forceinline__ void for_each_chunk(const Element* first_row, int64_t row_stride, int rows_valid,
+                                                   int head_dim, Chunk&& chunk) const {
         int64_t pass_stride = row_stride * kRowsPerPass;
         // Opaque to the optimiser: the per-pass products stay inside this call instead of being
         // precomputed, one register pair per pass, in front of the caller's loops.
         asm volatile("" : "+l"(pass_stride));
         const Element* p = first_row + row * row_stride + col;
-        const uint32_t s = smem_tile + smem_base;
         const int rows_left = rows_valid - row;
         CUTE_UNROLL
         for (int m = 0; m < kPasses; ++m) {
             CUTE_UNROLL
             for (int k = 0; k < kColBlocks; ++k) {
                 const bool ok = m * kRowsPerPass < rows_left && col + k * kBlockCols < head_dim;
-                cp_async_16_or_zero(s + chunk_offset(m, k), ok ? p + k * kBlockCols : safe, ok);
+                chunk(smem_base + chunk_offset(m, k), p + k * kBlockCols, ok);
             }
             p += pass_stride;
         }
