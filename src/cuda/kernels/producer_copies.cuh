@@ -4,8 +4,6 @@
 // (load_tile in tile_ops.cuh zero-fills with plain shared stores, which an mbarrier does not track.)
 #pragma once
 
-#include "kernels/tile_ops.cuh"
-
 #include <cute/tensor.hpp>
 
 namespace flashattn::cuda::kernels {
@@ -22,28 +20,17 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem
     cp_async_16_or_zero(cast_smem_ptr_to_uint(smem), gmem, valid);
 }
 
-// One tile global -> shared by the producer's threads, every 16-byte chunk through cp.async.
-// rows_valid / column_ok as load_tile (tile_ops.cuh, which also walks the chunks); `safe` is any
-// readable address.
-template <typename Src, typename Dst, typename Coords, typename ColumnOk, typename Element>
-__device__ __forceinline__ void produce_tile(Src const& src, Dst&& dst, Coords const& coords, ColumnOk const& column_ok,
-                                             int rows_valid, const Element* safe) {
-    for_each_tile_chunk(dst, coords, column_ok, rows_valid, [&](int m, int k, bool in_bounds) {
-        cp_async_16_or_zero(raw_pointer_cast(&dst(0, m, k)), in_bounds ? &src(0, m, k) : safe, in_bounds);
-    });
-}
-
 // One thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout (K-major,
 // swizzled in kBlockCols-wide atoms): the same thread -> chunk map as GmemTileCopies<Element,
 // kBlockCols, kThreads> (kBlockCols / 8 threads per row, kRowsPerPass rows per pass), with the
 // addresses kept as one base plus compile-time offsets. load_async: global -> shared by cp.async
 // (the Hopper kernels' producers); store: shared -> global, 16 bytes a thread (the Hopper
 // backward's dK/dV epilogue).
-// Why not produce_tile: CuTe's partitioned tensors give every chunk its own swizzled shared address
-// and global pointer, the compiler hoists all of them out of the producer's loops, and a producer
-// lowered to 24 registers (d128, d256 backward) then spills them: every cp.async waited for a
-// local-memory load queued behind the cp.asyncs before it, and issuing one key block's K and V took
-// ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
+// Why not a CuTe tiled copy of the partitioned tensors (as load_tile): they give every chunk its own
+// swizzled shared address and global pointer, the compiler hoists all of them out of the producer's
+// loops, and a producer lowered to 24 registers (d128, d256 backward) then spills them: every
+// cp.async waited for a local-memory load queued behind the cp.asyncs before it, and issuing one
+// key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
 // Here the shared offset of chunk (pass m, column block k) is base + offset(m * kRowsPerPass,
 // k * kBlockCols): the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk
 // index, kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither
