@@ -20,11 +20,18 @@ releasing the stage. Checks: no deadlock; every product reads the blocks it expe
 hold both consumers' halves of the reader's block while read; every (block, half) of dQ is added
 once, in walk order per consumer.
 
+Both schedules end with the dK/dV epilogue of the CTA's last key block (sm90_bwd_store_dkdv): a
+named barrier (every consumer's wgmmas on K and V complete), each consumer's dK/dV halves into K's
+and V's buffers, a second barrier, then 16-byte stores reading both halves. Checks: no product
+reads K or V after the staging began, and the stores read both halves.
+
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
            the previous block's)
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
+  both:    "no_epilogue_barrier" (the staging without the first barrier), "stage_every_block"
+           (staging after every key block, while the producer refills K and V)
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
 """
 import random
@@ -50,6 +57,24 @@ class NBar:  # named barrier: completes when `count` arrivals gathered
         if self.arrived == self.count: self.arrived = 0; self.gen += 1
 
 
+def staged_epilogue(c, rnd, bar, kv_stage, staged, broken):
+    """Consumer c's dK/dV epilogue through K's and V's buffers (the CTA's last key block)."""
+    if broken != "no_epilogue_barrier":
+        g = bar.gen; bar.arrive()
+        while bar.gen == g: yield
+    kv_stage[0] = "epilogue"; staged[c] = True  # its registers' pairs into the K and V tiles
+    yield
+    g = bar.gen; bar.arrive()
+    while bar.gen == g: yield
+    for _ in range(rnd.randint(1, 3)):  # the 16-byte stores read both consumers' halves
+        assert staged == [True, True] and kv_stage[0] == "epilogue", (c, staged, kv_stage)
+        yield
+
+
+def stages_epilogue(walk, index, broken):
+    return index == len(walk) - 1 or broken == "stage_every_block"
+
+
 def run(walk, S, seed, broken=None):
     """walk: [(key block, number of query blocks)], in the kernel's order."""
     rnd = random.Random(seed)
@@ -58,7 +83,7 @@ def run(walk, S, seed, broken=None):
     dq_full = MBar(2); dq_empty = MBar(1)
     dq = [None, None]  # [consumer half] -> use index whose dQ is in the buffer
     added = []
-    ds_ready = NBar(2)
+    ds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; kv_stage = [None]
     ds = [[None, None], [None, None]]  # [buffer][consumer] -> query-block index written
     pending = []  # async copies: [delay, stage list, slot, value, barrier]
@@ -91,8 +116,11 @@ def run(walk, S, seed, broken=None):
 
     def consumer(c):
         q_uses = kv_uses = 0
-        for n, blocks in walk:
-            if blocks == 0: continue  # the epilogue only
+        for index, (n, blocks) in enumerate(walk):
+            if blocks == 0:  # the epilogue only
+                if stages_epilogue(walk, index, broken):
+                    yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+                continue
             while not kv_full.done(kv_uses & 1): yield
             for m in range(blocks):
                 s = q_uses % S
@@ -117,6 +145,8 @@ def run(walk, S, seed, broken=None):
                 q_uses += 1
             kv_empty.arrive()
             kv_uses += 1
+            if stages_epilogue(walk, index, broken):
+                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
 
     uses = sum(blocks for _, blocks in walk)
     actors = [producer(), consumer(0), consumer(1)]
@@ -142,7 +172,7 @@ def run_pds(walk, S, seed, broken=None):
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
-    pds_ready = NBar(2)
+    pds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; kv_stage = [None]
     buffers = 1 if broken == "single_pds" else 2
     pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
@@ -167,8 +197,11 @@ def run_pds(walk, S, seed, broken=None):
 
     def consumer(c):
         q_uses = kv_uses = 0
-        for n, blocks in walk:
-            if blocks == 0: continue  # the epilogue only
+        for index, (n, blocks) in enumerate(walk):
+            if blocks == 0:  # the epilogue only
+                if stages_epilogue(walk, index, broken):
+                    yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+                continue
             while not kv_full.done(kv_uses & 1): yield
             for m in range(blocks):
                 s = q_uses % S
@@ -195,6 +228,8 @@ def run_pds(walk, S, seed, broken=None):
                 q_uses += 1
             kv_empty.arrive()
             kv_uses += 1
+            if stages_epilogue(walk, index, broken):
+                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
 
     uses = sum(blocks for _, blocks in walk)
     live = [producer(), consumer(0), consumer(1)]
@@ -239,9 +274,11 @@ if __name__ == "__main__":
             run_pds(walk, S, seed)
             cases += 1
     print(f"bwd ws protocol: {cases} random walks x 2 schedules, no deadlock, every stage, dS, P/dS and dQ "
-          "buffer as expected")
+          "buffer and the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
-                          (run_pds, "no_pds_barrier"), (run_pds, "early_q_release")):
+                          (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
+                          (run, "no_epilogue_barrier"), (run_pds, "no_epilogue_barrier"),
+                          (run, "stage_every_block"), (run_pds, "stage_every_block")):
         hits = caught(model, broken)
         assert hits > 0, f"{model.__name__} broken={broken}: not caught by any walk"
         print(f"  broken variant {model.__name__}/{broken}: caught on {hits} of 400 walks")
