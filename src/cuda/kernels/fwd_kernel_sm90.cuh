@@ -141,9 +141,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 break;
             }
             // Row 0 of this tile's sequence and head in Q, K, V.
+            const int h_kv = t.h / args.heads_per_kv_head;
             const Element* q_rows = rows_of(t, args.q, t.seq.q_row0, t.h, t.seq.q_len).data().get();
-            const Element* k_rows = rows_of(t, args.k, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len).data().get();
-            const Element* v_rows = rows_of(t, args.v, t.seq.k_row0, t.h / args.heads_per_kv_head, t.seq.k_len).data().get();
+            const Element* k_rows = rows_of(t, args.k, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
+            const Element* v_rows = rows_of(t, args.v, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
             // A readable address for the zero-filled chunks: Q has rows (m0 < q_len); K may not.
             const Element* safe = q_rows;
             auto produce_block = [&](int idx, const Element* rows, int64_t stride, uint32_t smem_at, uint64_t* full,

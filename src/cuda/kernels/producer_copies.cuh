@@ -16,9 +16,6 @@ __device__ __forceinline__ void cp_async_16_or_zero(uint32_t smem, const void* g
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                  "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
-    cp_async_16_or_zero(cast_smem_ptr_to_uint(smem), gmem, valid);
-}
 
 // One thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout (K-major,
 // swizzled in kBlockCols-wide atoms): the same thread -> chunk map as GmemTileCopies<Element,

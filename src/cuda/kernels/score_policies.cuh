@@ -107,6 +107,12 @@ __host__ __device__ __forceinline__ KvBlockRange split_share(KvBlockRange range,
     return range;
 }
 
+// An index range bound (64-bit, possibly "unbounded") relative to a thread's first row or column,
+// clamped into int: the fragment's offsets are small, so the clamp changes no decision.
+__host__ __device__ __forceinline__ int in_thread_frame(int64_t bound, int64_t thread_first) {
+    return int(max(min(bound - thread_first, int64_t(1) << 30), -(int64_t(1) << 30)));
+}
+
 // Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
 // Indices are compared relative to this thread's first row and column, so that each compare is
 // against a compile-time offset: absolute indices would be precomputed into one register each (and
@@ -126,8 +132,7 @@ __host__ __device__ __forceinline__ void apply_key_mask_by_row(Scores& scores, C
         const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
         // Bring the range into this thread's column frame; int is enough there.
         const int64_t first = int64_t(n0) + col0;
-        const int begin = int(max(min(keys.begin - first, int64_t(1) << 30), -(int64_t(1) << 30)));
-        const int end = int(max(min(keys.end - first, int64_t(1) << 30), -(int64_t(1) << 30)));
+        const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
             const int j = get<1>(coords(r, c)) - col0; // a constant once folded
@@ -162,8 +167,7 @@ __host__ __device__ __forceinline__ void apply_key_mask_by_key(Scores& scores, C
         const QueryRange rows = queries_for_key(mask, int64_t(n0) + get<1>(coords(0, c)), s.query_len(), s.k_len);
         // Bring the range into this thread's row frame (packed heads: every row is query 0).
         const int64_t first_row = s.rows_are_heads ? 0 : int64_t(m0) + row0;
-        const int first = int(max(min(rows.first - first_row, int64_t(1) << 30), -(int64_t(1) << 30)));
-        const int last = int(max(min(rows.last - first_row, int64_t(1) << 30), -(int64_t(1) << 30)));
+        const int first = in_thread_frame(rows.first, first_row), last = in_thread_frame(rows.last, first_row);
         CUTE_UNROLL
         for (int r = 0; r < size<0>(scores); ++r) {
             const int i = s.rows_are_heads ? 0 : get<0>(coords(r, c)) - row0; // a constant once folded
