@@ -21,7 +21,7 @@
 #   FLASHATTN_STEPS="build pytest pytest_sm80 pytest_sm90 ctest sanitize bench pytest_bwd sanitize_bwd bench_bwd decode"
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
-#                                               decode_split_keys, profile_decode, profile_bwd, pytest_sm90_forms,
+#                                               decode_split_keys, profile_decode, decode_timeline, profile_bwd, pytest_sm90_forms,
 #                                               bwd_timeline (a measuring build: bench/bwd_timeline.py),
 #                                               pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
@@ -399,6 +399,15 @@ if wants profile_decode && [[ -f $lib ]] && command -v ncu > /dev/null; then
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section SchedulerStats \
     --section WarpStateStats ${FLASHATTN_PROFILE_EXTRA:-} \
     python3 bench/profile_decode.py "${decode_shapes[@]}" > "$logs/profile_decode.log" 2>&1
+fi
+# Step decode_timeline (not in the default list): the GPU timeline of single decode calls, ours
+# (and FLASHATTN_TIMELINE_ENV's variants) against cuDNN and torch FA2, kernel by kernel, with the
+# gaps between them (bench/decode_timeline.py, torch.profiler; shapes FLASHATTN_TIMELINE_SHAPES).
+# Log: decode_timeline.log, also copied to OUTDIR.
+if wants decode_timeline && [[ -f $lib ]]; then
+  FLASHATTN_LIB=$lib timeout $(cap 300) python3 bench/decode_timeline.py ${FLASHATTN_TIMELINE_SHAPES:-} \
+    > "$logs/decode_timeline.log" 2>&1
+  cp "$logs/decode_timeline.log" "$out/"
 fi
 # ---- end of the inference block -----------------------------------------------------------------
 
