@@ -4,12 +4,13 @@
 
 A shape is "L32k_b1" (cache length in k, batch; 32 query / 8 KV heads, d 128, bf16, one query token,
 contiguous cache, as bench/gpu_decode.py), optionally "p" (a pool of 16-row pages, ours only) and
-":sN" (ours with num_splits = N instead of the split rule). Each implementation runs as
-bench/gpu_decode.py times it (do_bench's pattern: an L2 flush, then one call, rotating over copies of
-the cache), 12 calls under the profiler after a warm-up. Per call the trace gives: `gap`, from the end
-of the flush kernel (where do_bench's start event lands) to the first kernel of the call; every
-kernel's duration and the gaps between them; `span`, flush end to the call's last kernel end (what
-do_bench measures, up to the end event's own latency). Printed: the median of each, per
+":sN" (ours with num_splits = N instead of the split rule). Each implementation runs 12 calls under
+the profiler after a warm-up, rotating over copies of the cache, each call after either an idle
+kernel (torch.cuda._sleep: bench/gpu_decode.py's method since session 8) or a 256 MB flush (triton's
+do_bench: its method before), both printed. Per call the trace gives: `gap`, from the end of the
+idle or flush kernel (where the start event lands) to the first kernel of the call; every kernel's
+duration and the gaps between them; `span`, idle/flush end to the call's last kernel end (what the
+benchmark measures, up to the end event's own latency). Printed: the median of each, per
 implementation, and the KV read rate implied by the span and by the main kernel alone.
 
 FLASHATTN_TIMELINE_ENV="NAME:VAR=VALUE,...;NAME2:..." also runs ours under those environments
@@ -66,15 +67,16 @@ def sdpa_fn(q, k_cache, v_cache, backend):
     return run
 
 
-def trace_calls(fns, flush):
-    """Kernel lists [(name, start_us, dur_us)] of CALLS calls, each after a flush, from a chrome trace."""
+def trace_calls(fns, before):
+    """Kernel lists [(name, start_us, dur_us)] of CALLS calls, each after before() (a flush or an
+    idle kernel), from a chrome trace."""
     for i in range(3):  # warm-up (plans, first-call set-up)
-        flush.zero_()
+        before()
         fns[i % len(fns)]()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for i in range(CALLS):
-            flush.zero_()
+            before()
             fns[i % len(fns)]()
         torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -83,10 +85,11 @@ def trace_calls(fns, flush):
     events = json.load(open(path))["traceEvents"]
     os.unlink(path)
     kernels = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("cat") == "kernel")
-    # Split at the flush kernels (the only kernels writing the 256 MB buffer: the first of each call).
+    # Split at the flush or idle kernels (the first of each call, and longer than 20 us).
     calls, current, flush_end = [], None, None
     for ts, dur, name in kernels:
-        is_flush = ("fill" in name.lower() or "zero" in name.lower() or "memset" in name.lower()) and dur > 20
+        lowered = name.lower()
+        is_flush = any(word in lowered for word in ("fill", "zero", "memset", "spin", "sleep")) and dur > 20
         if is_flush:
             if current is not None:
                 calls.append((flush_end, current))
@@ -115,7 +118,7 @@ def summarize(label, calls, kv_bytes):
             parts.append(f"gap {between:5.1f}")
         parts.append(f"{calls[0][1][i][0][:38]} {dur:6.1f}")
     main = max(statistics.median(ks[i][2] for _, ks in calls) for i in range(int(n)))
-    print(f"  {label:22s} span {span:7.1f} us = {kv_bytes / span / 1e6:5.2f} TB/s (main kernel alone "
+    print(f"  {label:24s} span {span:7.1f} us = {kv_bytes / span / 1e6:5.2f} TB/s (main kernel alone "
           f"{kv_bytes / main / 1e6:5.2f}) | " + " | ".join(parts), flush=True)
 
 
@@ -129,7 +132,8 @@ def parse_env(spec):
 
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    flush_buffer = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    patterns = (("idle", lambda: torch.cuda._sleep(400_000)), ("flush", flush_buffer.zero_))
     envs = [("ours", {})] + [(f"ours {n}", e) for n, e in parse_env(os.environ.get("FLASHATTN_TIMELINE_ENV"))]
     print(f"decode timeline, bf16, {HEADS}/{HEADS_K} heads, d {HDIM}; medians of {CALLS} calls; times in us")
     for shape in shapes:
@@ -156,7 +160,8 @@ def main():
             os.environ.update(env)
             try:
                 fns = [ours_fn(q, k, v, lengths, t, splits) for k, v, t in caches]
-                summarize(label, trace_calls(fns, flush), kv_bytes)
+                for pattern, before in patterns:
+                    summarize(f"{label}, {pattern}", trace_calls(fns, before), kv_bytes)
             finally:
                 for k, v in saved.items():
                     if v is None:
@@ -167,7 +172,8 @@ def main():
             for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch_fa2", SDPBackend.FLASH_ATTENTION)):
                 try:
                     fns = [sdpa_fn(q, k, v, backend) for k, v, _ in caches]
-                    summarize(label, trace_calls(fns, flush), kv_bytes)
+                    for pattern, before in patterns:
+                        summarize(f"{label}, {pattern}", trace_calls(fns, before), kv_bytes)
                 except RuntimeError as e:
                     print(f"  {label} failed: {str(e)[:120]}")
         del caches

@@ -1,14 +1,21 @@
 // fa_combine on the device (docs/semantics.md, "Combining partial results"), also the last step of
-// split-KV. One warp per (output row, 32 columns): the lanes share the splits for the max and the
-// sum of exp(lse_s - max), then each lane accumulates its column over the non-empty splits, taking
-// the splits 32 at a time: lane j holds split s0 + j's weight, the others read it by shuffle, and
-// the partials of kSplitsInFlight splits are loaded before any is added (decode's combine reads a
-// few hundred KB that the forward has just written: what it costs is load latency, so the loads of
-// one lane must not wait for each other). A split with lse = -inf is never read (its output may be
-// uninitialised); a row with no non-empty split gets out = 0 and lse = -inf.
+// split-KV. One CTA of kWarps warps per output row (batch, row, head), in two rounds of loads:
+//   1. every warp reads the row's split lse values (lane j: splits j, j + 32, ...) and reduces
+//      them to the row's lse with an online max / sum (one pass over them);
+//   2. the warps share the splits (warp w: splits w, w + kWarps, ...), each lane kVec columns; a
+//      warp issues the partial loads of up to kSplitsPerChunk / kWarps splits before it adds any,
+//      so a lane's loads do not wait for each other; the kWarps column sums meet in shared memory
+//      and are added in warp order (a fixed order: the result does not depend on timing).
+// What a split-KV combine costs is load latency (it reads a few hundred KB that the forward has just
+// written), so the number that matters is the rounds of dependent loads: two, for up to
+// kSplitsPerChunk splits. The former kernel (one warp per row and 32 columns, the lse walked three
+// times, splits 16 at a time) took 3.7-7.1 us at batch 1 against cuDNN's 1.9-3.0 us (H200, session 8
+// run 1, bench/decode_timeline.py).
+// A split with lse = -inf is never read (its output may be uninitialised); a row with no non-empty
+// split gets out = 0 and lse = -inf.
 //
 // After split-KV's split-keys kernel it can be launched as a programmatic dependent
-// (FLASHATTN_CUDA_PDL=1, dependent_launch.h: measured no faster), so it waits for the partials first.
+// (FLASHATTN_CUDA_PDL=1, dependent_launch.h), so it waits for the partials first.
 #include "combine.h"
 
 #include "cuda_check.h"
@@ -28,90 +35,145 @@
 namespace flashattn::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 4;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kSplitsPerChunk = 64; // splits whose lse a warp holds at once (two per lane)
 
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
+// Running (max, sum of exp(x - max)) of a set of logsumexps; -inf entries are empty.
+struct LseSum {
+    float max = -INFINITY, sum = 0.0f;
 
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) combine_kernel(const __grid_constant__ CombineArgs args) {
-    constexpr int kSplitsInFlight = 16;
+    __device__ __forceinline__ void add(float max2, float sum2) {
+        const float m = fmaxf(max, max2);
+        if (m == -INFINITY) return;
+        sum = (max > -INFINITY ? sum * expf(max - m) : 0.0f) + (max2 > -INFINITY ? sum2 * expf(max2 - m) : 0.0f);
+        max = m;
+    }
+    __device__ __forceinline__ void add(float lse) { add(lse, 1.0f); }
+    __device__ __forceinline__ void warp_reduce() {
+        for (int offset = 16; offset > 0; offset /= 2) {
+            const float max2 = __shfl_xor_sync(0xffffffffu, max, offset);
+            const float sum2 = __shfl_xor_sync(0xffffffffu, sum, offset);
+            add(max2, sum2);
+        }
+    }
+    __device__ __forceinline__ float lse() const { return max > -INFINITY ? max + logf(sum) : -INFINITY; }
+};
+
+template <int kVec> struct Floats;
+template <> struct Floats<1> {
+    float v[1];
+    __device__ __forceinline__ static Floats load(const float* p) { return {{*p}}; }
+};
+template <> struct Floats<4> {
+    float v[4];
+    __device__ __forceinline__ static Floats load(const float* p) {
+        const float4 x = *reinterpret_cast<const float4*>(p);
+        return {{x.x, x.y, x.z, x.w}};
+    }
+};
+
+// kVec: columns per lane and load, 4 (float4) when the partials' pointer, strides and head_dim
+// allow 16-byte loads, else 1.
+template <int kVec>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ CombineArgs args) {
+    constexpr int kSplitsPerWarp = kSplitsPerChunk / kWarps; // loads of a lane in flight
+    constexpr int kColumns = 32 * kVec;                      // columns of one pass of a warp
+    __shared__ float column_sums[kWarps][kColumns];
     wait_for_prerequisite_grid(); // the partials: written by the kernel before this one
-    const int lane = threadIdx.x % 32;
-    const int64_t column_groups = (args.head_dim + 31) / 32;
-    const int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    if (item >= args.batch * args.rows * args.heads * column_groups) return;
-    const int c = int(item % column_groups) * 32 + lane; // this lane's column
-    const int64_t row_item = item / column_groups;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t row_item = blockIdx.x;
     const int64_t h = row_item % args.heads;
     const int64_t i = (row_item / args.heads) % args.rows;
     const int64_t b = row_item / (args.heads * args.rows);
+    const int num_splits = args.num_splits;
 
+    // Round 1: the row's lse. Lane j keeps the lse of splits j and j + 32 (the first chunk's).
     const float* lse_row = args.lse_partial + b * args.lse_batch_stride + h * args.lse_head_stride + i * args.lse_row_stride;
-    auto split_lse = [&](int s) { return lse_row[int64_t(s) * args.lse_split_stride]; };
-    float row_max = -INFINITY;
-    for (int s = lane; s < args.num_splits; s += 32) row_max = fmaxf(row_max, split_lse(s));
-    row_max = warp_max(row_max);
-    float lse = -INFINITY;
-    if (row_max > -INFINITY) {
-        float sum = 0.0f;
-        for (int s = lane; s < args.num_splits; s += 32) {
-            const float l = split_lse(s);
-            if (l > -INFINITY) sum += expf(l - row_max);
-        }
-        lse = row_max + logf(warp_sum(sum));
-    }
+    auto split_lse = [&](int s) { return s < num_splits ? lse_row[int64_t(s) * args.lse_split_stride] : -INFINITY; };
+    const float first_lo = split_lse(lane), first_hi = split_lse(lane + 32);
+    LseSum total;
+    total.add(first_lo);
+    total.add(first_hi);
+    for (int s = lane + kSplitsPerChunk; s < num_splits; s += 32) total.add(split_lse(s));
+    total.warp_reduce();
+    const float lse = total.lse();
 
+    // Round 2 (per chunk of splits and pass of columns): this warp's splits of the chunk, weighted.
     const float* partial_row = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
                                h * args.partial_head_stride;
-    float acc = 0.0f;
-    if (lse > -INFINITY) {
-        for (int s0 = 0; s0 < args.num_splits; s0 += 32) {
-            // Lane j: the weight of split s0 + j, or -1 for an empty split (and past the last).
-            const float l = s0 + lane < args.num_splits ? split_lse(s0 + lane) : -INFINITY;
-            const float weight = l > -INFINITY ? expf(l - lse) : -1.0f;
-            const int here = min(32, args.num_splits - s0);
-            for (int u0 = 0; u0 < here; u0 += kSplitsInFlight) {
-                float w[kSplitsInFlight], x[kSplitsInFlight];
+    const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
+    for (int c0 = 0; c0 < args.head_dim; c0 += kColumns) {
+        const int c = c0 + lane * kVec; // this lane's first column (kVec columns, all or none valid)
+        float acc[kVec] = {};
+        if (lse > -INFINITY) {
+            for (int s0 = 0; s0 < num_splits; s0 += kSplitsPerChunk) {
+                // Lane j: the weights of splits s0 + j and s0 + 32 + j; -1 for an empty split.
+                const float lo = s0 == 0 ? first_lo : split_lse(s0 + lane);
+                const float hi = s0 == 0 ? first_hi : split_lse(s0 + 32 + lane);
+                const float weight_lo = lo > -INFINITY ? expf(lo - lse) : -1.0f;
+                const float weight_hi = hi > -INFINITY ? expf(hi - lse) : -1.0f;
+                float w[kSplitsPerWarp];
+                Floats<kVec> x[kSplitsPerWarp];
 #pragma unroll
-                for (int u = 0; u < kSplitsInFlight; ++u) {
-                    w[u] = __shfl_sync(0xffffffffu, weight, (u0 + u) % 32);
-                    const bool read = u0 + u < here && w[u] >= 0.0f && c < args.head_dim;
-                    x[u] = read ? partial_row[int64_t(s0 + u0 + u) * args.partial_split_stride + c] : 0.0f;
+                for (int u = 0; u < kSplitsPerWarp; ++u) {
+                    const int k = warp + u * kWarps; // split s0 + k of the chunk
+                    const float from_lo = __shfl_sync(0xffffffffu, weight_lo, k % 32);
+                    const float from_hi = __shfl_sync(0xffffffffu, weight_hi, k % 32);
+                    w[u] = k < 32 ? from_lo : from_hi;
+                    const bool read = w[u] >= 0.0f && c < args.head_dim;
+                    x[u] = read ? Floats<kVec>::load(partial_row + int64_t(s0 + k) * args.partial_split_stride + c)
+                                : Floats<kVec>{};
                 }
 #pragma unroll
-                for (int u = 0; u < kSplitsInFlight; ++u) {
-                    if (u0 + u < here && w[u] >= 0.0f) acc += w[u] * x[u]; // in split order, as before
+                for (int u = 0; u < kSplitsPerWarp; ++u) {
+                    if (w[u] >= 0.0f) {
+#pragma unroll
+                        for (int v = 0; v < kVec; ++v) acc[v] += w[u] * x[u].v[v];
+                    }
                 }
             }
         }
-    }
-    const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
-    if (c < args.head_dim) {
-        switch (args.out_dtype) {
-            case FA_FLOAT16: static_cast<__half*>(args.out)[out_at + c] = __float2half_rn(acc); break;
-            case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[out_at + c] = __float2bfloat16_rn(acc); break;
-            default: static_cast<float*>(args.out)[out_at + c] = acc; break;
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) column_sums[warp][lane * kVec + v] = acc[v];
+        __syncthreads();
+        for (int t = threadIdx.x; t < kColumns; t += kThreads) {
+            const int col = c0 + t;
+            if (col < args.head_dim) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int w2 = 0; w2 < kWarps; ++w2) sum += column_sums[w2][t];
+                switch (args.out_dtype) {
+                    case FA_FLOAT16: static_cast<__half*>(args.out)[out_at + col] = __float2half_rn(sum); break;
+                    case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[out_at + col] = __float2bfloat16_rn(sum); break;
+                    default: static_cast<float*>(args.out)[out_at + col] = sum; break;
+                }
+            }
         }
+        __syncthreads(); // column_sums is reused by the next pass
     }
-    if (args.lse && lane == 0 && item % column_groups == 0)
+    if (args.lse && threadIdx.x == 0)
         args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] = lse;
+}
+
+bool allows_float4_loads(const CombineArgs& args) {
+    const auto multiple_of_4 = [](int64_t x) { return x % 4 == 0; };
+    return reinterpret_cast<uintptr_t>(args.partial) % 16 == 0 && multiple_of_4(args.head_dim) &&
+           multiple_of_4(args.partial_split_stride) && multiple_of_4(args.partial_batch_stride) &&
+           multiple_of_4(args.partial_row_stride) && multiple_of_4(args.partial_head_stride);
 }
 
 } // namespace
 
 void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent) {
-    const int64_t items = args.batch * args.rows * args.heads * ((args.head_dim + 31) / 32);
-    if (items == 0) return;
-    const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    if (blocks > INT_MAX)
-        fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", items, " (row, 32 columns) items are more than one launch covers");
-    launch_maybe_dependent(combine_kernel, unsigned(blocks), 32 * kWarpsPerBlock, 0, stream, dependent, args);
+    const int64_t rows = args.batch * args.rows * args.heads;
+    if (rows == 0) return;
+    if (rows > INT_MAX) fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", rows, " output rows are more than one launch covers");
+    if (allows_float4_loads(args)) {
+        launch_maybe_dependent(combine_kernel<4>, unsigned(rows), kThreads, 0, stream, dependent, args);
+    } else {
+        launch_maybe_dependent(combine_kernel<1>, unsigned(rows), kThreads, 0, stream, dependent, args);
+    }
 }
 
 void combine(const CombineProblem& problem) {

@@ -25,7 +25,7 @@ struct CombineArgs {
     int64_t lse_out_batch_stride, lse_out_head_stride, lse_out_row_stride;
 };
 
-// One warp per (batch, row, head); fp32 arithmetic, out rounded once to its dtype. `dependent`:
+// One CTA per (batch, row, head); fp32 arithmetic, out rounded once to its dtype. `dependent`:
 // launched as a programmatic dependent of the kernel before it (dependent_launch.h).
 void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent);
 

@@ -207,7 +207,11 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
             int sms = 132;
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
-            const double split_below = 0.8 * double(kv.paged() ? slots : sms);
+            // FLASHATTN_CUDA_DECODE_SPLIT_BELOW=slots: contiguous caches split below 0.8 x the CTA
+            // slots too, as paged ones do (A/B timing of the rule; read per call).
+            const char* below = std::getenv("FLASHATTN_CUDA_DECODE_SPLIT_BELOW");
+            const bool below_slots = kv.paged() || (below && std::strcmp(below, "slots") == 0);
+            const double split_below = 0.8 * double(below_slots ? slots : sms);
             splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots, split_below)
                      : variant.fa2_splits          ? fa2_splits(items, n_blocks, slots)
                                                    : wave_splits(items, n_blocks, slots);

@@ -310,12 +310,19 @@ def test_split_kv_contiguous(num_splits, shape):
 # ---------------------------------------------------------------------------------------------
 # fa_combine.
 
+# (splits, d, gap between splits in floats): the device kernel loads float4s when the layout allows
+# (d and every stride a multiple of 4) and single floats otherwise; it holds 64 splits' weights at a
+# time, so 70 and 100 splits take two chunks; d 256 takes two passes of 128 columns.
+COMBINE_LAYOUTS = [(5, 40, 11), (4, 30, 0), (100, 128, 0), (70, 256, 0), (33, 64, 4)]
+
+
+@pytest.mark.parametrize("splits,d,gap", COMBINE_LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_combine_with_empty_splits_and_strides(dtype):
+def test_combine_with_empty_splits_and_strides(dtype, splits, d, gap):
     torch.manual_seed(7)
-    splits, batch, rows, heads, d = 5, 2, 9, 3, 40
+    batch, rows, heads = 2, 9, 3
     # partials stored (split, batch, heads, rows, d) with a gap between splits; lse (split, rows, batch, heads).
-    store = torch.full((splits, batch * heads * rows * d + 11), float("nan"), device=DEV)
+    store = torch.full((splits, batch * heads * rows * d + gap), float("nan"), device=DEV)
     partial = store[:, :batch * heads * rows * d].view(splits, batch, heads, rows, d).transpose(2, 3)
     lse_store = torch.randn(splits, rows, batch, heads, device=DEV) * 5
     lse_partial = lse_store.permute(0, 2, 3, 1)  # (split, batch, heads, rows) view
