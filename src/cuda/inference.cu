@@ -239,6 +239,9 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     args.seqlen_new = int32_t(kv.seqlen_new);
     args.cache_entries = int32_t(kv.cache_entries);
     args.num_splits = splits;
+    // FLASHATTN_CUDA_DECODE_STAGGER=1: the split-keys kernel's rotated walks (A/B timing; read per call).
+    const char* stagger = std::getenv("FLASHATTN_CUDA_DECODE_STAGGER");
+    args.stagger_walk = stagger && std::strcmp(stagger, "1") == 0;
 
     // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
     const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
