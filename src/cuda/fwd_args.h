@@ -77,7 +77,6 @@ struct FwdArgs {
     float* out_accum;            // (split, batch, seqlen_q, heads, head_dim) fp32
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
-    bool stagger_walk;           // split-keys decode: rotate each (sequence, split)'s walk over its blocks
 };
 
 } // namespace flashattn::cuda

@@ -145,51 +145,34 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
     if (args.dropout) dropout_key = args.dropout_key();
 
-    // This warp's blocks and their stages. The ring counts *walk positions* v (top, top - kWarps,
-    // ... down to n_begin); position v reads block walk_block(v): v itself, or, with
-    // args.stagger_walk, v rotated by a per-(sequence, split) amount, so that the CTAs of different
-    // sequences and splits, which start together, do not stream through the same offsets of their
-    // caches in lockstep (the KV heads of one sequence share the rotation: they read the same rows).
+    // This warp's blocks and their stages.
     const WarpBlockRing<kWarps, kStages> ring{range.n_end - 1 - warp};
-    const int range_blocks = range.n_end - range.n_begin;
-    const int rotation = args.stagger_walk && range_blocks > 0
-                             ? int((uint32_t(b * args.num_splits + split) * 2654435761u) % uint32_t(range_blocks))
-                             : 0;
-    auto walk_block = [&](int v) __attribute__((always_inline)) {
-        int x = v - range.n_begin + rotation;
-        if (x >= range_blocks) x -= range_blocks;
-        return range.n_begin + x;
-    };
-    auto in_stage = [&](auto&& t, int v) __attribute__((always_inline)) {
-        return make_tensor(t.data() + ring.stage(v) * Warp::kSmemKVElems, t.layout());
+    auto in_stage = [&](auto&& t, int n) __attribute__((always_inline)) {
+        return make_tensor(t.data() + ring.stage(n) * Warp::kSmemKVElems, t.layout());
     };
 
     const PageTable page_table{args.block_table ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
                                uint32_t(args.page_size)};
     using Pages = PageSlots<decltype(size<1>(tKVc))::value>;
-    auto pages_of = [&](int v) __attribute__((always_inline)) { // v: a walk position
+    auto pages_of = [&](int n) __attribute__((always_inline)) {
         Pages pages{};
-        if (args.block_table && v >= range.n_begin) {
-            const int n = walk_block(v);
+        if (args.block_table && n >= range.n_begin)
             pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
-        }
         return pages;
     };
-    // K and V of walk position v's block into v's stage; `pages`: its rows' page slots (paged K/V only).
-    auto load_kv_block = [&](int v, Pages const& pages) __attribute__((always_inline)) {
-        const int n = walk_block(v);
-        auto in_stage_v = [&](auto&& t) { return in_stage(t, v); };
+    // K and V of block n into its stage; `pages`: its rows' page slots (paged K/V only).
+    auto load_kv_block = [&](int n, Pages const& pages) __attribute__((always_inline)) {
         const int rows_valid = seq.k_len - n * kBlockN;
         if (args.block_table) {
-            load_tile_paged(gmem_load, in_stage_v(tKs), tKVc, column_ok, rows_valid,
+            load_tile_paged(gmem_load, in_stage(tKs, n), tKVc, column_ok, rows_valid,
                             static_cast<Element*>(args.k.data) + int64_t(h_kv) * args.k.head_stride,
                             args.k.batch_stride, args.k.row_stride, pages);
-            load_tile_paged(gmem_load, in_stage_v(tVs), tKVc, column_ok, rows_valid,
+            load_tile_paged(gmem_load, in_stage(tVs, n), tKVc, column_ok, rows_valid,
                             static_cast<Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride,
                             args.v.batch_stride, args.v.row_stride, pages);
         } else {
-            load_tile(gmem_load, tKg(_, _, _, n), in_stage_v(tKs), tKVc, column_ok, rows_valid);
-            load_tile(gmem_load, tVg(_, _, _, n), in_stage_v(tVs), tKVc, column_ok, rows_valid);
+            load_tile(gmem_load, tKg(_, _, _, n), in_stage(tKs, n), tKVc, column_ok, rows_valid);
+            load_tile(gmem_load, tVg(_, _, _, n), in_stage(tVs, n), tKVc, column_ok, rows_valid);
         }
     };
 
@@ -212,25 +195,25 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         copy(copy_q, tSsQ, q_view);
     }
 
-    // One block of this warp (walk position v, block n); kMasked as in fwd_kernel (a compile-time
-    // tag: unmasked blocks carry no mask instructions).
-    auto process_block = [&](int v, int n, auto masked_tag) __attribute__((always_inline)) {
+    // One block of this warp; kMasked as in fwd_kernel (a compile-time tag: unmasked blocks carry no
+    // mask instructions).
+    auto process_block = [&](int n, auto masked_tag) __attribute__((always_inline)) {
         constexpr bool kMasked = decltype(masked_tag)::value;
         const int n0 = n * kBlockN;
-        cp_async_wait<kStages - 2>(); // position v's block has landed for this thread ...
+        cp_async_wait<kStages - 2>(); // block n has landed for this thread ...
         __syncwarp();                 // ... and for the warp, which is also done with the stage of its
-                                      // previous position, where position v - (kStages - 1) kWarps goes
-        const int fetch = ring.fetched_during(v);
+                                      // previous block, where block n - (kStages - 1) kWarps goes
+        const int fetch = ring.fetched_during(n);
         if (fetch >= range.n_begin) load_kv_block(fetch, next_pages);
         cp_async_fence();
-        next_pages = pages_of(ring.fetched_during(v - kWarps)); // read during this block's math, used next step
+        next_pages = pages_of(ring.fetched_during(n - kWarps)); // read during this block's math, used next step
 
         Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
         clear(acc_s);
         if constexpr (kQInRegisters) {
-            gemm_regs_smem(tiled_mma, acc_s, tSrQ, tSrK, in_stage(tSsK, v), copy_k, copy_k_thr);
+            gemm_regs_smem(tiled_mma, acc_s, tSrQ, tSrK, in_stage(tSsK, n), copy_k, copy_k_thr);
         } else {
-            gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, v), copy_q, copy_k, copy_q_thr, copy_k_thr);
+            gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, n), copy_q, copy_k, copy_q_thr, copy_k_thr);
         }
 
         Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
@@ -241,18 +224,15 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
 
         Tensor p = convert_fragment<Element>(acc_s);
         Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
-        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, v), copy_v, copy_v_thr);
+        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, n), copy_v, copy_v_thr);
     };
 
-    // The masked blocks sit at the two ends of the range (fwd_kernel); a rotated walk meets them
-    // anywhere, so each position asks (a warp-uniform branch).
-    for (int v = ring.top; v >= range.n_begin; v -= kWarps) {
-        const int n = walk_block(v);
-        if (n >= range.unmasked_end || n < range.unmasked_begin) {
-            process_block(v, n, cute::true_type{});
-        } else {
-            process_block(v, n, cute::false_type{});
-        }
+    // As in fwd_kernel: the masked blocks sit at the two ends of the range.
+    for (int n = ring.top; n >= range.n_begin;) {
+        for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); n -= kWarps)
+            process_block(n, cute::true_type{});
+        for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; n -= kWarps)
+            process_block(n, cute::false_type{});
     }
 
     // Each warp's normalised O and lse (a warp that saw no allowed key: O = 0, lse = -inf).
