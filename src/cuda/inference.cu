@@ -157,13 +157,13 @@ int wave_splits(int64_t items, int64_t n_blocks, int64_t slots) {
 // batch 1, 8 KV heads, two CTAs per SM: 12% of the slots idle; combine.cu now loads 16 splits at a
 // time, so the extra splits cost little), each split at least kSplitKeysMinBlocks blocks (one per
 // warp: on short caches parallelism matters more than each warp's pipeline), equal shares.
-// split_below: the item count from which it does not split: 0.8 x the CTA slots for paged caches
-// (unsplit, their page-table lookups leave too little in flight: 8k 3.67 -> 3.11) and for
-// contiguous caches whose splits would still hold kLongSplitKeys keys each; 0.8 x the SM count for
-// shorter contiguous caches. Batch 16 with 8 KV heads (128 items, one CTA per SM unsplit): at 1k
-// the unsplit call is faster (2.28 vs 1.90 TB/s, session 7 run 1: the combine is a fifth of a
-// 25 us call); from 8k two splits are (8k 3.83 -> 3.91-3.97, 32k 4.17-4.25 -> 4.33-4.36, 128k
-// 4.04-4.40 -> 4.44-4.51 TB/s, session 8 runs 2-3 with the two-round combine), and steadier.
+// split_below: the item count from which it does not split: 0.8 x the CTA slots when each split
+// would still hold kLongSplitKeys keys, else 0.8 x the SM count. Batch 16 with 8 KV heads (128
+// items, one CTA per SM unsplit): at 1k the unsplit call is faster (contiguous 2.28 vs 1.90 TB/s,
+// paged 2.07 vs 1.84, session 7 run 1: the combine is a fifth of a 25 us call); from 8k two splits
+// are, paged caches by far (unsplit, their page-table lookups leave too little in flight: 8k 3.67
+// -> 3.11, 32k 4.18 -> 3.32), contiguous ones slightly (8k 3.83 -> 3.91-3.97, 32k 4.17-4.25 ->
+// 4.33-4.36, session 8 runs 2-3 with the two-round combine).
 constexpr int64_t kSplitKeysMinBlocks = 4;
 constexpr int64_t kLongSplitKeys = 4096;
 
@@ -211,13 +211,13 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
             int sms = 132;
             check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
-            // FLASHATTN_CUDA_DECODE_SPLIT_BELOW=slots / =sms: one rule for every contiguous cache
-            // (A/B timing of the rule; read per call).
+            // FLASHATTN_CUDA_DECODE_SPLIT_BELOW=slots / =sms: one of the two for every cache (A/B
+            // timing of the rule; read per call).
             const char* below = std::getenv("FLASHATTN_CUDA_DECODE_SPLIT_BELOW");
-            const bool long_splits = p.seqlen_k / std::max<int64_t>(1, slots / std::max<int64_t>(1, items)) >= kLongSplitKeys;
-            bool below_slots = kv.paged() || long_splits;
+            const int64_t one_wave = std::max<int64_t>(1, slots / std::max<int64_t>(1, items));
+            bool below_slots = p.seqlen_k / one_wave >= kLongSplitKeys;
             if (below && std::strcmp(below, "slots") == 0) below_slots = true;
-            if (below && std::strcmp(below, "sms") == 0 && !kv.paged()) below_slots = false;
+            if (below && std::strcmp(below, "sms") == 0) below_slots = false;
             const double split_below = 0.8 * double(below_slots ? slots : sms);
             splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots, split_below)
                      : variant.fa2_splits          ? fa2_splits(items, n_blocks, slots)
