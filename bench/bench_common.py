@@ -1,4 +1,5 @@
 """What the GPU benchmark scripts share."""
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -16,6 +17,21 @@ def parse_variant(text):
     return label, dict(a.split("=", 1) for a in assignments.split(","))
 
 
+@contextlib.contextmanager
+def environment(env):
+    """env's variables set inside the block, then put back as they were."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def best_of_rounds(entries, rounds, bench_ms, work):
     """Times each (column, fn, env) once per round, round-robin, with env's variables set while it
     runs (then put back as they were); returns {column: best work / ms}. No implementation gains
@@ -23,16 +39,8 @@ def best_of_rounds(entries, rounds, bench_ms, work):
     best = {}
     for _ in range(rounds):
         for column, fn, env in entries:
-            saved = {name: os.environ.get(name) for name in env}
-            os.environ.update(env)
-            try:
+            with environment(env):
                 rate = work / bench_ms(fn)
-            finally:
-                for name, value in saved.items():
-                    if value is None:
-                        os.environ.pop(name, None)
-                    else:
-                        os.environ[name] = value
             best[column] = max(best.get(column, 0.0), rate)
     return best
 

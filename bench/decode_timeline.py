@@ -32,6 +32,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import fa_ctypes as fa  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import environment, parse_variant  # noqa: E402
+
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 ROTATE_BYTES = 256 << 20
 CALLS = 12
@@ -123,11 +126,8 @@ def summarize(label, calls, kv_bytes):
 
 
 def parse_env(spec):
-    out = []
-    for part in filter(None, (spec or "").split(";")):
-        name, _, assigns = part.partition(":")
-        out.append((name, dict(a.split("=", 1) for a in assigns.split(",") if a)))
-    return out
+    """FLASHATTN_TIMELINE_ENV: "NAME:VAR=VALUE,...;NAME2:..." -> [(NAME, {VAR: VALUE}), ...]."""
+    return [parse_variant(part) for part in filter(None, (spec or "").split(";"))]
 
 
 def main():
@@ -156,18 +156,10 @@ def main():
                        torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16), None)
                       for _ in range(copies)]
         for label, env in envs:
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with environment(env):
                 fns = [ours_fn(q, k, v, lengths, t, splits) for k, v, t in caches]
                 for pattern, before in patterns:
                     summarize(f"{label}, {pattern}", trace_calls(fns, before), kv_bytes)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         if not paged and not splits:
             for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch_fa2", SDPBackend.FLASH_ATTENTION)):
                 try:
