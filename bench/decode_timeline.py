@@ -26,17 +26,12 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-import fa_ctypes as fa  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import environment, parse_variant  # noqa: E402
+from gpu_decode import HDIM, HEADS, HEADS_K, IDLE_CYCLES, PAGE, ROTATE_BYTES, ours_fn, sdpa_fn  # noqa: E402
+from torch.nn.attention import SDPBackend  # noqa: E402
 
-HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
-ROTATE_BYTES = 256 << 20
 CALLS = 12
 DEFAULT_SHAPES = ["L1k_b1", "L8k_b1", "L32k_b1", "L128k_b1", "L32k_b1:s16", "L32k_b1:s66", "L8k_b16", "L1k_b64",
                   "L32k_b64", "L32k_b1p"]
@@ -47,27 +42,6 @@ def parse(shape):
     if not m:
         raise SystemExit(f"shape {shape!r}: expected e.g. L32k_b1, L8k_b64p or L32k_b1:s16")
     return int(m.group(1)) * 1024, int(m.group(2)), m.group(3) == "p", int(m.group(4) or 0)
-
-
-def ours_fn(q, k_cache, v_cache, lengths, block_table, num_splits):
-    kp, out, lse = fa.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table,
-                                          num_splits=num_splits, backend=fa.FA_BACKEND_CUDA,
-                                          stream=torch.cuda.current_stream().cuda_stream)
-    call, ref = fa.lib().fa_kvcache_forward, fa.ctypes.byref(kp)
-
-    def run():
-        fa._raise_on(call(ref))
-    run.keep = (kp, out, lse)
-    return run
-
-
-def sdpa_fn(q, k_cache, v_cache, backend):
-    qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
-
-    def run():
-        with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-    return run
 
 
 def trace_calls(fns, before):
@@ -133,7 +107,7 @@ def parse_env(spec):
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
     flush_buffer = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    patterns = (("idle", lambda: torch.cuda._sleep(400_000)), ("flush", flush_buffer.zero_))
+    patterns = (("idle", lambda: torch.cuda._sleep(IDLE_CYCLES)), ("flush", flush_buffer.zero_))
     envs = [("ours", {})] + [(f"ours {n}", e) for n, e in parse_env(os.environ.get("FLASHATTN_TIMELINE_ENV"))]
     print(f"decode timeline, bf16, {HEADS}/{HEADS_K} heads, d {HDIM}; medians of {CALLS} calls; times in us")
     for shape in shapes:
@@ -157,7 +131,7 @@ def main():
                       for _ in range(copies)]
         for label, env in envs:
             with environment(env):
-                fns = [ours_fn(q, k, v, lengths, t, splits) for k, v, t in caches]
+                fns = [ours_fn(q, k, v, lengths, block_table=t, num_splits=splits) for k, v, t in caches]
                 for pattern, before in patterns:
                     summarize(f"{label}, {pattern}", trace_calls(fns, before), kv_bytes)
         if not paged and not splits:

@@ -82,18 +82,15 @@ def bench_ms(fn, reps=40, warmup_s=0.2):
 
 
 def flushed_bench_ms(fn):
-    """triton's do_bench: each call after zeroing 256 MB (the benchmark's method until session 8)."""
-    return do_bench(fn, warmup=10, rep=60, return_mode="median")
-
-
-def copy_bench_ms(fn):
+    """triton's do_bench: each call after zeroing 256 MB (the decode benchmark's method until session
+    8; still the copy ceiling's)."""
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
 def copy_tbps():
     x = torch.empty(2 * 1024 ** 3 // 4, device="cuda")
     y = torch.empty_like(x)
-    t = 2 * x.numel() * 4 / copy_bench_ms(lambda: y.copy_(x)) / 1e9
+    t = 2 * x.numel() * 4 / flushed_bench_ms(lambda: y.copy_(x)) / 1e9
     del x, y
     torch.cuda.empty_cache()
     return t
@@ -109,8 +106,8 @@ def rotating(fns):
     return run
 
 
-def ours_fn(q, k_cache, v_cache, lengths, block_table=None):
-    kp, out, lse = fa.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table, num_splits=0,
+def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0):
+    kp, out, lse = fa.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table, num_splits=num_splits,
                                           backend=fa.FA_BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
     fa._raise_on(fa.lib().fa_kvcache_forward(fa.ctypes.byref(kp)))  # once for errors
     call, ref = fa.lib().fa_kvcache_forward, fa.ctypes.byref(kp)
