@@ -74,8 +74,12 @@ template <> struct Floats<4> {
 };
 
 // kVec: columns per lane and load, 4 (float4) when the partials' pointer, strides and head_dim
-// allow 16-byte loads, else 1.
-template <int kVec>
+// allow 16-byte loads, else 1. kOneRound: the partial loads of the first chunk and pass are issued
+// before round 1, beside the lse loads, which makes one round of dependent loads out of two. It
+// reads the partials of empty splits too (their weight then skips them), so only split-KV's own
+// buffer, where every split's partials are allocated, asks for it (launch_combine); the public
+// fa_combine keeps its promise never to read them.
+template <int kVec, bool kOneRound>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ CombineArgs args) {
     constexpr int kSplitsPerWarp = kSplitsPerChunk / kWarps; // loads of a lane in flight
     constexpr int kColumns = 32 * kVec;                      // columns of one pass of a warp
@@ -87,6 +91,18 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     const int64_t i = (row_item / args.heads) % args.rows;
     const int64_t b = row_item / (args.heads * args.rows);
     const int num_splits = args.num_splits;
+    const float* partial_row = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
+                               h * args.partial_head_stride;
+    constexpr int kEarlyLoads = kOneRound ? kSplitsPerWarp : 1;
+    Floats<kVec> early[kEarlyLoads] = {};
+    if constexpr (kOneRound) {
+#pragma unroll
+        for (int u = 0; u < kSplitsPerWarp; ++u) {
+            const int k = warp + u * kWarps;
+            if (k < num_splits && lane * kVec < args.head_dim)
+                early[u] = Floats<kVec>::load(partial_row + int64_t(k) * args.partial_split_stride + lane * kVec);
+        }
+    }
 
     // Round 1: the row's lse. Lane j keeps the lse of splits j and j + 32 (the first chunk's).
     const float* lse_row = args.lse_partial + b * args.lse_batch_stride + h * args.lse_head_stride + i * args.lse_row_stride;
@@ -100,8 +116,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     const float lse = total.lse();
 
     // Round 2 (per chunk of splits and pass of columns): this warp's splits of the chunk, weighted.
-    const float* partial_row = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
-                               h * args.partial_head_stride;
     const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
     for (int c0 = 0; c0 < args.head_dim; c0 += kColumns) {
         const int c = c0 + lane * kVec; // this lane's first column (kVec columns, all or none valid)
@@ -115,6 +129,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                 const float weight_hi = hi > -INFINITY ? expf(hi - lse) : -1.0f;
                 float w[kSplitsPerWarp];
                 Floats<kVec> x[kSplitsPerWarp];
+                const bool loaded_early = kOneRound && c0 == 0 && s0 == 0;
 #pragma unroll
                 for (int u = 0; u < kSplitsPerWarp; ++u) {
                     const int k = warp + u * kWarps; // split s0 + k of the chunk
@@ -122,8 +137,12 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                     const float from_hi = __shfl_sync(0xffffffffu, weight_hi, k % 32);
                     w[u] = k < 32 ? from_lo : from_hi;
                     const bool read = w[u] >= 0.0f && c < args.head_dim;
-                    x[u] = read ? Floats<kVec>::load(partial_row + int64_t(s0 + k) * args.partial_split_stride + c)
-                                : Floats<kVec>{};
+                    if (loaded_early) {
+                        x[u] = early[kOneRound ? u : 0];
+                    } else {
+                        x[u] = read ? Floats<kVec>::load(partial_row + int64_t(s0 + k) * args.partial_split_stride + c)
+                                    : Floats<kVec>{};
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < kSplitsPerWarp; ++u) {
@@ -165,14 +184,20 @@ bool allows_float4_loads(const CombineArgs& args) {
 
 } // namespace
 
-void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent) {
+void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent, bool every_split_allocated) {
     const int64_t rows = args.batch * args.rows * args.heads;
     if (rows == 0) return;
     if (rows > INT_MAX) fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", rows, " output rows are more than one launch covers");
-    if (allows_float4_loads(args)) {
-        launch_maybe_dependent(combine_kernel<4>, unsigned(rows), kThreads, 0, stream, dependent, args);
+    const bool float4_loads = allows_float4_loads(args);
+    const bool one_round = every_split_allocated && float4_loads && args.head_dim <= 32 * 4 &&
+                           args.num_splits <= kSplitsPerChunk;
+    const unsigned blocks = unsigned(rows);
+    if (one_round) {
+        launch_maybe_dependent(combine_kernel<4, true>, blocks, kThreads, 0, stream, dependent, args);
+    } else if (float4_loads) {
+        launch_maybe_dependent(combine_kernel<4, false>, blocks, kThreads, 0, stream, dependent, args);
     } else {
-        launch_maybe_dependent(combine_kernel<1>, unsigned(rows), kThreads, 0, stream, dependent, args);
+        launch_maybe_dependent(combine_kernel<1, false>, blocks, kThreads, 0, stream, dependent, args);
     }
 }
 
@@ -211,7 +236,7 @@ void combine(const CombineProblem& problem) {
     args.lse_out_batch_stride = p.lse.batch_stride;
     args.lse_out_head_stride = p.lse.head_stride;
     args.lse_out_row_stride = p.lse.row_stride;
-    launch_combine(args, static_cast<cudaStream_t>(p.stream), false);
+    launch_combine(args, static_cast<cudaStream_t>(p.stream), false, false);
 }
 
 } // namespace flashattn::cuda

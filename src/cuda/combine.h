@@ -27,6 +27,8 @@ struct CombineArgs {
 
 // One CTA per (batch, row, head); fp32 arithmetic, out rounded once to its dtype. `dependent`:
 // launched as a programmatic dependent of the kernel before it (dependent_launch.h).
-void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent);
+// every_split_allocated: every split's partials are readable memory (split-KV's own buffer), so
+// the kernel may load them before it knows which splits are empty (one round of loads, not two).
+void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent, bool every_split_allocated);
 
 } // namespace flashattn::cuda
