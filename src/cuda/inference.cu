@@ -44,8 +44,13 @@ struct DecodeVariant {
     bool fa2_splits = true;
 };
 
-// tile_rows: rows one tile must hold (the packed GQA heads, else seqlen_q).
-DecodeVariant decode_variant(int64_t tile_rows) {
+bool splits_keys(InferenceSchedule s) {
+    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
+}
+
+// tile_rows: rows one tile must hold (the packed GQA heads, else seqlen_q). dropout: the split-keys
+// kernel does not compile it (its per-block cost, fwd_decode_kernel.cuh), the 64-row tile does.
+DecodeVariant decode_variant(int64_t tile_rows, bool dropout) {
     DecodeVariant v;
     const bool decode_rows = tile_rows <= 16; // one split-keys (or narrow) tile holds them
     if (decode_rows) v.schedule = InferenceSchedule::split_keys;
@@ -60,6 +65,7 @@ DecodeVariant decode_variant(int64_t tile_rows) {
         if (std::strcmp(choice, "split_keys") == 0) v.schedule = InferenceSchedule::split_keys;
         if (std::strcmp(choice, "split_keys_deep") == 0) v.schedule = InferenceSchedule::split_keys_deep;
     }
+    if (dropout && splits_keys(v.schedule)) v.schedule = InferenceSchedule::pipelined;
     return v;
 }
 
@@ -174,10 +180,6 @@ int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots, double split
     return s;
 }
 
-bool splits_keys(InferenceSchedule s) {
-    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
-}
-
 // The partial buffers of one split, at most this large (fewer splits beyond).
 constexpr int64_t kMaxAccumBytes = int64_t(1) << 30;
 
@@ -195,7 +197,7 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     // rare combinations run unpacked.
     args.pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
                     !problem.has_dropout();
-    const DecodeVariant variant = decode_variant(args.pack_gqa ? problem.group : p.seqlen_q);
+    const DecodeVariant variant = decode_variant(args.pack_gqa ? problem.group : p.seqlen_q, problem.has_dropout());
     const InferenceTiling tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
 
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).

@@ -351,6 +351,13 @@ void check_inference_work_items(std::mt19937& rng) {
     std::printf("inference_work_item          ok so far (%d failures)\n", failures);
 }
 
+// The split-keys decode kernel's K/V copy (one warp, 4 rows per pass at 64-column atoms: two bases).
+template <typename Traits>
+void check_split_keys_copy(const char* name) {
+    using Warp = typename Traits::Warp;
+    check_producer_copy<typename Warp::Element, typename Warp::SmemLayoutKV, 32, Warp::kSwizzleCols>(name, "K/V");
+}
+
 template <typename Traits>
 void check_sm90_producer(const char* name) {
     using Element = typename Traits::Element;
@@ -404,6 +411,12 @@ int main() {
     check_traits<SplitKeysDecodeTraits<128, bf16, true>::Warp>("d128 split-keys deep warp");
     check_traits<SplitKeysDecodeTraits<192, bf16, false>::Warp>("d192 split-keys warp");
     check_traits<SplitKeysDecodeTraits<256, bf16, false>::Warp>("d256 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<32, bf16, false>>("d32 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<64, fp16, false>>("d64 split-keys warp fp16");
+    check_split_keys_copy<SplitKeysDecodeTraits<96, bf16, false>>("d96 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<128, bf16, false>>("d128 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<192, bf16, true>>("d192 split-keys deep warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<256, bf16, false>>("d256 split-keys warp");
     check_split_keys_merge<SplitKeysDecodeTraits<32, bf16, false>>("d32 split-keys merge");
     check_split_keys_merge<SplitKeysDecodeTraits<64, bf16, true>>("d64 split-keys deep merge");
     check_split_keys_merge<SplitKeysDecodeTraits<96, fp16, false>>("d96 split-keys merge");

@@ -39,7 +39,7 @@ void check_producer_copy(const char* name, const char* what) {
                 CHECK(get<0>(rc) == copy.row + m * Copy::kRowsPerPass && get<1>(rc) == copy.col + k * Copy::kBlockCols,
                       "%s %s: thread %d chunk (%d, %d) is element (%d, %d) in the reference", name, what, tid, m, k,
                       int(get<0>(rc)), int(get<1>(rc)));
-                const uint32_t bytes = copy.smem_base + Copy::chunk_offset(m, k);
+                const uint32_t bytes = copy.chunk_smem(m, k);
                 for (int e = 0; e < Copy::kChunkElems; ++e) {
                     const uintptr_t at = reinterpret_cast<uintptr_t>(raw_pointer_cast(&dst(e, m, k))) - base;
                     CHECK(at == bytes + e * sizeof(Element), "%s %s: thread %d chunk (%d, %d) element %d at byte %d, the copy writes %u",

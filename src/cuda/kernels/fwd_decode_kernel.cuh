@@ -13,11 +13,19 @@
 //     through its own ring of kKvStages (K, V) stages: block i + kKvStages - 1 of the warp is
 //     fetched (cp.async, one group per block) while block i is computed; a warp waits only for its
 //     own groups (cp.async.wait_group + __syncwarp), never for the other warps;
-//   per block, exactly the ordinary kernel's steps: S = Q K^T, [transform] [mask], online softmax,
-//     [dropout], O += P V (score_policies.cuh, online_softmax.cuh, tile_ops.cuh);
+//   per block, the ordinary kernel's steps: S = Q K^T, [transform] [mask], online softmax, O += P V
+//     (score_policies.cuh, online_softmax.cuh, tile_ops.cuh); O is rescaled only when some row's
+//     max grew (after the first blocks it rarely does: 64 multiplies a thread saved per block);
 //   at the end each warp normalises its (O, lse) (OnlineSoftmax::finish) and the kWarps partial
 //     results meet in shared memory (over the rings, now idle), merged by their logsumexp as
 //     combine.cu merges splits; the CTA writes out and lse, or one split's fp32 partial.
+//
+// The kernel is as much bound by its instruction issue as by HBM (Nsight Compute, session 9: 703
+// instructions per warp and 16-key block at 85% of DRAM bandwidth, cuDNN's decode kernel 288 per 16
+// keys at 89%), so the per-block path is kept short: whole blocks are copied by unpredicated
+// cp.asyncs from a base address plus constants (SwizzledTileCopy), and dropout, which would put
+// its ~200 predicated instructions into every block, is not compiled here (the 64-row tile serves
+// it; inference.cu).
 //
 // Paged K/V: a warp resolves the page slots of its next block one step ahead (PageTable::slots),
 // so the table read is not on the path from a stage's release to its refill.
@@ -30,6 +38,10 @@
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
 #include "kernels/tile_order.cuh"
+
+#include <cutlass/fast_math.h>
+
+#include <type_traits>
 
 namespace flashattn::cuda::kernels {
 
@@ -49,6 +61,13 @@ struct WarpBlockRing {
     }
     __host__ __device__ __forceinline__ int prologue_block(int i) const { return top - i * kWarps; } // i < kStages - 1
     __host__ __device__ __forceinline__ static int fetched_during(int n) { return n - (kStages - 1) * kWarps; }
+};
+
+// How a loop of the kernel copies the K/V blocks it fetches (see process_block).
+enum class BlockLoads {
+    predicated,       // any cache: rows and columns checked, paged rows looked up per pass
+    whole_contiguous, // whole blocks of a contiguous cache, head_dim == kHeadDim
+    whole_paged,      // whole blocks of a paged cache that each lie inside one page
 };
 
 template <typename Traits>
@@ -88,8 +107,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     Tensor mV = rows_of(args.v, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.v.row_stride);
     Tensor mO = rows_of(args.out, b, seq.q_row0, h, seq.q_len, packed ? args.out.head_stride : args.out.row_stride);
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(item.m_block, 0));
-    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
-    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
 
     // Shared memory (SplitKeysDecodeTraits): Q, then this warp's ring (K stages, then V stages).
     extern __shared__ __align__(128) char smem[];
@@ -98,18 +115,21 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     Tensor sV = make_tensor(sK.data() + kStages * size(sK), typename Warp::SmemLayoutKV{});
     Tensor sVt = make_tensor(sV.data(), typename Warp::SmemLayoutVt{});
 
-    // Global -> shared, by the lanes of this warp.
+    // Global -> shared, by the lanes of this warp: Q (once) by a CuTe tiled copy, K/V blocks by
+    // KvCopy, whose chunks are the tiled copy's (tKVc: their rows, for the page-table lookups).
     typename Warp::GmemLoad gmem_load;
     auto load_thr = gmem_load.get_thread_slice(lane);
     Tensor tQg = load_thr.partition_S(gQ);
     Tensor tQs = load_thr.partition_D(sQ);
-    Tensor tKg = load_thr.partition_S(gK);
-    Tensor tKs = load_thr.partition_D(sK);
-    Tensor tVg = load_thr.partition_S(gV);
-    Tensor tVs = load_thr.partition_D(sV);
     Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
     Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
+    using KvCopy = typename Traits::KvCopy;
+    static_assert(KvCopy::kPasses == decltype(size<1>(tKVc))::value);
+    const KvCopy kv_copy(lane);
+    constexpr uint32_t kStageBytes = Warp::kSmemKVElems * sizeof(Element);
+    const uint32_t smem_k = cast_smem_ptr_to_uint(raw_pointer_cast(sK.data()));
+    const uint32_t smem_v = cast_smem_ptr_to_uint(raw_pointer_cast(sV.data()));
 
     // Tensor cores, one warp. Up to d128 Q stays in registers (A of S = Q K^T) for the whole loop;
     // above, with O's accumulator twice as large, that spills, and Q is read from shared memory per
@@ -140,40 +160,80 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
 
     float exp_scale = args.scale_log2;
     float alibi_slope = 0.0f;
-    DropoutKey dropout_key{};
     if (args.transform_scores) exp_scale = 1.4426950408889634f; // scores already carry the scale
     if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
-    if (args.dropout) dropout_key = args.dropout_key();
 
     // This warp's blocks and their stages.
     const WarpBlockRing<kWarps, kStages> ring{range.n_end - 1 - warp};
     auto in_stage = [&](auto&& t, int n) __attribute__((always_inline)) {
         return make_tensor(t.data() + ring.stage(n) * Warp::kSmemKVElems, t.layout());
     };
+    const Element* k_rows = raw_pointer_cast(mK.data()); // the sequence's first key row (contiguous K/V)
+    const Element* v_rows = raw_pointer_cast(mV.data());
+    const Element* k_head = static_cast<const Element*>(args.k.data) + int64_t(h_kv) * args.k.head_stride;
+    const Element* v_head = static_cast<const Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride;
 
     const PageTable page_table{args.block_table ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
                                uint32_t(args.page_size)};
     using Pages = PageSlots<decltype(size<1>(tKVc))::value>;
+    // The page slots of the rows this thread copies of block n (paged K/V, any alignment).
     auto pages_of = [&](int n) __attribute__((always_inline)) {
         Pages pages{};
         if (args.block_table && n >= range.n_begin)
             pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
         return pages;
     };
-    // K and V of block n into its stage; `pages`: its rows' page slots (paged K/V only).
+    // Where block n's K and V rows start when they are consecutive rows: a contiguous cache, or a
+    // paged one whose blocks each lie inside one page (the page size a multiple of kBlockN and the
+    // sequence's first row on a block boundary: no left padding, or a multiple of kBlockN).
+    struct BlockRows {
+        const Element* k;
+        const Element* v;
+    };
+    const cutlass::FastDivmod page_divmod(args.block_table ? args.page_size : 1); // a multiply, not a division
+    auto block_rows_of = [&](int n, auto paged_tag) __attribute__((always_inline)) {
+        BlockRows rows{k_rows, v_rows};
+        if (n < range.n_begin) return rows;
+        if constexpr (decltype(paged_tag)::value) {
+            int page, row;
+            page_divmod(page, row, int(seq.k_row0) + n * kBlockN);
+            const int64_t block = page_table.table_row[page];
+            rows.k = k_head + block * args.k.batch_stride + int64_t(row) * args.k.row_stride;
+            rows.v = v_head + block * args.v.batch_stride + int64_t(row) * args.v.row_stride;
+        } else {
+            rows.k = k_rows + int64_t(n) * kBlockN * args.k.row_stride;
+            rows.v = v_rows + int64_t(n) * kBlockN * args.v.row_stride;
+        }
+        return rows;
+    };
+    // K and V of block n into its stage, rows past the sequence and columns past head_dim zero-filled
+    // by the cp.async itself (source size 0); `pages`: its rows' page slots (paged K/V only).
     auto load_kv_block = [&](int n, Pages const& pages) __attribute__((always_inline)) {
         const int rows_valid = seq.k_len - n * kBlockN;
+        const uint32_t k_stage = smem_k + ring.stage(n) * kStageBytes;
+        const uint32_t v_stage = smem_v + ring.stage(n) * kStageBytes;
         if (args.block_table) {
-            load_tile_paged(gmem_load, in_stage(tKs, n), tKVc, column_ok, rows_valid,
-                            static_cast<Element*>(args.k.data) + int64_t(h_kv) * args.k.head_stride,
-                            args.k.batch_stride, args.k.row_stride, pages);
-            load_tile_paged(gmem_load, in_stage(tVs, n), tKVc, column_ok, rows_valid,
-                            static_cast<Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride,
-                            args.v.batch_stride, args.v.row_stride, pages);
+            const Element* k_pass[KvCopy::kPasses];
+            const Element* v_pass[KvCopy::kPasses];
+            CUTE_UNROLL
+            for (int m = 0; m < KvCopy::kPasses; ++m) {
+                k_pass[m] = k_head + int64_t(pages[m].block) * args.k.batch_stride + int64_t(pages[m].row) * args.k.row_stride;
+                v_pass[m] = v_head + int64_t(pages[m].block) * args.v.batch_stride + int64_t(pages[m].row) * args.v.row_stride;
+            }
+            kv_copy.load_async_rows(k_stage, k_pass, rows_valid, args.head_dim, k_head);
+            kv_copy.load_async_rows(v_stage, v_pass, rows_valid, args.head_dim, v_head);
         } else {
-            load_tile(gmem_load, tKg(_, _, _, n), in_stage(tKs, n), tKVc, column_ok, rows_valid);
-            load_tile(gmem_load, tVg(_, _, _, n), in_stage(tVs, n), tKVc, column_ok, rows_valid);
+            kv_copy.load_async(k_stage, k_rows + int64_t(n) * kBlockN * args.k.row_stride, args.k.row_stride,
+                               rows_valid, args.head_dim, k_rows);
+            kv_copy.load_async(v_stage, v_rows + int64_t(n) * kBlockN * args.v.row_stride, args.v.row_stride,
+                               rows_valid, args.head_dim, v_rows);
         }
+    };
+    // The same for a whole block (every row and column inside the cache) of consecutive rows:
+    // unpredicated, from one base address per tensor.
+    auto load_whole_kv_block = [&](int n, BlockRows const& rows) __attribute__((always_inline)) {
+        kv_copy.load_async_full(smem_k + ring.stage(n) * kStageBytes, rows.k, args.k.row_stride);
+        kv_copy.load_async_full(smem_v + ring.stage(n) * kStageBytes, rows.v, args.v.row_stride);
     };
 
     // Prologue. Every thread commits the same groups: Q's (loaded by warp 0), then one per stage of
@@ -187,7 +247,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         if (n >= range.n_begin) load_kv_block(n, pages_of(n));
         cp_async_fence();
     }
-    Pages next_pages = pages_of(ring.fetched_during(ring.top)); // the first block the loop fetches
+    // The first block the main loop fetches, looked up ahead (its page-table reads off the path
+    // from a stage's release to its refill).
+    Pages next_pages{};
+    BlockRows next_rows{};
     cp_async_wait<kStages - 1>(); // Q has landed (the prologue's blocks may still be in flight) ...
     __syncthreads();              // ... for every warp: the only CTA barrier before the merge
     if constexpr (kQInRegisters) {
@@ -196,17 +259,31 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     }
 
     // One block of this warp; kMasked as in fwd_kernel (a compile-time tag: unmasked blocks carry no
-    // mask instructions).
-    auto process_block = [&](int n, auto masked_tag) __attribute__((always_inline)) {
+    // mask instructions). kLoads (BlockLoads): whether the blocks this loop fetches are whole blocks
+    // of consecutive rows (load_whole_kv_block), of a contiguous or a paged cache. Every block the
+    // loop fetches lies before the sequence's last block (it is kStages - 1 steps below a warp's
+    // first block, and the range's last block is warp 0's first), so only head_dim and the page
+    // alignment decide. A compile-time tag, because ptxas otherwise if-converts the copies and
+    // issues all of them.
+    auto process_block = [&](int n, auto masked_tag, auto loads_tag) __attribute__((always_inline)) {
         constexpr bool kMasked = decltype(masked_tag)::value;
+        constexpr BlockLoads kLoads = decltype(loads_tag)::value;
+        constexpr bool kWholeBlocks = kLoads != BlockLoads::predicated;
         const int n0 = n * kBlockN;
         cp_async_wait<kStages - 2>(); // block n has landed for this thread ...
         __syncwarp();                 // ... and for the warp, which is also done with the stage of its
                                       // previous block, where block n - (kStages - 1) kWarps goes
         const int fetch = ring.fetched_during(n);
-        if (fetch >= range.n_begin) load_kv_block(fetch, next_pages);
-        cp_async_fence();
-        next_pages = pages_of(ring.fetched_during(n - kWarps)); // read during this block's math, used next step
+        if constexpr (kWholeBlocks) {
+            if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows);
+            cp_async_fence();
+            next_rows = block_rows_of(ring.fetched_during(n - kWarps), // read during this block's math
+                                      cute::bool_constant<kLoads == BlockLoads::whole_paged>{});
+        } else {
+            if (fetch >= range.n_begin) load_kv_block(fetch, next_pages);
+            cp_async_fence();
+            next_pages = pages_of(ring.fetched_during(n - kWarps)); // read during this block's math
+        }
 
         Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
         clear(acc_s);
@@ -219,8 +296,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
         if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, seq, m0, n0);
         if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
-        softmax.absorb(scores, acc_o_rows, exp_scale);
-        if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, b, h, m0, n0);
+        float correction[kRows];
+        softmax.absorb_scores(scores, exp_scale, correction);
+        bool rescale = false;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) rescale |= correction[r] != 1.0f;
+        // exp2(0) is exactly 1: skipping the multiply by 1 changes nothing.
+        if (__any_sync(0xffffffffu, rescale)) OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
 
         Tensor p = convert_fragment<Element>(acc_s);
         Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
@@ -228,16 +310,38 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     };
 
     // As in fwd_kernel: the masked blocks sit at the two ends of the range.
-    for (int n = ring.top; n >= range.n_begin;) {
-        for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); n -= kWarps)
-            process_block(n, cute::true_type{});
-        for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; n -= kWarps)
-            process_block(n, cute::false_type{});
+    auto visit_blocks = [&](auto loads_tag) __attribute__((always_inline)) {
+        constexpr BlockLoads kLoads = decltype(loads_tag)::value;
+        if constexpr (kLoads == BlockLoads::predicated) {
+            next_pages = pages_of(ring.fetched_during(ring.top));
+        } else {
+            next_rows = block_rows_of(ring.fetched_during(ring.top),
+                                      cute::bool_constant<kLoads == BlockLoads::whole_paged>{});
+        }
+        for (int n = ring.top; n >= range.n_begin;) {
+            for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); n -= kWarps)
+                process_block(n, cute::true_type{}, loads_tag);
+            for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; n -= kWarps)
+                process_block(n, cute::false_type{}, loads_tag);
+        }
+    };
+    using Predicated = std::integral_constant<BlockLoads, BlockLoads::predicated>;
+    if constexpr (kQInRegisters) {
+        const bool whole_columns = args.head_dim == kHeadDim;
+        if (whole_columns && !args.block_table) {
+            visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_contiguous>{});
+        } else if (whole_columns && args.page_size % kBlockN == 0 && seq.k_row0 % kBlockN == 0) {
+            visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_paged>{});
+        } else {
+            visit_blocks(Predicated{});
+        }
+    } else { // above d128 one copy of the loop: more spill (d256: 116 B stored, against 24 with one)
+        visit_blocks(Predicated{});
     }
 
     // Each warp's normalised O and lse (a warp that saw no allowed key: O = 0, lse = -inf).
     float row_lse[kRows];
-    softmax.finish(acc_o_rows, exp_scale, args.dropout ? args.keep_rescale : 1.0f, row_lse);
+    softmax.finish(acc_o_rows, exp_scale, 1.0f, row_lse);
 
     // The merge, over the rings (Q's buffer is left alone): lse (kWarps x kBlockM), then O (kWarps x
     // kBlockM x kMergeRowFloats).

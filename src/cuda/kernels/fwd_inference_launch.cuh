@@ -63,6 +63,8 @@ template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
     using Traits = detail::InferenceTraits<kHeadDim, kDtype, kSchedule>;
+    if (detail::splits_keys(kSchedule) && args.dropout) // decode_variant routes dropout elsewhere
+        fail(FA_ERROR_INTERNAL, "the split-keys decode kernel has no dropout");
     const int tile_rows = args.pack_gqa ? args.heads_per_kv_head : args.seqlen_q;
     const int grid_heads = args.pack_gqa ? args.num_heads / args.heads_per_kv_head : args.num_heads;
     args.num_m_blocks = (tile_rows + Traits::kBlockM - 1) / Traits::kBlockM;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/gmem_copies.cuh"
+#include "kernels/producer_copies.cuh"
 
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
@@ -152,6 +153,8 @@ struct SplitKeysDecodeTraits {
     static constexpr int kBlockM = Warp::kBlockM;
     static constexpr int kBlockN = Warp::kBlockN;
     static constexpr int kKvStages = Warp::kKvStages;
+    // A warp's K/V block copy: base addresses plus constants, unpredicated for whole blocks.
+    using KvCopy = SwizzledTileCopy<Element, typename Warp::SmemLayoutKV, 32, Warp::kSwizzleCols>;
 
     // Shared memory: Q (one copy, all warps read it), then each warp's ring: kKvStages K blocks, then
     // kKvStages V blocks. Every piece is a multiple of the 8-row swizzle period.

@@ -17,21 +17,30 @@ __device__ __forceinline__ void cp_async_16_or_zero(uint32_t smem, const void* g
                  "r"(valid ? 16 : 0));
 }
 
+// 16 bytes global -> shared, unpredicated (a chunk known to lie inside the tensor).
+__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+
 // One thread's 16-byte chunks of a (kRows x kCols) tile whose shared layout is SmemLayout (K-major,
 // swizzled in kBlockCols-wide atoms): the same thread -> chunk map as GmemTileCopies<Element,
 // kBlockCols, kThreads> (kBlockCols / 8 threads per row, kRowsPerPass rows per pass), with the
-// addresses kept as one base plus compile-time offsets. load_async: global -> shared by cp.async
-// (the Hopper kernels' producers); store: shared -> global, 16 bytes a thread (the Hopper
-// backward's dK/dV epilogue).
+// addresses kept as a base or two plus compile-time offsets. load_async: global -> shared by
+// cp.async (the Hopper kernels' producers, the split-keys decode kernel's warps); store: shared ->
+// global, 16 bytes a thread (the Hopper backward's dK/dV epilogue).
 // Why not a CuTe tiled copy of the partitioned tensors (as load_tile): they give every chunk its own
 // swizzled shared address and global pointer, the compiler hoists all of them out of the producer's
 // loops, and a producer lowered to 24 registers (d128, d256 backward) then spills them: every
 // cp.async waited for a local-memory load queued behind the cp.asyncs before it, and issuing one
-// key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens.
+// key block's K and V took ~12 us (the timeline build, d128), a third of a CTA at 1k tokens. In the
+// decode kernel the same copy cost ~15 instructions a chunk (a zero-fill of 4 shared stores, the
+// pointer reloaded from the constant bank, 64-bit address arithmetic): a third of its instructions.
 // Here the shared offset of chunk (pass m, column block k) is base + offset(m * kRowsPerPass,
 // k * kBlockCols): the swizzle XORs a row's bits within a period of 8 rows into its 16-byte chunk
-// index, kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, so neither
-// moves the XOR (layout_check and bwd_layout_check compare every thread's chunks with CuTe's
+// index; when kRowsPerPass is a multiple of 8 and column blocks are whole swizzle atoms, neither
+// moves the XOR. A warp (32 threads, 8 per 64-column row) has 4 rows per pass: then passes m and
+// m + 2 differ by 8 rows, so the thread keeps one base per pass parity (kBases) and the offsets
+// stay constants (layout_check and bwd_layout_check compare every thread's chunks with CuTe's
 // tiled copy).
 template <typename Element, typename SmemLayout, int kThreads, int kBlockCols_ = 64>
 struct SwizzledTileCopy {
@@ -43,11 +52,14 @@ struct SwizzledTileCopy {
     static constexpr int kCols = decltype(size<1>(SmemLayout{}))::value;
     static constexpr int kPasses = kRows / kRowsPerPass;
     static constexpr int kColBlocks = kCols / kBlockCols;
-    static_assert(kRowsPerPass % 8 == 0 && kRows % kRowsPerPass == 0 && kCols % kBlockCols == 0);
+    static constexpr int kBases = kRowsPerPass % 8 == 0 ? 1 : 8 / kRowsPerPass; // passes per 8 rows
+    static_assert((kRowsPerPass % 8 == 0 || 8 % kRowsPerPass == 0) && kRows % kRowsPerPass == 0 &&
+                  kCols % kBlockCols == 0);
+    static_assert(kPasses % kBases == 0, "the tile is a whole number of 8-row swizzle periods");
 
-    int row;             // the thread's row in pass 0
-    int col;             // its first column in column block 0
-    uint32_t smem_base;  // bytes from the tile's start to its chunk (row, col)
+    int row;                     // the thread's row in pass 0
+    int col;                     // its first column in column block 0
+    uint32_t smem_base[kBases];  // bytes from the tile's start to its chunk (row + j * kRowsPerPass, col)
 
     // Bytes from the tile's start to element (r, c). The GMMA layouts swizzle shared-memory
     // addresses, not the layout's element offsets (CuTe's smem_ptr_flag), so the offset is taken
@@ -59,10 +71,14 @@ struct SwizzledTileCopy {
     }
 
     __host__ __device__ explicit SwizzledTileCopy(int tid)
-        : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems), smem_base(byte_offset(row, col)) {}
+        : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems) {
+        for (int j = 0; j < kBases; ++j) smem_base[j] = byte_offset(row + j * kRowsPerPass, col);
+    }
 
-    // Bytes from chunk (row, col) to chunk (row + m * kRowsPerPass, col + k * kBlockCols): a constant.
-    __host__ __device__ static uint32_t chunk_offset(int m, int k) { return byte_offset(m * kRowsPerPass, k * kBlockCols); }
+    // Bytes from the tile's start to this thread's chunk (m, k): a base plus a constant.
+    __host__ __device__ uint32_t chunk_smem(int m, int k) const {
+        return smem_base[m % kBases] + byte_offset(m / kBases * kBases * kRowsPerPass, k * kBlockCols);
+    }
 
     // Rows [0, rows_valid) of the tile starting at `first_row` (its row 0, column 0; rows
     // `row_stride` elements apart) into the shared tile at `smem_tile`; rows past rows_valid and
@@ -72,6 +88,35 @@ struct SwizzledTileCopy {
         for_each_chunk(first_row, row_stride, rows_valid, head_dim, [&](uint32_t offset, const Element* g, bool ok) {
             cp_async_16_or_zero(smem_tile + offset, ok ? g : safe, ok);
         });
+    }
+
+    // The whole tile (every row and column inside the tensor): no predicates, no zero-fill.
+    __device__ __forceinline__ void load_async_full(uint32_t smem_tile, const Element* first_row,
+                                                    int64_t row_stride) const {
+        int64_t pass_stride = row_stride * kRowsPerPass;
+        asm volatile("" : "+l"(pass_stride)); // as in for_each_chunk
+        const Element* p = first_row + row * row_stride + col;
+        CUTE_UNROLL
+        for (int m = 0; m < kPasses; ++m) {
+            CUTE_UNROLL
+            for (int k = 0; k < kColBlocks; ++k) cp_async_16(smem_tile + chunk_smem(m, k), p + k * kBlockCols);
+            p += pass_stride;
+        }
+    }
+
+    // A tile whose rows lie anywhere (a paged pool): pass m's row of this thread starts at
+    // pass_row[m] (column 0); predicated and zero-filled as load_async.
+    __device__ __forceinline__ void load_async_rows(uint32_t smem_tile, const Element* const (&pass_row)[kPasses],
+                                                    int rows_valid, int head_dim, const Element* safe) const {
+        const int rows_left = rows_valid - row;
+        CUTE_UNROLL
+        for (int m = 0; m < kPasses; ++m) {
+            CUTE_UNROLL
+            for (int k = 0; k < kColBlocks; ++k) {
+                const bool ok = m * kRowsPerPass < rows_left && col + k * kBlockCols < head_dim;
+                cp_async_16_or_zero(smem_tile + chunk_smem(m, k), ok ? pass_row[m] + col + k * kBlockCols : safe, ok);
+            }
+        }
     }
 
     // The shared tile at `smem_tile` to rows [0, rows_valid) and columns [0, head_dim) of the
@@ -105,7 +150,7 @@ struct SwizzledTileCopy {
             CUTE_UNROLL
             for (int k = 0; k < kColBlocks; ++k) {
                 const bool ok = m * kRowsPerPass < rows_left && col + k * kBlockCols < head_dim;
-                chunk(smem_base + chunk_offset(m, k), p + k * kBlockCols, ok);
+                chunk(chunk_smem(m, k), p + k * kBlockCols, ok);
             }
             p += pass_stride;
         }
