@@ -39,14 +39,25 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kSplitsPerChunk = 64; // splits whose lse a warp holds at once (two per lane)
 
-// Running (max, sum of exp(x - max)) of a set of logsumexps; -inf entries are empty.
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Running (max, sum of 2^(x - max)) of a set of logsumexps in log2 units (lse * log2 e: one ex2
+// instruction per term on the critical path instead of expf's range reduction); -inf entries are
+// empty.
 struct LseSum {
     float max = -INFINITY, sum = 0.0f;
 
     __device__ __forceinline__ void add(float max2, float sum2) {
         const float m = fmaxf(max, max2);
         if (m == -INFINITY) return;
-        sum = (max > -INFINITY ? sum * expf(max - m) : 0.0f) + (max2 > -INFINITY ? sum2 * expf(max2 - m) : 0.0f);
+        sum = (max > -INFINITY ? sum * fast_exp2(max - m) : 0.0f) +
+              (max2 > -INFINITY ? sum2 * fast_exp2(max2 - m) : 0.0f);
         max = m;
     }
     __device__ __forceinline__ void add(float lse) { add(lse, 1.0f); }
@@ -57,7 +68,7 @@ struct LseSum {
             add(max2, sum2);
         }
     }
-    __device__ __forceinline__ float lse() const { return max > -INFINITY ? max + logf(sum) : -INFINITY; }
+    __device__ __forceinline__ float lse2() const { return max > -INFINITY ? max + log2f(sum) : -INFINITY; }
 };
 
 template <int kVec> struct Floats;
@@ -86,11 +97,19 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     __shared__ float column_sums[kWarps][kColumns];
     wait_for_prerequisite_grid(); // the partials: written by the kernel before this one
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int64_t row_item = blockIdx.x;
-    const int64_t h = row_item % args.heads;
-    const int64_t i = (row_item / args.heads) % args.rows;
-    const int64_t b = row_item / (args.heads * args.rows);
+    // 32-bit index arithmetic (launch_combine: at most INT_MAX rows): the 64-bit divisions were
+    // calls, three of them in front of the first load.
+    const uint32_t row_item = blockIdx.x, heads = uint32_t(args.heads), rows = uint32_t(args.rows);
+    const uint32_t h = row_item % heads, bi = row_item / heads;
+    const uint32_t i = bi % rows, b = bi / rows;
     const int num_splits = args.num_splits;
+    // Lane j keeps the lse of splits j and j + 32 (the first chunk's), in log2 units; loaded first,
+    // the row's critical path.
+    const float* lse_row = args.lse_partial + b * args.lse_batch_stride + h * args.lse_head_stride + i * args.lse_row_stride;
+    auto split_lse = [&](int s) {
+        return s < num_splits ? lse_row[int64_t(s) * args.lse_split_stride] * kLog2e : -INFINITY;
+    };
+    const float first_lo = split_lse(lane), first_hi = split_lse(lane + 32);
     const float* partial_row = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
                                h * args.partial_head_stride;
     constexpr int kEarlyLoads = kOneRound ? kSplitsPerWarp : 1;
@@ -104,16 +123,13 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
         }
     }
 
-    // Round 1: the row's lse. Lane j keeps the lse of splits j and j + 32 (the first chunk's).
-    const float* lse_row = args.lse_partial + b * args.lse_batch_stride + h * args.lse_head_stride + i * args.lse_row_stride;
-    auto split_lse = [&](int s) { return s < num_splits ? lse_row[int64_t(s) * args.lse_split_stride] : -INFINITY; };
-    const float first_lo = split_lse(lane), first_hi = split_lse(lane + 32);
+    // Round 1: the row's lse.
     LseSum total;
     total.add(first_lo);
     total.add(first_hi);
     for (int s = lane + kSplitsPerChunk; s < num_splits; s += 32) total.add(split_lse(s));
     total.warp_reduce();
-    const float lse = total.lse();
+    const float lse = total.lse2(); // log2 units
 
     // Round 2 (per chunk of splits and pass of columns): this warp's splits of the chunk, weighted.
     const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
@@ -125,8 +141,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                 // Lane j: the weights of splits s0 + j and s0 + 32 + j; -1 for an empty split.
                 const float lo = s0 == 0 ? first_lo : split_lse(s0 + lane);
                 const float hi = s0 == 0 ? first_hi : split_lse(s0 + 32 + lane);
-                const float weight_lo = lo > -INFINITY ? expf(lo - lse) : -1.0f;
-                const float weight_hi = hi > -INFINITY ? expf(hi - lse) : -1.0f;
+                const float weight_lo = lo > -INFINITY ? fast_exp2(lo - lse) : -1.0f;
+                const float weight_hi = hi > -INFINITY ? fast_exp2(hi - lse) : -1.0f;
                 float w[kSplitsPerWarp];
                 Floats<kVec> x[kSplitsPerWarp];
                 const bool loaded_early = kOneRound && c0 == 0 && s0 == 0;
@@ -172,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
         __syncthreads(); // column_sums is reused by the next pass
     }
     if (args.lse && threadIdx.x == 0)
-        args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] = lse;
+        args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] = lse * kLn2;
 }
 
 bool allows_float4_loads(const CombineArgs& args) {
