@@ -82,10 +82,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     static_assert(kStages >= 2 && kBlockM == 16);
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
-    // The combine may be launched once every CTA of this grid got here (it then waits for the
-    // partials; dependent_launch.h). With the library's split rule the grid is one wave, so its
-    // CTAs start together and the combine's launch overlaps the whole kernel.
-    allow_dependent_launch();
 
     const InferenceWorkItem item = inference_work_item(blockIdx.x, args);
     const int b = item.b, h = item.h, h_kv = item.h_kv, split = item.split;
@@ -338,6 +334,12 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     } else { // above d128 one copy of the loop: more spill (d256: 116 B stored, against 24 with one)
         visit_blocks(Predicated{});
     }
+
+    // The combine (a programmatic dependent under FLASHATTN_CUDA_PDL=1, dependent_launch.h) may be
+    // launched once every CTA got here: its CTAs then take the SM slots of finished ones and wait for
+    // the partials. (Allowed at the start, they took slots the main loop needed: session 8 measured
+    // that as mixed.)
+    allow_dependent_launch();
 
     // Each warp's normalised O and lse (a warp that saw no allowed key: O = 0, lse = -inf).
     float row_lse[kRows];
