@@ -15,7 +15,7 @@
 // split gets out = 0 and lse = -inf.
 //
 // After split-KV's split-keys kernel it can be launched as a programmatic dependent
-// (FLASHATTN_CUDA_PDL=1, dependent_launch.h), so it waits for the partials first.
+// (dependent_launch.h; FLASHATTN_CUDA_PDL=0 turns it off), so it waits for the partials first.
 #include "combine.h"
 
 #include "cuda_check.h"

@@ -33,14 +33,16 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #endif
 }
 
-// Whether launches on `device` use it: compute capability 9.0 or newer, and FLASHATTN_CUDA_PDL=1
-// (read per call, so that one process can time both). Off by default: on the H200 the decode grid
-// measured the same with and without it (session 5 run 6, every shape of the decode benchmark
-// within run-to-run noise, batch 1 included), so the plain launch order stays; the decode
-// CUDA-graph test passed with it on.
+// Whether launches on `device` use it: compute capability 9.0 or newer, unless FLASHATTN_CUDA_PDL=0
+// (read per call, so that one process can time both). On by default since session 9, when the
+// split-keys kernel started to allow the combine's launch after its main loop rather than at its
+// start: decode at batch 1 measured 1.3-1.5 us faster a call on the H200 (1k x 1 11.2 -> 9.9 us,
+// 32k x 1 41.1 -> 39.7; the gap between the kernels and the combine's launch overlap the
+// kernel's last CTAs). At the start it had measured mixed (sessions 5 and 8): the waiting combine
+// CTAs took SM slots the main loop needed.
 inline bool dependent_launch_available(int device) {
     const char* choice = std::getenv("FLASHATTN_CUDA_PDL");
-    if (!choice || std::strcmp(choice, "1") != 0) return false;
+    if (choice && std::strcmp(choice, "0") == 0) return false;
     int major = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
     return major >= 9;

@@ -299,8 +299,8 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
         c.lse_out_batch_stride = heads * sq;
         c.lse_out_head_stride = sq;
         c.lse_out_row_stride = 1;
-        // FLASHATTN_CUDA_PDL=1: the combine as a programmatic dependent of the split-keys kernel
-        // (dependent_launch.h; measured no faster on the H200, so off by default).
+        // The combine as a programmatic dependent of the split-keys kernel on sm_90
+        // (dependent_launch.h; FLASHATTN_CUDA_PDL=0: a plain launch).
         launch_combine(c, stream, splits_keys(variant.schedule) && dependent_launch_available(device),
                        /*every_split_allocated=*/true);
     }

@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         visit_blocks(Predicated{});
     }
 
-    // The combine (a programmatic dependent under FLASHATTN_CUDA_PDL=1, dependent_launch.h) may be
+    // The combine (a programmatic dependent on sm_90, dependent_launch.h) may be
     // launched once every CTA got here: its CTAs then take the SM slots of finished ones and wait for
     // the partials. (Allowed at the start, they took slots the main loop needed: session 8 measured
     // that as mixed.)
