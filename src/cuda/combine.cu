@@ -85,12 +85,8 @@ template <> struct Floats<4> {
 };
 
 // kVec: columns per lane and load, 4 (float4) when the partials' pointer, strides and head_dim
-// allow 16-byte loads, else 1. kOneRound: the partial loads of the first chunk and pass are issued
-// before round 1, beside the lse loads, which makes one round of dependent loads out of two. It
-// reads the partials of empty splits too (their weight then skips them), so only split-KV's own
-// buffer, where every split's partials are allocated, asks for it (launch_combine); the public
-// fa_combine keeps its promise never to read them.
-template <int kVec, bool kOneRound>
+// allow 16-byte loads, else 1.
+template <int kVec>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ CombineArgs args) {
     constexpr int kSplitsPerWarp = kSplitsPerChunk / kWarps; // loads of a lane in flight
     constexpr int kColumns = 32 * kVec;                      // columns of one pass of a warp
@@ -112,16 +108,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     const float first_lo = split_lse(lane), first_hi = split_lse(lane + 32);
     const float* partial_row = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
                                h * args.partial_head_stride;
-    constexpr int kEarlyLoads = kOneRound ? kSplitsPerWarp : 1;
-    Floats<kVec> early[kEarlyLoads] = {};
-    if constexpr (kOneRound) {
-#pragma unroll
-        for (int u = 0; u < kSplitsPerWarp; ++u) {
-            const int k = warp + u * kWarps;
-            if (k < num_splits && lane * kVec < args.head_dim)
-                early[u] = Floats<kVec>::load(partial_row + int64_t(k) * args.partial_split_stride + lane * kVec);
-        }
-    }
 
     // Round 1: the row's lse.
     LseSum total;
@@ -145,7 +131,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                 const float weight_hi = hi > -INFINITY ? fast_exp2(hi - lse) : -1.0f;
                 float w[kSplitsPerWarp];
                 Floats<kVec> x[kSplitsPerWarp];
-                const bool loaded_early = kOneRound && c0 == 0 && s0 == 0;
 #pragma unroll
                 for (int u = 0; u < kSplitsPerWarp; ++u) {
                     const int k = warp + u * kWarps; // split s0 + k of the chunk
@@ -153,12 +138,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                     const float from_hi = __shfl_sync(0xffffffffu, weight_hi, k % 32);
                     w[u] = k < 32 ? from_lo : from_hi;
                     const bool read = w[u] >= 0.0f && c < args.head_dim;
-                    if (loaded_early) {
-                        x[u] = early[kOneRound ? u : 0];
-                    } else {
-                        x[u] = read ? Floats<kVec>::load(partial_row + int64_t(s0 + k) * args.partial_split_stride + c)
-                                    : Floats<kVec>{};
-                    }
+                    x[u] = read ? Floats<kVec>::load(partial_row + int64_t(s0 + k) * args.partial_split_stride + c)
+                                : Floats<kVec>{};
                 }
 #pragma unroll
                 for (int u = 0; u < kSplitsPerWarp; ++u) {
@@ -191,6 +172,90 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
         args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] = lse * kLn2;
 }
 
+// Split-KV's own combine (launch_combine's every_split_allocated): the split-keys kernel writes
+// every split's partials (an empty split as O = 0, lse = -inf), so all of a row's loads, partials
+// and lse values, are issued at once, and the weighted sum needs no branch (an empty split weighs
+// 0). Up to kSplitsPerChunk splits and 128 columns (a float4 per lane); warp w adds splits w, w +
+// kWarps, ...; warp 0 alone turns the lse values into weights (two reductions over one warp, no
+// online rescaling) and hands them over through shared memory. Straight-line code: the general
+// kernel's one-round form issued ~900 instructions a warp here at 0.16 a cycle (Nsight, session 9
+// run 5: 3.2 us for 32 rows, cuDNN's reduction 1.8).
+__global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid_constant__ CombineArgs args) {
+    constexpr int kSplitsPerWarp = kSplitsPerChunk / kWarps;
+    __shared__ float weights[kSplitsPerChunk];
+    __shared__ float4 column_sums[kWarps][32];
+    wait_for_prerequisite_grid(); // the partials: written by the kernel before this one
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const uint32_t row_item = blockIdx.x, heads = uint32_t(args.heads), rows = uint32_t(args.rows);
+    const uint32_t h = row_item % heads, bi = row_item / heads;
+    const uint32_t i = bi % rows, b = bi / rows;
+    const int num_splits = args.num_splits;
+    const bool column_ok = lane * 4 < args.head_dim;
+
+    // The lse values first (warp 0; lane j: splits j and j + 32), they are the critical path.
+    const float* lse_at = args.lse_partial + b * args.lse_batch_stride + h * args.lse_head_stride +
+                          i * args.lse_row_stride + int64_t(lane) * args.lse_split_stride;
+    float lo = -INFINITY, hi = -INFINITY; // log2 units; -inf: empty or past the last split
+    if (warp == 0 && lane < num_splits) lo = *lse_at;
+    if (warp == 0 && lane + 32 < num_splits) hi = lse_at[32 * args.lse_split_stride];
+    const float* partial = args.partial + b * args.partial_batch_stride + i * args.partial_row_stride +
+                           h * args.partial_head_stride + int64_t(warp) * args.partial_split_stride + lane * 4;
+    const int64_t step = kWarps * args.partial_split_stride;
+    float4 x[kSplitsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kSplitsPerWarp; ++u) {
+        x[u] = warp + u * kWarps < num_splits && column_ok ? *reinterpret_cast<const float4*>(partial)
+                                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        partial += step;
+    }
+    if (warp == 0) {
+        lo *= kLog2e;
+        hi *= kLog2e;
+        float max = fmaxf(lo, hi);
+        for (int offset = 16; offset > 0; offset /= 2) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
+        const float max_or_0 = max == -INFINITY ? 0.0f : max; // all empty: every term below is 0
+        float sum = fast_exp2(lo - max_or_0) + fast_exp2(hi - max_or_0);
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        const float lse = sum > 0.0f ? max + log2f(sum) : -INFINITY;
+        weights[lane] = sum > 0.0f ? fast_exp2(lo - lse) : 0.0f;
+        weights[lane + 32] = sum > 0.0f ? fast_exp2(hi - lse) : 0.0f;
+        if (args.lse && lane == 0)
+            args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] =
+                lse * kLn2;
+    }
+    __syncthreads();
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int u = 0; u < kSplitsPerWarp; ++u) {
+        const float w = weights[warp + u * kWarps];
+        acc.x += w * x[u].x;
+        acc.y += w * x[u].y;
+        acc.z += w * x[u].z;
+        acc.w += w * x[u].w;
+    }
+    column_sums[warp][lane] = acc;
+    __syncthreads();
+    if (warp != 0 || !column_ok) return;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) { // warp order: the sum does not depend on timing
+        const float4 part = column_sums[w][lane];
+        sum[0] += part.x;
+        sum[1] += part.y;
+        sum[2] += part.z;
+        sum[3] += part.w;
+    }
+    const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride + lane * 4;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        switch (args.out_dtype) {
+            case FA_FLOAT16: static_cast<__half*>(args.out)[out_at + v] = __float2half_rn(sum[v]); break;
+            case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[out_at + v] = __float2bfloat16_rn(sum[v]); break;
+            default: static_cast<float*>(args.out)[out_at + v] = sum[v]; break;
+        }
+    }
+}
+
 bool allows_float4_loads(const CombineArgs& args) {
     const auto multiple_of_4 = [](int64_t x) { return x % 4 == 0; };
     return reinterpret_cast<uintptr_t>(args.partial) % 16 == 0 && multiple_of_4(args.head_dim) &&
@@ -205,19 +270,13 @@ void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent
     if (rows == 0) return;
     if (rows > INT_MAX) fail(FA_ERROR_UNSUPPORTED, "fa_combine: ", rows, " output rows are more than one launch covers");
     const bool float4_loads = allows_float4_loads(args);
-    // One round only where the grid is small: its 168 registers leave 3 CTAs per SM, and 512 rows
-    // (8k x 16, two splits) took 8.0 us against 5.4 in two rounds, while 32 rows (32k x 1, 33
-    // splits) took 3.9 against 4.1 (H200, session 9).
-    constexpr int64_t kOneRoundMaxRows = 256;
-    const bool one_round = every_split_allocated && float4_loads && args.head_dim <= 32 * 4 &&
-                           args.num_splits <= kSplitsPerChunk && rows <= kOneRoundMaxRows;
     const unsigned blocks = unsigned(rows);
-    if (one_round) {
-        launch_maybe_dependent(combine_kernel<4, true>, blocks, kThreads, 0, stream, dependent, args);
+    if (every_split_allocated && float4_loads && args.head_dim <= 32 * 4 && args.num_splits <= kSplitsPerChunk) {
+        launch_maybe_dependent(split_kv_combine_kernel, blocks, kThreads, 0, stream, dependent, args);
     } else if (float4_loads) {
-        launch_maybe_dependent(combine_kernel<4, false>, blocks, kThreads, 0, stream, dependent, args);
+        launch_maybe_dependent(combine_kernel<4>, blocks, kThreads, 0, stream, dependent, args);
     } else {
-        launch_maybe_dependent(combine_kernel<1, false>, blocks, kThreads, 0, stream, dependent, args);
+        launch_maybe_dependent(combine_kernel<1>, blocks, kThreads, 0, stream, dependent, args);
     }
 }
 
