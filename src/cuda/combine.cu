@@ -1,20 +1,24 @@
 // fa_combine on the device (docs/semantics.md, "Combining partial results"), also the last step of
-// split-KV. One CTA of kWarps warps per output row (batch, row, head), in two rounds of loads:
+// split-KV. Two kernels, one CTA of kWarps warps per output row (batch, row, head):
+//   split_kv_combine_kernel, for split-KV's own buffer (every split's partials written): all of the
+//     row's loads at once, weights from warp 0 through shared memory, straight-line code;
+//   combine_kernel, for everything else and the public fa_combine, in two rounds of loads:
 //   1. every warp reads the row's split lse values (lane j: splits j, j + 32, ...) and reduces
 //      them to the row's lse with an online max / sum (one pass over them);
 //   2. the warps share the splits (warp w: splits w, w + kWarps, ...), each lane kVec columns; a
 //      warp issues the partial loads of up to kSplitsPerChunk / kWarps splits before it adds any,
-//      so a lane's loads do not wait for each other; the kWarps column sums meet in shared memory
-//      and are added in warp order (a fixed order: the result does not depend on timing).
-// What a split-KV combine costs is load latency (it reads a few hundred KB that the forward has just
-// written), so the number that matters is the rounds of dependent loads: two, for up to
-// kSplitsPerChunk splits. The former kernel (one warp per row and 32 columns, the lse walked three
-// times, splits 16 at a time) took 3.7-7.1 us at batch 1 against cuDNN's 1.9-3.0 us (H200, session 8
-// run 1, bench/decode_timeline.py).
-// A split with lse = -inf is never read (its output may be uninitialised); a row with no non-empty
-// split gets out = 0 and lse = -inf.
+//      so a lane's loads do not wait for each other.
+// In both the kWarps column sums meet in shared memory and are added in warp order (a fixed order:
+// the result does not depend on timing). A combine reads a few hundred KB that the forward has just
+// written, so what it costs is the chain of dependent loads and the instructions between them: the
+// one-round form of combine_kernel issued ~900 instructions a warp at 0.16 a cycle, 3.2-3.5 us at
+// batch 1 (Nsight Compute, session 9); split_kv_combine_kernel ~470, and batch-1 decode is 1.3 us
+// faster a call. The first kernel (one warp per row and 32 columns, the lse walked three times,
+// splits 16 at a time) took 3.7-7.1 us against cuDNN's 1.9-3.0 us (session 8 run 1).
+// combine_kernel never reads a split whose lse is -inf (its output may be uninitialised); a row with
+// no non-empty split gets out = 0 and lse = -inf.
 //
-// After split-KV's split-keys kernel it can be launched as a programmatic dependent
+// After split-KV's split-keys kernel it is launched as a programmatic dependent on sm_90
 // (dependent_launch.h; FLASHATTN_CUDA_PDL=0 turns it off), so it waits for the partials first.
 #include "combine.h"
 
