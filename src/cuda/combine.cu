@@ -75,6 +75,18 @@ struct LseSum {
     __device__ __forceinline__ float lse2() const { return max > -INFINITY ? max + log2f(sum) : -INFINITY; }
 };
 
+// This CTA's output row: (batch, row, head) of blockIdx.x. 32-bit arithmetic (launch_combine: at
+// most INT_MAX rows): 64-bit divisions were calls, three of them in front of the first load.
+struct OutputRow {
+    uint32_t b, i, h;
+};
+__device__ __forceinline__ OutputRow output_row(const CombineArgs& args) {
+    const uint32_t row_item = blockIdx.x, heads = uint32_t(args.heads), rows = uint32_t(args.rows);
+    const uint32_t h = row_item % heads, bi = row_item / heads;
+    const uint32_t i = bi % rows, b = bi / rows;
+    return {b, i, h};
+}
+
 template <int kVec> struct Floats;
 template <> struct Floats<1> {
     float v[1];
@@ -97,11 +109,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     __shared__ float column_sums[kWarps][kColumns];
     wait_for_prerequisite_grid(); // the partials: written by the kernel before this one
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    // 32-bit index arithmetic (launch_combine: at most INT_MAX rows): the 64-bit divisions were
-    // calls, three of them in front of the first load.
-    const uint32_t row_item = blockIdx.x, heads = uint32_t(args.heads), rows = uint32_t(args.rows);
-    const uint32_t h = row_item % heads, bi = row_item / heads;
-    const uint32_t i = bi % rows, b = bi / rows;
+    const auto [b, i, h] = output_row(args);
     const int num_splits = args.num_splits;
     // Lane j keeps the lse of splits j and j + 32 (the first chunk's), in log2 units; loaded first,
     // the row's critical path.
@@ -190,9 +198,7 @@ __global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid
     __shared__ float4 column_sums[kWarps][32];
     wait_for_prerequisite_grid(); // the partials: written by the kernel before this one
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const uint32_t row_item = blockIdx.x, heads = uint32_t(args.heads), rows = uint32_t(args.rows);
-    const uint32_t h = row_item % heads, bi = row_item / heads;
-    const uint32_t i = bi % rows, b = bi / rows;
+    const auto [b, i, h] = output_row(args);
     const int num_splits = args.num_splits;
     const bool column_ok = lane * 4 < args.head_dim;
 
