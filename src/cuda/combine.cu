@@ -10,10 +10,10 @@
 //      so a lane's loads do not wait for each other.
 // In both the kWarps column sums meet in shared memory and are added in warp order (a fixed order:
 // the result does not depend on timing). A combine reads a few hundred KB that the forward has just
-// written, so what it costs is the chain of dependent loads and the instructions between them: the
-// one-round form of combine_kernel issued ~900 instructions a warp at 0.16 a cycle, 3.2-3.5 us at
-// batch 1 (Nsight Compute, session 9); split_kv_combine_kernel ~470, and batch-1 decode is 1.3 us
-// faster a call. The first kernel (one warp per row and 32 columns, the lse walked three times,
+// written, so what it costs is the chain of dependent loads and the instructions between them:
+// combine_kernel's one-round form (since removed) issued ~900 instructions a warp at 0.16 a cycle,
+// 3.2-3.5 us at batch 1 (Nsight Compute, session 9); split_kv_combine_kernel ~470, and batch-1
+// decode is 1.3 us faster a call. The first kernel (one warp per row and 32 columns, the lse walked three times,
 // splits 16 at a time) took 3.7-7.1 us against cuDNN's 1.9-3.0 us (session 8 run 1).
 // combine_kernel never reads a split whose lse is -inf (its output may be uninitialised); a row with
 // no non-empty split gets out = 0 and lse = -inf.
@@ -189,9 +189,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
 // and lse values, are issued at once, and the weighted sum needs no branch (an empty split weighs
 // 0). Up to kSplitsPerChunk splits and 128 columns (a float4 per lane); warp w adds splits w, w +
 // kWarps, ...; warp 0 alone turns the lse values into weights (two reductions over one warp, no
-// online rescaling) and hands them over through shared memory. Straight-line code: the general
-// kernel's one-round form issued ~900 instructions a warp here at 0.16 a cycle (Nsight, session 9
-// run 5: 3.2 us for 32 rows, cuDNN's reduction 1.8).
+// online rescaling) and hands them over through shared memory. Straight-line code (see the top of
+// this file for what the general kernel's one-round form cost here).
 __global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid_constant__ CombineArgs args) {
     constexpr int kSplitsPerWarp = kSplitsPerChunk / kWarps;
     __shared__ float weights[kSplitsPerChunk];
