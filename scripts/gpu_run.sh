@@ -22,6 +22,7 @@
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
 #                                               decode_split_keys, profile_decode, decode_timeline, profile_bwd, pytest_sm90_forms,
+#                                               decode_alt (an A/B build: FLASHATTN_ALT_DEFINES, see below),
 #                                               bwd_timeline (a measuring build: bench/bwd_timeline.py),
 #                                               pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
@@ -387,6 +388,26 @@ if wants decode && [[ -f $lib ]]; then
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
     "${decode_bench_skip[@]}" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode.log" 2>&1
 fi
+# Step decode_alt (not in the default list): an A/B build of a compile-time kernel choice in the
+# same call as step decode. A second build (build-alt, FLASHATTN_ALT_DEFINES as
+# FLASHATTN_CUDA_EXPERIMENT_DEFINES, e.g. "FLASHATTN_DECODE_L2_HINT=64"), then the decode benchmark
+# on it with the same arguments. Logs: build_alt.log, bench_decode_alt.log; OUTDIR gets
+# h200-decode-alt.csv (its table is in the summary beside step decode's).
+if wants decode_alt && [[ -n ${FLASHATTN_ALT_DEFINES:-} ]]; then
+  start=$SECONDS
+  cmake -S . -B build-alt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
+    -DFLASHATTN_HEADDIMS="$headdims" -DFLASHATTN_CUDA_TUNING=OFF -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON \
+    -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF \
+    -DFLASHATTN_CUDA_EXPERIMENT_DEFINES="$FLASHATTN_ALT_DEFINES" > "$logs/build_alt.log" 2>&1 &&
+    timeout $(cap 400) ninja -C build-alt -j"$(nproc)" flashattn >> "$logs/build_alt.log" 2>&1
+  echo "BUILD (alt: $FLASHATTN_ALT_DEFINES) rc=$? seconds=$((SECONDS - start))" >> "$logs/build_alt.log"
+  if [[ -f build-alt/src/libflashattn.so ]]; then
+    FLASHATTN_LIB=$root/build-alt/src/libflashattn.so timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) \
+      python3 bench/gpu_decode.py --out "$out/alt" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode_alt.log" 2>&1
+    mv "$out/alt/h200-decode.csv" "$out/h200-decode-alt.csv" 2>/dev/null
+    rm -rf "$out/alt"
+  fi
+fi
 # Nsight Compute over one decode call per implementation (bench/profile_decode.py: ours under each
 # FLASHATTN_CUDA_DECODE variant, cuDNN) on FLASHATTN_PROFILE_DECODE_SHAPES (default: its own list).
 # Step profile_decode (not in the default list). Log: profile_decode.log.
@@ -458,6 +479,11 @@ PY
   grep -hE '^FAILED|^ERROR' "$logs/tests_decode.log" 2>/dev/null | head -20
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode.log" 2>/dev/null
   sed -n '/^decode TB\/s/,$p' "$logs/bench_decode.log" 2>/dev/null
+  if [[ -f $logs/build_alt.log ]]; then
+    grep -hE '^BUILD' "$logs/build_alt.log"
+    echo "--- the A/B build (${FLASHATTN_ALT_DEFINES:-}):"
+    sed -n '/^decode TB\/s/,$p' "$logs/bench_decode_alt.log" 2>/dev/null
+  fi
   grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation|^FAILED|^ERROR' "$logs/tests_decode_sk.log" 2>/dev/null | head -30
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode_sk.log" 2>/dev/null
 } | tee "$out/summary.txt"
