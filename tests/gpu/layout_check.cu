@@ -18,7 +18,8 @@
 //   - the split-keys decode kernel (fwd_decode_kernel.cuh): one warp's tile as above; its ring
 //     protocol replayed with the kernel's cp.async group counts (each warp computes each of its
 //     blocks from the stage that block was loaded into, every wait covers the block it guards, no
-//     fetch overwrites a stage still to be read, the warps together visit every block once); the
+//     fetch overwrites a stage still to be read, no fetch of the main loop is the range's last block
+//     (they are copied as whole blocks), the warps together visit every block once); the
 //     merge scratch (disjoint from Q, 16-byte aligned float4 rows, conflict-free float2 writes);
 //     split_share() and inference_work_item() cover their ranges exactly once;
 //   - the Hopper forward's producer copies (SwizzledTileCopy) of Q and K/V against CuTe's tiled
@@ -236,6 +237,11 @@ void check_split_keys_ring(std::mt19937& rng) {
                       kStages, n, stage_group[st], complete);
                 const int fetch = Ring::fetched_during(n);
                 if (fetch >= n_begin) {
+                    // The main loop copies its fetches as whole blocks (fwd_decode_kernel.cuh's
+                    // BlockLoads): none may be the range's last block, the one a sequence's ragged
+                    // tail can fall into.
+                    CHECK(fetch < n_end - 1, "<%d,%d> range [%d,%d): the loop fetches the last block %d", kWarps,
+                          kStages, n_begin, n_end, fetch);
                     const int target = ring.stage(fetch);
                     CHECK(stage_block[target] == -1 || done.count(stage_block[target]),
                           "<%d,%d>: fetch of block %d overwrites block %d, not yet computed", kWarps, kStages, fetch,
