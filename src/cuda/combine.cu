@@ -25,6 +25,7 @@
 #include "cuda_check.h"
 #include "dependent_launch.h"
 #include "device_scope.h"
+#include "kernels/fast_exp2.cuh"
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -44,12 +45,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kSplitsPerChunk = 64; // splits whose lse a warp holds at once (two per lane)
 
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+using kernels::fast_exp2;
 
 // Running (max, sum of 2^(x - max)) of a set of logsumexps in log2 units (lse * log2 e: one ex2
 // instruction per term on the critical path instead of expf's range reduction); -inf entries are
@@ -85,6 +81,15 @@ __device__ __forceinline__ OutputRow output_row(const CombineArgs& args) {
     const uint32_t h = row_item % heads, bi = row_item / heads;
     const uint32_t i = bi % rows, b = bi / rows;
     return {b, i, h};
+}
+
+// out[at] = value in the output's dtype.
+__device__ __forceinline__ void store_out(const CombineArgs& args, int64_t at, float value) {
+    switch (args.out_dtype) {
+        case FA_FLOAT16: static_cast<__half*>(args.out)[at] = __float2half_rn(value); break;
+        case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[at] = __float2bfloat16_rn(value); break;
+        default: static_cast<float*>(args.out)[at] = value; break;
+    }
 }
 
 template <int kVec> struct Floats;
@@ -171,11 +176,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                 float sum = 0.0f;
 #pragma unroll
                 for (int w2 = 0; w2 < kWarps; ++w2) sum += column_sums[w2][t];
-                switch (args.out_dtype) {
-                    case FA_FLOAT16: static_cast<__half*>(args.out)[out_at + col] = __float2half_rn(sum); break;
-                    case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[out_at + col] = __float2bfloat16_rn(sum); break;
-                    default: static_cast<float*>(args.out)[out_at + col] = sum; break;
-                }
+                store_out(args, out_at + col, sum);
             }
         }
         __syncthreads(); // column_sums is reused by the next pass
@@ -256,13 +257,7 @@ __global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid
     }
     const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride + lane * 4;
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-        switch (args.out_dtype) {
-            case FA_FLOAT16: static_cast<__half*>(args.out)[out_at + v] = __float2half_rn(sum[v]); break;
-            case FA_BFLOAT16: static_cast<__nv_bfloat16*>(args.out)[out_at + v] = __float2bfloat16_rn(sum[v]); break;
-            default: static_cast<float*>(args.out)[out_at + v] = sum[v]; break;
-        }
-    }
+    for (int v = 0; v < 4; ++v) store_out(args, out_at + v, sum[v]);
 }
 
 bool allows_float4_loads(const CombineArgs& args) {

@@ -27,8 +27,9 @@ struct CombineArgs {
 
 // One CTA per (batch, row, head); fp32 arithmetic, out rounded once to its dtype. `dependent`:
 // launched as a programmatic dependent of the kernel before it (dependent_launch.h).
-// every_split_allocated: every split's partials are readable memory (split-KV's own buffer), so
-// the kernel may load them before it knows which splits are empty (one round of loads, not two).
+// every_split_allocated: every split's partials are written (split-KV's own buffer, an empty split
+// as O = 0), so the kernel may load them all before it knows which splits are empty and weigh them
+// without a branch (split_kv_combine_kernel, where it applies).
 void launch_combine(const CombineArgs& args, cudaStream_t stream, bool dependent, bool every_split_allocated);
 
 } // namespace flashattn::cuda

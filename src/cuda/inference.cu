@@ -45,10 +45,6 @@ struct DecodeVariant {
     bool forced = false; // FLASHATTN_CUDA_DECODE chose the schedule
 };
 
-bool splits_keys(InferenceSchedule s) {
-    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
-}
-
 // tile_rows: rows one tile must hold (the packed GQA heads, else seqlen_q). dropout: the split-keys
 // kernel does not compile it (its per-block cost, fwd_decode_kernel.cuh), the 64-row tile does.
 DecodeVariant decode_variant(int64_t tile_rows, bool dropout) {

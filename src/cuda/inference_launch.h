@@ -21,6 +21,11 @@ namespace flashattn::cuda {
 //   split_keys_deep  the same with deeper rings, one CTA per SM.
 enum class InferenceSchedule { pipelined, narrow, single_buffer, split_keys, split_keys_deep };
 
+// Whether a schedule runs the split-keys decode kernel.
+constexpr bool splits_keys(InferenceSchedule s) {
+    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
+}
+
 // The variant's tile and how many of its CTAs one SM holds at once (for the split-KV heuristic).
 struct InferenceTiling {
     int block_m, block_n, ctas_per_sm;

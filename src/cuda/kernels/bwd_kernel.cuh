@@ -28,7 +28,7 @@
 #include "bwd_args.h"
 #include "kernels/bwd_policies.cuh"
 #include "kernels/bwd_traits.cuh"
-#include "kernels/online_softmax.cuh" // fast_exp2
+#include "kernels/fast_exp2.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"
 

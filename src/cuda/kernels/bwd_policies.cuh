@@ -5,7 +5,7 @@
 #pragma once
 
 #include "bwd_args.h"
-#include "kernels/online_softmax.cuh" // fast_exp2
+#include "kernels/fast_exp2.cuh"
 #include "kernels/score_policies.cuh"
 
 #include <flashattn/philox.h>

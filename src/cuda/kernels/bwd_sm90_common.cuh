@@ -16,7 +16,7 @@
 #include "bwd_args.h"
 #include "kernels/bwd_policies.cuh"
 #include "kernels/bwd_timeline.cuh"
-#include "kernels/online_softmax.cuh" // fast_exp2
+#include "kernels/fast_exp2.cuh"
 #include "kernels/producer_copies.cuh"
 #include "kernels/score_policies.cuh"
 #include "kernels/tile_ops.cuh"

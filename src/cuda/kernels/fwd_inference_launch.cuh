@@ -16,10 +16,6 @@ namespace detail {
 template <fa_dtype kDtype>
 using ElementOf = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
 
-constexpr bool splits_keys(InferenceSchedule s) {
-    return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
-}
-
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 using InferenceTraits = std::conditional_t<
     splits_keys(kSchedule),
@@ -63,7 +59,7 @@ template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
     using Traits = detail::InferenceTraits<kHeadDim, kDtype, kSchedule>;
-    if (detail::splits_keys(kSchedule) && args.dropout) // decode_variant routes dropout elsewhere
+    if (splits_keys(kSchedule) && args.dropout) // decode_variant routes dropout elsewhere
         fail(FA_ERROR_INTERNAL, "the split-keys decode kernel has no dropout");
     const int tile_rows = args.pack_gqa ? args.heads_per_kv_head : args.seqlen_q;
     const int grid_heads = args.pack_gqa ? args.num_heads / args.heads_per_kv_head : args.num_heads;

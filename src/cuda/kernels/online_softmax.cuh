@@ -2,6 +2,8 @@
 // unnormalised running sum per row, O rescaled only when the max grows, normalised once at the end.
 #pragma once
 
+#include "kernels/fast_exp2.cuh"
+
 #include <cute/tensor.hpp>
 
 #include <cmath>
@@ -9,12 +11,6 @@
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 // The four lanes of a quad hold the same accumulator rows (m16n8 layout), so row reductions are
 // two butterfly shuffles; no shared memory.

@@ -129,9 +129,6 @@ struct PageTable {
     const int32_t* table_row; // this sequence's row of the block table
     uint32_t page_size;
 
-    // The page slot of one row (counted from the sequence's first table entry).
-    __device__ __forceinline__ PageSlot slot(uint32_t row) const { return PageSlot{table_row[row / page_size], row % page_size}; }
-
     // Rows `first_row + r` for the thread's tile rows r < rows_valid (the others are not read).
     template <typename Coords>
     __device__ __forceinline__ auto slots(Coords const& coords, int rows_valid, int64_t first_row) const {
