@@ -12,7 +12,9 @@ num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a
 Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape can time
 ours as built beside other schedules: --variants adds "tile64" (the forward's 64-row tile with a
 ring of K/V stages, the default until session 5), "split_keys_deep" (6 stages, one CTA per SM),
-"narrow", "baseline" and "wave_splits"; --variant NAME:VAR=VALUE times ours under any environment.
+"narrow", "baseline" and "wave_splits"; --variant NAME:VAR=VALUE times ours under any environment;
+--lib NAME:PATH times ours from another build of the library (an A/B build of a compile-time
+choice, scripts/gpu_run.sh step decode_alt) on the same caches.
 
 Timing. Each timed call follows an idle kernel (torch.cuda._sleep, ~200 us, during which the host
 enqueues the call, so no implementation's host overhead is measured) and is bracketed by CUDA
@@ -106,11 +108,25 @@ def rotating(fns):
     return run
 
 
-def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0):
+LIBRARIES = {}  # --lib: path -> the loaded library
+
+
+def library(path):
+    """The library at path (None: the one fa_ctypes loads, FLASHATTN_LIB)."""
+    if path is None:
+        return fa.lib()
+    if path not in LIBRARIES:
+        LIBRARIES[path] = fa._bind_inference(fa.load_library(path))
+    return LIBRARIES[path]
+
+
+def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0, lib_path=None):
     kp, out, lse = fa.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table, num_splits=num_splits,
                                           backend=fa.FA_BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
-    fa._raise_on(fa.lib().fa_kvcache_forward(fa.ctypes.byref(kp)))  # once for errors
-    call, ref = fa.lib().fa_kvcache_forward, fa.ctypes.byref(kp)
+    call, ref = library(lib_path).fa_kvcache_forward, fa.ctypes.byref(kp)
+    status = call(ref)  # once for errors
+    if status != 0:
+        raise fa.FlashAttnError(status, library(lib_path).fa_last_error().decode())
     keep = (kp, out, lse)  # the params point into these
 
     def run():
@@ -123,15 +139,18 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0):
 SKIPPED = set()  # --skip: variants reported as nan
 
 
-def time_variants(fns, kv_bytes, variants):
-    """{name: TB/s} of the rotating fns under each (name, environment) of variants (name None: the
-    library as built). The variables are set around the whole timed loop, not per call."""
-    rates = {}
-    for name, env in variants:
+def time_variants(make_fns, kv_bytes, variants):
+    """{name: TB/s} of the rotating fns under each (name, environment, library) of variants (name
+    None: the library as built); make_fns(library path or None) gives the fns of a library. The
+    variables are set around the whole timed loop, not per call."""
+    rates, fns = {}, {}
+    for name, env, lib_path in variants:
         if name in SKIPPED:  # its smoke problem failed (gpu_run.sh): not timed
             rates[name] = float("nan")
-        else:
-            rates.update(best_of_rounds([(name, rotating(fns), env)], 1, bench_ms, kv_bytes / 1e9))
+            continue
+        if lib_path not in fns:
+            fns[lib_path] = make_fns(lib_path)
+        rates.update(best_of_rounds([(name, rotating(fns[lib_path]), env)], 1, bench_ms, kv_bytes / 1e9))
     return rates
 
 
@@ -156,7 +175,9 @@ def measure_shape(cache_len, batch, free_bytes, variants):
                torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16))
               for _ in range(copies)]
     ours = [ours_fn(q, k, v, lengths) for k, v in caches]
-    row["variants"] = time_variants(ours, kv_bytes, variants)
+    row["variants"] = time_variants(
+        lambda lib_path: ours if lib_path is None else [ours_fn(q, k, v, lengths, lib_path=lib_path) for k, v in caches],
+        kv_bytes, variants)
     row["ours_tbps"] = row["variants"][None]
     row["ours_flushed_tbps"] = kv_bytes / flushed_bench_ms(rotating(ours)) / 1e9
     for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -186,7 +207,10 @@ def measure_shape(cache_len, batch, free_bytes, variants):
         table = torch.randperm(num_blocks, device="cuda").to(torch.int32).view(batch, blocks_per_seq)
         pools.append((k_pool, v_pool, table))
     paged = [ours_fn(q, k, v, lengths, block_table=t) for k, v, t in pools]
-    row["paged_variants"] = time_variants(paged, kv_bytes, variants)
+    row["paged_variants"] = time_variants(
+        lambda lib_path: paged if lib_path is None else [ours_fn(q, k, v, lengths, block_table=t, lib_path=lib_path)
+                                                         for k, v, t in pools],
+        kv_bytes, variants)
     row["ours_paged_tbps"] = row["paged_variants"][None]
     del paged, pools
     torch.cuda.empty_cache()
@@ -227,14 +251,18 @@ def main():
                     help="also time FLASHATTN_CUDA_DECODE=tile64, =split_keys_deep, =narrow, =baseline, =wave_splits")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                     help="also time ours with these environment variables set, in column NAME")
+    ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
+                    help="also time ours from the library at PATH (an A/B build), in column NAME")
     ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
                     help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
     args = ap.parse_args()
     SKIPPED.update(args.skip)
     # (column name, environment): the library as built, then FLASHATTN_CUDA_DECODE values, then --variant.
     decode_values = ["tile64", "split_keys_deep", "narrow", "baseline", "wave_splits"] if args.variants else []
-    variants = [(None, {})] + [(v, {"FLASHATTN_CUDA_DECODE": v}) for v in decode_values]
-    variants += [parse_variant(v) for v in args.variant]
+    # (column name, environment, library path or None = the library as built)
+    variants = [(None, {}, None)] + [(v, {"FLASHATTN_CUDA_DECODE": v}, None) for v in decode_values]
+    variants += [(*parse_variant(v), None) for v in args.variant]
+    variants += [(name, {}, path) for name, _, path in (v.partition(":") for v in args.lib)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -256,10 +284,10 @@ def main():
                   f"cudnn {row['cudnn_tbps']:5.2f} TB/s (diff {row.get('max_abs_diff', float('nan')):.2g}); after a "
                   f"flush: ours {row['ours_flushed_tbps']:5.2f} cudnn {row['cudnn_flushed_tbps']:5.2f}; "
                   + " ".join(f"{n} {row['variants'][n]:5.2f} paged {row['paged_variants'][n]:5.2f}"
-                             for n, _ in variants if n), flush=True)
+                             for n, _, _ in variants if n), flush=True)
 
     date, rev = datetime.date.today().isoformat(), commit()
-    names = [name for name, _ in variants if name]
+    names = [name for name, _, _ in variants if name]
     fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
               "cudnn_tbps", "ours_flushed_tbps", "cudnn_flushed_tbps"] + [f"ours_{n}_tbps" for n in names]
     with open(out / "h200-decode.csv", "w", newline="") as f:

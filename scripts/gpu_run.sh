@@ -22,7 +22,7 @@
 #                                               (also: pytest_python, pip_python (carry .whl:
 #                                               scripts/fetch_wheels.sh), profile = Nsight Compute,
 #                                               decode_split_keys, profile_decode, decode_timeline, profile_bwd, pytest_sm90_forms,
-#                                               decode_alt (an A/B build: FLASHATTN_ALT_DEFINES, see below),
+#                                               decode_alt (A/B builds: FLASHATTN_ALT_DEFINES, see below),
 #                                               bwd_timeline (a measuring build: bench/bwd_timeline.py),
 #                                               pytest_bwd_sm80 / pytest_bwd_sm90 = the
 #                                               Hopper backward forced, see below)
@@ -55,6 +55,9 @@ case $mode in
   full) headdims="32;64;96;128;192;256"; tuning=ON; bench_args=(--tiles) ;;
   *) echo "mode must be quick or full" >&2; exit 2 ;;
 esac
+# FLASHATTN_BUILD_HEADDIMS: the main build's head dims instead of the mode's (e.g. "128" for a
+# decode-only call: the decode benchmark is d128).
+headdims=${FLASHATTN_BUILD_HEADDIMS:-$headdims}
 # FLASHATTN_TUNING=1 with quick: the tile-tuning variants too (built, and timed by both benchmarks'
 # --tiles), on quick's head dims and seqlens: a sweep that fits one device call.
 if [[ ${FLASHATTN_TUNING:-0} == 1 && $mode == quick ]]; then tuning=ON; bench_args+=(--tiles); fi
@@ -382,31 +385,38 @@ if wants decode_split_keys && [[ -f $lib ]]; then
     fi
   done
 fi
+# Step decode_alt (not in the default list; with step decode): A/B builds of compile-time kernel
+# choices, timed as columns of step decode's benchmark (gpu_decode.py --lib), beside the library as
+# built and the same baselines. FLASHATTN_ALT_DEFINES: one build per '|'-separated item, each a
+# ';'-separated list of definitions (FLASHATTN_CUDA_EXPERIMENT_DEFINES), e.g.
+# "FLASHATTN_DECODE_BLOCK_N=32|FLASHATTN_DECODE_WARPS=8"; head dims FLASHATTN_ALT_HEADDIMS (default
+# 128, the benchmark's), built side by side in build-alt-1, -2, ... Log: build_alt.log; the column
+# is the definitions without their FLASHATTN_ / DECODE_ prefixes.
+decode_libs=()
+if wants decode_alt && [[ -n ${FLASHATTN_ALT_DEFINES:-} ]]; then
+  start=$SECONDS
+  IFS='|' read -r -a alt_items <<< "$FLASHATTN_ALT_DEFINES"
+  jobs_each=$(( $(nproc) / ${#alt_items[@]} )); ((jobs_each < 2)) && jobs_each=2
+  for i in "${!alt_items[@]}"; do
+    (cmake -S . -B "build-alt-$((i + 1))" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
+       -DFLASHATTN_HEADDIMS="${FLASHATTN_ALT_HEADDIMS:-128}" -DFLASHATTN_CUDA_TUNING=OFF -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON \
+       -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF \
+       -DFLASHATTN_CUDA_EXPERIMENT_DEFINES="${alt_items[$i]}" > "$logs/build_alt_$((i + 1)).log" 2>&1 &&
+       timeout $(cap 400) ninja -C "build-alt-$((i + 1))" -j"$jobs_each" flashattn >> "$logs/build_alt_$((i + 1)).log" 2>&1
+     echo "BUILD (alt $((i + 1)): ${alt_items[$i]}) rc=$? seconds=$((SECONDS - start))" >> "$logs/build_alt_$((i + 1)).log") &
+  done
+  wait
+  for i in "${!alt_items[@]}"; do
+    cat "$logs/build_alt_$((i + 1)).log" >> "$logs/build_alt.log" && rm "$logs/build_alt_$((i + 1)).log"
+    name=${alt_items[$i]//FLASHATTN_/}; name=${name//DECODE_/}; name=${name//;/+}
+    [[ -f build-alt-$((i + 1))/src/libflashattn.so ]] && decode_libs+=(--lib "$name:$root/build-alt-$((i + 1))/src/libflashattn.so")
+  done
+fi
 if wants decode && [[ -f $lib ]]; then
   pytest_groups "inference " test_inference.py 600 "${decode_test_groups[@]}" > "$logs/tests_decode.log" 2>&1
   if can_sanitize; then sanitize --check "${sanitize_decode_cases[@]}" > "$logs/sanitize_decode.log" 2>&1; fi
   FLASHATTN_LIB=$lib timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) python3 bench/gpu_decode.py --out "$out" \
-    "${decode_bench_skip[@]}" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode.log" 2>&1
-fi
-# Step decode_alt (not in the default list): an A/B build of a compile-time kernel choice in the
-# same call as step decode. A second build (build-alt, FLASHATTN_ALT_DEFINES as
-# FLASHATTN_CUDA_EXPERIMENT_DEFINES, e.g. "FLASHATTN_DECODE_L2_HINT=64"), then the decode benchmark
-# on it with the same arguments. Logs: build_alt.log, bench_decode_alt.log; OUTDIR gets
-# h200-decode-alt.csv (its table is in the summary beside step decode's).
-if wants decode_alt && [[ -n ${FLASHATTN_ALT_DEFINES:-} ]]; then
-  start=$SECONDS
-  cmake -S . -B build-alt -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
-    -DFLASHATTN_HEADDIMS="$headdims" -DFLASHATTN_CUDA_TUNING=OFF -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON \
-    -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF \
-    -DFLASHATTN_CUDA_EXPERIMENT_DEFINES="$FLASHATTN_ALT_DEFINES" > "$logs/build_alt.log" 2>&1 &&
-    timeout $(cap 400) ninja -C build-alt -j"$(nproc)" flashattn >> "$logs/build_alt.log" 2>&1
-  echo "BUILD (alt: $FLASHATTN_ALT_DEFINES) rc=$? seconds=$((SECONDS - start))" >> "$logs/build_alt.log"
-  if [[ -f build-alt/src/libflashattn.so ]]; then
-    FLASHATTN_LIB=$root/build-alt/src/libflashattn.so timeout $(cap ${FLASHATTN_BENCH_DECODE_TIMEOUT:-900}) \
-      python3 bench/gpu_decode.py --out "$out/alt" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode_alt.log" 2>&1
-    mv "$out/alt/h200-decode.csv" "$out/h200-decode-alt.csv" 2>/dev/null
-    rm -rf "$out/alt"
-  fi
+    "${decode_bench_skip[@]}" "${decode_libs[@]}" ${FLASHATTN_DECODE_BENCH_ARGS:-} > "$logs/bench_decode.log" 2>&1
 fi
 # Nsight Compute over one decode call per implementation (bench/profile_decode.py: ours under each
 # FLASHATTN_CUDA_DECODE variant, cuDNN) on FLASHATTN_PROFILE_DECODE_SHAPES (default: its own list).
@@ -479,11 +489,8 @@ PY
   grep -hE '^FAILED|^ERROR' "$logs/tests_decode.log" 2>/dev/null | head -20
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode.log" 2>/dev/null
   sed -n '/^decode TB\/s/,$p' "$logs/bench_decode.log" 2>/dev/null
-  if [[ -f $logs/build_alt.log ]]; then
-    grep -hE '^BUILD' "$logs/build_alt.log"
-    echo "--- the A/B build (${FLASHATTN_ALT_DEFINES:-}):"
-    sed -n '/^decode TB\/s/,$p' "$logs/bench_decode_alt.log" 2>/dev/null
-  fi
+  # the A/B builds (their columns are in the table above)
+  grep -hE '^BUILD' "$logs/build_alt.log" 2>/dev/null
   grep -hE '^=== |(passed|failed|error).* in [0-9.]+s|Fatal|Segmentation|^FAILED|^ERROR' "$logs/tests_decode_sk.log" 2>/dev/null | head -30
   grep -hE '^===|ERROR SUMMARY|^rc=' "$logs/sanitize_decode_sk.log" 2>/dev/null
 } | tee "$out/summary.txt"

@@ -262,9 +262,26 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
     const size_t out_accum_bytes = splits > 1 ? size_t(splits * rows * args.head_dim) * sizeof(float) : 0;
     const size_t lse_accum_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
-    StreamBuffer out_accum(out_accum_bytes, stream), lse_accum(lse_accum_bytes, stream);
+    // EXPERIMENT (session 10, A/B timing only; one stream, one thread): FLASHATTN_CUDA_SCRATCH=cached
+    // takes the partials from one grow-only buffer kept across calls, to time what stream-ordered
+    // allocation costs a decode call.
+    const char* scratch_choice = std::getenv("FLASHATTN_CUDA_SCRATCH");
+    const bool cached_scratch = scratch_choice && std::strcmp(scratch_choice, "cached") == 0 && splits > 1;
+    StreamBuffer out_accum(cached_scratch ? 0 : out_accum_bytes, stream);
+    StreamBuffer lse_accum(cached_scratch ? 0 : lse_accum_bytes, stream);
     args.out_accum = static_cast<float*>(out_accum.get());
     args.lse_accum = static_cast<float*>(lse_accum.get());
+    if (cached_scratch) {
+        static void* cached = nullptr;
+        static size_t cached_bytes = 0;
+        if (cached_bytes < out_accum_bytes + lse_accum_bytes) {
+            if (cached) check_cuda(cudaFreeAsync(cached, stream), "freeing scratch");
+            cached_bytes = out_accum_bytes + lse_accum_bytes;
+            check_cuda(cudaMallocAsync(&cached, cached_bytes, stream), "allocating scratch");
+        }
+        args.out_accum = static_cast<float*>(cached);
+        args.lse_accum = reinterpret_cast<float*>(static_cast<char*>(cached) + out_accum_bytes);
+    }
 
     launch(variant.schedule, tile_dim, p.dtype, args, stream);
 

@@ -130,10 +130,18 @@ using InferenceFwdTraits = std::conditional_t<
 //                  shared memory each): d128 3 stages, 100 KB, 8 warps and 16 blocks in flight per SM;
 //   kDeep = true:  as many (3 to 6) as fit in 200 KB, one CTA per SM: d128 6 stages, 196 KB, 4 warps
 //                  and 20 blocks in flight per SM. Which keeps HBM busier is a question for the H200.
+//   A/B builds (FLASHATTN_CUDA_EXPERIMENT_DEFINES) may set FLASHATTN_DECODE_WARPS (warps per CTA)
+//   and FLASHATTN_DECODE_BLOCK_N (keys per warp block, every head dim); 0 or unset: the above.
+#ifndef FLASHATTN_DECODE_WARPS
+#define FLASHATTN_DECODE_WARPS 0
+#endif
+#ifndef FLASHATTN_DECODE_BLOCK_N
+#define FLASHATTN_DECODE_BLOCK_N 0
+#endif
 template <int kHeadDim, bool kDeep>
 struct SplitKeysDecodeTileConfig {
-    static constexpr int kWarps = 4;
-    static constexpr int kBlockN = kHeadDim <= 64 ? 32 : 16;
+    static constexpr int kWarps = FLASHATTN_DECODE_WARPS > 0 ? FLASHATTN_DECODE_WARPS : 4;
+    static constexpr int kBlockN = FLASHATTN_DECODE_BLOCK_N > 0 ? FLASHATTN_DECODE_BLOCK_N : kHeadDim <= 64 ? 32 : 16;
     static constexpr int kQBytes = 16 * kHeadDim * 2;
     static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2; // K and V
     static constexpr int kBudget = (kDeep ? 200 : 110) * 1024;
