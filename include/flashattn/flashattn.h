@@ -204,6 +204,16 @@ typedef struct fa_kvcache_params {
     int32_t rotary_dim;
     int32_t seqlen_rotary;
     int32_t rotary_interleaved;  /* 1: pairs (2t, 2t+1) (GPT-J); 0: pairs (t, t + rotary_dim/2) (GPT-NeoX) */
+
+    /* ---- appended after rng_state: callers built before pass that struct_size and get the defaults ----
+     * Optional scratch memory for the CUDA backend: fa_kvcache_workspace_size bytes (or more) of
+     * device memory on q's device, 16-byte aligned; NULL = the library allocates stream-ordered
+     * memory per call (cudaMallocAsync), which costs a decode step about a microsecond of GPU time
+     * and puts allocation nodes into a captured graph. With it, a call allocates nothing. What it
+     * holds (split-KV's fp32 partials, the rotated q) is dead once the call's work is done: the
+     * next call on the same stream may reuse it. Ignored by the CPU backend. */
+    void* workspace;
+    size_t workspace_size;
 } fa_kvcache_params;
 
 /* A strided fp32 (batch, heads, rows) array of logsumexps; strides in elements. */
@@ -275,6 +285,10 @@ FA_API fa_status fa_combine(const fa_combine_params* params);
 
 /* Bytes of device scratch the backward needs for this problem (0 for the CPU backend). */
 FA_API size_t fa_bwd_workspace_size(const fa_bwd_params* params);
+/* Bytes of device scratch a KV-cache call needs (fa_kvcache_params.workspace; 0 for the CPU backend,
+ * or when the call needs none: one split and no rotary). Depends on the shapes, strides, options
+ * and the device, not on tensor contents; 0 also for invalid params (the call reports why). */
+FA_API size_t fa_kvcache_workspace_size(const fa_kvcache_params* params);
 
 /* The message of the last failed call on this thread ("" if none). Valid until the next call. */
 FA_API const char* fa_last_error(void);

@@ -104,6 +104,8 @@ class KvCacheParams(ctypes.Structure):
         ("rotary_dim", ctypes.c_int32),
         ("seqlen_rotary", ctypes.c_int32),
         ("rotary_interleaved", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
     ]
 
 
@@ -185,6 +187,7 @@ class Library:
         self.set_num_threads = bind("fa_set_num_threads", None, ctypes.c_int)
         self.get_num_threads = bind("fa_get_num_threads", ctypes.c_int)
         self.kvcache_forward = bind("fa_kvcache_forward", ctypes.c_int, kv_ptr)
+        self.kvcache_workspace_size = bind("fa_kvcache_workspace_size", ctypes.c_size_t, kv_ptr)
         self.combine = bind("fa_combine", ctypes.c_int, combine_ptr)
         # The _sized initialisers: the plain fa_*_params_init symbols initialise earlier layouts.
         fwd_init = bind("fa_fwd_params_init_sized", None, fwd_ptr, ctypes.c_size_t)

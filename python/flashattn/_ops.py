@@ -338,6 +338,14 @@ def kvcache_forward_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cach
         params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
         params.rotary_dim, params.seqlen_rotary = 2 * rotary_cos.shape[1], rotary_cos.shape[0]
         params.rotary_interleaved = rotary_interleaved
+    workspace = None
+    if cuda:
+        # Scratch (split-KV's partials, the rotated q) from torch's allocator, as for the backward:
+        # a decode step then allocates nothing in the library (~1 us of GPU time per step saved).
+        size = lib.kvcache_workspace_size(params)
+        if size:
+            workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+            params.workspace, params.workspace_size = workspace.data_ptr(), size
     lib.check(lib.kvcache_forward(params))
     return out, lse
 

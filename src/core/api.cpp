@@ -204,9 +204,10 @@ void fa_kvcache_params_init_sized(fa_kvcache_params* params, size_t size) {
     if (!params || size < sizeof(uint32_t)) return;
     std::memset(params, 0, std::min(size, sizeof(fa_kvcache_params)));
     params->struct_size = uint32_t(size);
-    if (size != sizeof(fa_kvcache_params) && size != kKvCacheParamsSize_paged) return; // validation will say so
-    // The layout before rng_state: a shorter fwd member, and the fields after it that much earlier.
-    const size_t fwd_size = size == sizeof(fa_kvcache_params) ? sizeof(fa_fwd_params) : kFwdParamsSize_paged;
+    if (!known_kvcache_params_size(size)) return; // validation will say so
+    // The layout before rng_state: a shorter fwd member, and the fields after it that much earlier
+    // (the one before the workspace fields only ends earlier; they default to zero).
+    const size_t fwd_size = size == kKvCacheParamsSize_paged ? kFwdParamsSize_paged : sizeof(fa_fwd_params);
     fa_fwd_params_init_sized(&params->fwd, fwd_size);
     params->fwd.num_splits = 0; // flash_attn_with_kvcache's default: let the backend choose
     const int32_t batch_cache = 1; // the only non-zero default after fwd
@@ -239,6 +240,15 @@ size_t fa_bwd_workspace_size(const fa_bwd_params* params) {
     guarded([&] {
         BwdProblem problem = make_bwd_problem(params, varlen);
         if (choose_backend(problem.fwd.p) == Target::cuda) bytes = cuda::bwd_workspace_size(problem);
+    });
+    return bytes;
+}
+
+size_t fa_kvcache_workspace_size(const fa_kvcache_params* params) {
+    size_t bytes = 0;
+    guarded([&] {
+        const KvCacheProblem problem = make_kvcache_problem(params);
+        if (choose_backend(problem.p.fwd) == Target::cuda) bytes = cuda::kvcache_workspace_size(problem);
     });
     return bytes;
 }

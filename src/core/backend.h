@@ -24,6 +24,7 @@ void forward(const Problem& problem);
 void backward(const BwdProblem& problem);
 size_t bwd_workspace_size(const BwdProblem& problem);
 void kvcache_forward(const KvCacheProblem& problem);
+size_t kvcache_workspace_size(const KvCacheProblem& problem);
 void combine(const CombineProblem& problem);
 } // namespace cuda
 

@@ -13,6 +13,7 @@ void forward(const Problem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 void backward(const BwdProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 size_t bwd_workspace_size(const BwdProblem&) { return 0; }
 void kvcache_forward(const KvCacheProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+size_t kvcache_workspace_size(const KvCacheProblem&) { return 0; }
 void combine(const CombineProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 
 } // namespace flashattn::cuda

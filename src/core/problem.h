@@ -114,8 +114,16 @@ constexpr size_t kBwdParamsSize_paged = bwd_params_size_with(kFwdParamsSize_page
 static_assert(sizeof(fa_fwd_params) % 8 == 0 && kFwdParamsSize_0_1 % 8 == 0 && kFwdParamsSize_paged % 8 == 0,
               "fa_bwd_params' tail must not move");
 
-// fa_kvcache_params (added with the block table) embeds fa_fwd_params too: the layout before rng_state.
-constexpr size_t kKvCacheParamsSize_paged = sizeof(fa_kvcache_params) - (sizeof(fa_fwd_params) - kFwdParamsSize_paged);
+// fa_kvcache_params (added with the block table) embeds fa_fwd_params too. Its earlier layouts: the
+// one before the workspace fields were appended (today's fwd member), and the one before rng_state
+// (a shorter fwd member, everything after it that much earlier, no workspace).
+constexpr size_t kKvCacheParamsSize_before_workspace = offsetof(fa_kvcache_params, workspace);
+constexpr size_t kKvCacheParamsSize_paged =
+    kKvCacheParamsSize_before_workspace - (sizeof(fa_fwd_params) - kFwdParamsSize_paged);
+constexpr bool known_kvcache_params_size(size_t size) {
+    return size == sizeof(fa_kvcache_params) || size == kKvCacheParamsSize_before_workspace ||
+           size == kKvCacheParamsSize_paged;
+}
 static_assert(offsetof(fa_kvcache_params, batch_cache) == offsetof(fa_kvcache_params, fwd) + sizeof(fa_fwd_params),
               "fa_kvcache_params' tail must follow fwd directly");
 

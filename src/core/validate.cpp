@@ -243,22 +243,27 @@ void check_sequence_arrays(const Problem& problem) {
 
 namespace {
 
-// The caller's fa_kvcache_params in today's layout; the layout before rng_state has a shorter fwd
-// member with everything after it that much earlier.
+// The caller's fa_kvcache_params in today's layout: an earlier layout's missing fields take their
+// defaults; the layout before rng_state also has a shorter fwd member with everything after it that
+// much earlier.
 fa_kvcache_params read_kvcache_params(const fa_kvcache_params* params) {
     require(params != nullptr, "params must not be NULL");
-    require(params->struct_size == sizeof(fa_kvcache_params) || params->struct_size == kKvCacheParamsSize_paged,
+    require(known_kvcache_params_size(params->struct_size),
             "params.struct_size does not match this library (call fa_kvcache_params_init first): got ",
-            params->struct_size, ", expected ", sizeof(fa_kvcache_params), " (or ", kKvCacheParamsSize_paged,
-            " from the header before rng_state)");
+            params->struct_size, ", expected ", sizeof(fa_kvcache_params), " (or ", kKvCacheParamsSize_before_workspace,
+            " from the header before the workspace fields, ", kKvCacheParamsSize_paged, " from the one before rng_state)");
     if (params->struct_size == sizeof(fa_kvcache_params)) return *params;
     fa_kvcache_params p;
     fa_kvcache_params_init(&p);
     const char* raw = reinterpret_cast<const char*>(params);
-    const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
-    std::memcpy(&p.fwd, raw + fwd_at, kFwdParamsSize_paged);
-    std::memcpy(reinterpret_cast<char*>(&p) + tail_at, raw + fwd_at + kFwdParamsSize_paged,
-                sizeof(fa_kvcache_params) - tail_at);
+    if (params->struct_size == kKvCacheParamsSize_before_workspace) {
+        std::memcpy(&p, raw, kKvCacheParamsSize_before_workspace);
+    } else {
+        const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
+        std::memcpy(&p.fwd, raw + fwd_at, kFwdParamsSize_paged);
+        std::memcpy(reinterpret_cast<char*>(&p) + tail_at, raw + fwd_at + kFwdParamsSize_paged,
+                    kKvCacheParamsSize_before_workspace - tail_at);
+    }
     p.struct_size = sizeof(fa_kvcache_params);
     return p;
 }
@@ -274,6 +279,8 @@ KvCacheProblem make_kvcache_problem(const fa_kvcache_params* params) {
     require(f.dropout_p == 0.0f, "fwd.dropout_p must be 0 for fa_kvcache_forward (an inference entry point), got ", f.dropout_p);
     require(f.attn_probs == nullptr, "fwd.attn_probs must be NULL for fa_kvcache_forward");
     require(kp.cache_seqlens != nullptr, "cache_seqlens must not be NULL (int32, one entry per sequence)");
+    require(kp.workspace != nullptr || kp.workspace_size == 0, "workspace_size is ", kp.workspace_size,
+            " but workspace is NULL (set both, or neither)");
     const bool paged = f.block_table != nullptr;
     if (!paged) require(kp.batch_cache >= 1, "batch_cache must be >= 1 (batch entries of k_cache/v_cache), got ", kp.batch_cache);
     require(!(paged && kp.cache_batch_idx), "cache_batch_idx must be NULL with a block_table (the table maps sequences to blocks)");

@@ -8,6 +8,7 @@
 #include "cuda_check.h"
 #include "device_scope.h"
 #include "fwd_args.h"
+#include "forward.h"
 #include "fwd_launch.h"
 #include "inference.h"
 #include "tile_dim_dispatch.h"
@@ -186,7 +187,80 @@ bool is_device_pointer(const void* ptr) { return device_of(ptr) >= 0; }
 
 // kvcache_forward: kvcache.cu; combine: combine.cu; the inference path of forward: inference.cu.
 
+namespace {
+
+// Everything a forward call takes from its workspace, decided once from the problem and the device
+// (as BwdPlan for the backward), so that fa_kvcache_workspace_size and the call agree: packed,
+// zero-padded copies of the layouts the kernel cannot read in 16-byte chunks, the lse attn_probs is
+// derived from when the caller asked for none, and split-KV's partials (InferencePlan).
+struct FwdPlan {
+    int device = -1; // -1: nothing to compute (no query row)
+    bool pad_head_dim = false;
+    int padded_dim = 0, tile_dim = 0;
+    int64_t dense_batch = 0, q_rows = 0; // q and out as the kernel sees them
+    int64_t kv_batch = 0, k_rows = 0;    // K/V as stored: a paged pool, a KV cache's entries, or the sequences' rows
+    bool kv_has_batch = false;           // a pool's blocks are its batch entries, varlen or not
+    bool stage_q = false, stage_k = false, stage_v = false, stage_out = false;
+    size_t q_bytes = 0, k_bytes = 0, v_bytes = 0, out_bytes = 0, lse_bytes = 0;
+    InferencePlan inference;
+
+    size_t bytes() const {
+        size_t total = 0;
+        for (size_t b : {q_bytes, k_bytes, v_bytes, out_bytes, lse_bytes, inference.partial_out_bytes,
+                         inference.partial_lse_bytes})
+            total += Workspace::piece(b);
+        return total;
+    }
+};
+
+// device: where the tensors are (the current device).
+FwdPlan plan_forward(const Problem& problem, int device) {
+    const fa_fwd_params& p = problem.p;
+    FwdPlan plan;
+    if (problem.total_q == 0) return plan;
+    plan.device = device;
+    const bool varlen = problem.varlen;
+    plan.dense_batch = varlen ? 1 : p.batch;
+    plan.q_rows = varlen ? problem.total_q : p.seqlen_q;
+    const bool paged = problem.kv.paged();
+    plan.kv_batch = paged ? p.num_blocks : problem.kv.cache_entries ? problem.kv.cache_entries : plan.dense_batch;
+    plan.k_rows = paged ? p.page_size : varlen ? p.total_k : p.seqlen_k;
+    plan.kv_has_batch = paged || !varlen;
+    plan.pad_head_dim = p.head_dim % 8 != 0;
+    plan.padded_dim = int(round_up8(p.head_dim));
+    plan.stage_q = plan.pad_head_dim || !chunk_aligned(p.q, varlen);
+    plan.stage_k = plan.k_rows > 0 && (plan.pad_head_dim || !chunk_aligned(p.k, !plan.kv_has_batch));
+    plan.stage_v = plan.k_rows > 0 && (plan.pad_head_dim || !chunk_aligned(p.v, !plan.kv_has_batch));
+    plan.stage_out = plan.pad_head_dim || !chunk_aligned(p.out, varlen);
+    const auto bytes = [&](int64_t batch, int64_t rows, int64_t heads) {
+        return size_t(batch * rows * heads * plan.padded_dim * 2);
+    };
+    plan.q_bytes = plan.stage_q ? bytes(plan.dense_batch, plan.q_rows, p.num_heads) : 0;
+    plan.k_bytes = plan.stage_k ? bytes(plan.kv_batch, plan.k_rows, p.num_heads_k) : 0;
+    plan.v_bytes = plan.stage_v ? bytes(plan.kv_batch, plan.k_rows, p.num_heads_k) : 0;
+    plan.out_bytes = plan.stage_out ? bytes(plan.dense_batch, plan.q_rows, p.num_heads) : 0;
+    plan.lse_bytes = p.attn_probs && !p.softmax_lse ? size_t(p.batch) * p.num_heads * p.seqlen_q * 4 : 0;
+    const int head_dim = plan.pad_head_dim ? plan.padded_dim : p.head_dim;
+    plan.tile_dim = tile_head_dim(head_dim);
+    plan.inference = plan_inference(problem, head_dim, plan.tile_dim, plan.device);
+    return plan;
+}
+
+} // namespace
+
+size_t forward_workspace_size(const Problem& problem, int device) {
+    require(problem.p.dtype == FA_FLOAT16 || problem.p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
+    DeviceGuard guard(device);
+    require_supported(device, problem.p);
+    return plan_forward(problem, device).bytes();
+}
+
 void forward(const Problem& problem) {
+    Workspace workspace(nullptr, 0, static_cast<cudaStream_t>(problem.p.stream), "");
+    forward(problem, workspace);
+}
+
+void forward(const Problem& problem, Workspace& workspace) {
     const fa_fwd_params& p = problem.p;
     require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
 
@@ -208,53 +282,37 @@ void forward(const Problem& problem) {
 
     const auto stream = static_cast<cudaStream_t>(p.stream);
     const bool varlen = problem.varlen;
+    const FwdPlan plan = plan_forward(problem, device);
 
     FwdArgs args = fwd_args_from(problem);
 
     // Layouts the kernel cannot address in 16-byte chunks go through packed, zero-padded copies.
-    const int64_t dense_batch = varlen ? 1 : p.batch;
-    const int64_t q_rows = varlen ? problem.total_q : p.seqlen_q;
-    // K/V as stored: a paged pool (num_blocks, page_size), a KV cache's entries, or the sequences' rows.
-    const bool paged = problem.kv.paged();
-    const int64_t kv_batch = paged ? p.num_blocks : problem.kv.cache_entries ? problem.kv.cache_entries : dense_batch;
-    const int64_t k_rows = paged ? p.page_size : varlen ? p.total_k : p.seqlen_k;
-    const bool pad_head_dim = p.head_dim % 8 != 0;
-    const int padded_dim = int(round_up8(p.head_dim));
+    const int padded_dim = plan.padded_dim;
     auto packed_view = [&](void* data, int64_t rows) {
         return fa_tensor{data, rows * p.num_heads * padded_dim, int64_t(p.num_heads) * padded_dim, padded_dim};
     };
-    auto stage_input = [&](fa_tensor& t, int64_t batch, bool has_batch, int64_t rows, int64_t heads,
-                           StreamBuffer& buffer) {
+    auto stage_input = [&](fa_tensor& t, int64_t batch, bool has_batch, int64_t rows, int64_t heads, void* buffer) {
         StridedView src{t.data, has_batch ? t.batch_stride : 0, t.row_stride, t.head_stride};
-        pack_padded(src, buffer.get(), batch, rows, heads, p.head_dim, padded_dim, stream);
-        t = fa_tensor{buffer.get(), rows * heads * padded_dim, heads * padded_dim, padded_dim};
+        pack_padded(src, buffer, batch, rows, heads, p.head_dim, padded_dim, stream);
+        t = fa_tensor{buffer, rows * heads * padded_dim, heads * padded_dim, padded_dim};
     };
-    const auto bytes = [&](int64_t batch, int64_t rows, int64_t heads) {
-        return size_t(batch * rows * heads * padded_dim * 2);
-    };
-    const bool kv_has_batch = paged || !varlen; // a pool's blocks are its batch entries, varlen or not
-    const bool stage_q = pad_head_dim || !chunk_aligned(p.q, varlen);
-    const bool stage_k = k_rows > 0 && (pad_head_dim || !chunk_aligned(p.k, !kv_has_batch));
-    const bool stage_v = k_rows > 0 && (pad_head_dim || !chunk_aligned(p.v, !kv_has_batch));
-    const bool stage_out = pad_head_dim || !chunk_aligned(p.out, varlen);
-    StreamBuffer q_buffer(stage_q ? bytes(dense_batch, q_rows, p.num_heads) : 0, stream);
-    StreamBuffer k_buffer(stage_k ? bytes(kv_batch, k_rows, p.num_heads_k) : 0, stream);
-    StreamBuffer v_buffer(stage_v ? bytes(kv_batch, k_rows, p.num_heads_k) : 0, stream);
-    StreamBuffer out_buffer(stage_out ? bytes(dense_batch, q_rows, p.num_heads) : 0, stream);
-    if (stage_q) stage_input(args.q, dense_batch, !varlen, q_rows, p.num_heads, q_buffer);
-    if (stage_k) stage_input(args.k, kv_batch, kv_has_batch, k_rows, p.num_heads_k, k_buffer);
-    if (stage_v) stage_input(args.v, kv_batch, kv_has_batch, k_rows, p.num_heads_k, v_buffer);
-    if (stage_out) args.out = packed_view(out_buffer.get(), q_rows);
-    if (pad_head_dim) args.head_dim = padded_dim; // the padding columns are zero in q and k: scores unchanged
+    void* const q_buffer = workspace.take(plan.q_bytes);
+    void* const k_buffer = workspace.take(plan.k_bytes);
+    void* const v_buffer = workspace.take(plan.v_bytes);
+    void* const out_buffer = workspace.take(plan.out_bytes);
+    if (plan.stage_q) stage_input(args.q, plan.dense_batch, !varlen, plan.q_rows, p.num_heads, q_buffer);
+    if (plan.stage_k) stage_input(args.k, plan.kv_batch, plan.kv_has_batch, plan.k_rows, p.num_heads_k, k_buffer);
+    if (plan.stage_v) stage_input(args.v, plan.kv_batch, plan.kv_has_batch, plan.k_rows, p.num_heads_k, v_buffer);
+    if (plan.stage_out) args.out = packed_view(out_buffer, plan.q_rows);
+    if (plan.pad_head_dim) args.head_dim = padded_dim; // the padding columns are zero in q and k: scores unchanged
 
     // attn_probs is derived from the lse, so it needs one even when the caller did not ask.
-    StreamBuffer lse_buffer(p.attn_probs && !p.softmax_lse ? size_t(p.batch) * p.num_heads * p.seqlen_q * 4 : 0,
-                            stream);
-    if (p.attn_probs && !p.softmax_lse) args.lse = static_cast<float*>(lse_buffer.get());
+    if (plan.lse_bytes) args.lse = static_cast<float*>(workspace.take(plan.lse_bytes));
 
-    const int tile_dim = tile_head_dim(args.head_dim);
-    if (run_inference_forward(problem, args, tile_dim, device, stream)) {
+    const int tile_dim = plan.tile_dim;
+    if (plan.inference.runs) {
         // paged K/V, a KV cache, split-KV: the SM80 kernel's inference variant (inference.cu)
+        run_inference_forward(problem, plan.inference, args, tile_dim, workspace, stream);
     } else
 #ifdef FLASHATTN_CUDA_TUNING
     if (!run_fwd_tile_variant(args, p.dtype, tile_dim, stream))
@@ -268,9 +326,9 @@ void forward(const Problem& problem) {
         }
     }
 
-    if (stage_out) {
+    if (plan.stage_out) {
         StridedView dst{p.out.data, varlen ? 0 : p.out.batch_stride, p.out.row_stride, p.out.head_stride};
-        unpack_padded(out_buffer.get(), dst, dense_batch, q_rows, p.num_heads, p.head_dim, padded_dim, stream);
+        unpack_padded(out_buffer, dst, plan.dense_batch, plan.q_rows, p.num_heads, p.head_dim, padded_dim, stream);
     }
     if (p.attn_probs) write_attn_probs(args, p.dtype, p.attn_probs, stream);
 }

@@ -1,6 +1,6 @@
 // Small host-side helpers of the CUDA entry points (backend.cu, kvcache.cu, combine.cu,
 // inference.cu): which device a pointer lives on, a scoped device switch, stream-ordered scratch
-// memory.
+// memory, a call's workspace.
 #pragma once
 
 #include "cuda_check.h"
@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <deque>
 
 namespace flashattn::cuda {
 
@@ -66,6 +67,41 @@ public:
 private:
     void* data_ = nullptr;
     cudaStream_t stream_;
+};
+
+// The scratch memory of one call, taken piece by piece: from the caller's workspace (pieces of
+// workspace_piece bytes, in the order the call takes them, so that a size query that adds up the
+// same pieces agrees with the call), or, without one, from stream-ordered allocations released
+// after the call's work. A decode call measured ~1.2 us faster with its split-KV partials in a
+// workspace than in cudaMallocAsync/cudaFreeAsync memory (H200, session 10: 1k x 1 0.35 -> 0.39
+// TB/s), and a workspace keeps every allocation in the caller's allocator (and out of CUDA graphs).
+class Workspace {
+public:
+    // base == nullptr: allocate each piece. size_query: what the caller asks for the size (errors).
+    Workspace(void* base, size_t bytes, cudaStream_t stream, const char* size_query)
+        : base_(static_cast<char*>(base)), size_(bytes), stream_(stream), size_query_(size_query) {}
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+
+    static constexpr size_t piece(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+    void* take(size_t bytes) {
+        if (bytes == 0) return nullptr;
+        if (!base_) return owned_.emplace_back(bytes, stream_).get();
+        require(used_ + piece(bytes) <= size_, "workspace_size is ", size_, " bytes but this call needs at least ",
+                used_ + piece(bytes), " (ask ", size_query_, ")");
+        void* at = base_ + used_;
+        used_ += piece(bytes);
+        return at;
+    }
+
+private:
+    char* base_;
+    size_t size_;
+    size_t used_ = 0;
+    cudaStream_t stream_;
+    const char* size_query_;
+    std::deque<StreamBuffer> owned_; // deque: its elements never move
 };
 
 } // namespace flashattn::cuda

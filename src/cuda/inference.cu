@@ -183,26 +183,27 @@ constexpr int64_t kMaxAccumBytes = int64_t(1) << 30;
 
 } // namespace
 
-bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, int device, cudaStream_t stream) {
+InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim, int device) {
     const fa_fwd_params& p = problem.p;
     const KvLayout& kv = problem.kv;
     const bool kvcache = kv.cache_seqlens != nullptr;
     const bool special_layout = kv.paged() || kvcache;
-    if (!special_layout && p.num_splits == 1) return false;
+    InferencePlan plan;
+    if (!special_layout && p.num_splits == 1) return plan;
 
     // GQA packing: one query row per sequence, so the tile's rows are the heads sharing a KV head.
     // Per-head ALiBi slopes and dropout's per-(head, row) stream would need a head per row; those
     // rare combinations run unpacked.
-    args.pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
+    plan.pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
                     !problem.has_dropout();
-    DecodeVariant variant = decode_variant(args.pack_gqa ? problem.group : p.seqlen_q, problem.has_dropout());
+    DecodeVariant variant = decode_variant(plan.pack_gqa ? problem.group : p.seqlen_q, problem.has_dropout());
     InferenceTiling tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
 
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
     int splits = 1;
     if (!problem.varlen && !p.attn_probs && p.num_splits != 1) {
-        const int64_t tile_rows = args.pack_gqa ? problem.group : p.seqlen_q;
-        const int64_t grid_heads = args.pack_gqa ? p.num_heads_k : p.num_heads;
+        const int64_t tile_rows = plan.pack_gqa ? problem.group : p.seqlen_q;
+        const int64_t grid_heads = plan.pack_gqa ? p.num_heads_k : p.num_heads;
         const int64_t items = ceil_div(tile_rows, tiling.block_m) * p.batch * grid_heads;
         const int64_t n_blocks = ceil_div(p.seqlen_k, tiling.block_n); // the longest a sequence can be
         if (p.num_splits > 1) {
@@ -235,19 +236,37 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
             }
         }
         const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
-        while (splits > 1 && splits * rows * (args.head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;
+        while (splits > 1 && splits * rows * (head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;
     }
-    if (!special_layout && splits == 1) return false;
+    if (!special_layout && splits == 1) return plan;
 
+    plan.runs = true;
+    plan.device = device;
+    plan.schedule = variant.schedule;
+    plan.tiling = tiling;
+    plan.splits = splits;
+    // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
+    const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
+    plan.partial_out_bytes = splits > 1 ? size_t(splits * rows * head_dim) * sizeof(float) : 0;
+    plan.partial_lse_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
+    return plan;
+}
+
+void run_inference_forward(const Problem& problem, const InferencePlan& plan, FwdArgs args, int tile_dim,
+                           Workspace& workspace, cudaStream_t stream) {
+    const fa_fwd_params& p = problem.p;
+    const KvLayout& kv = problem.kv;
+    const int splits = plan.splits;
     if (kv.paged() && p.attn_probs)
         fail(FA_ERROR_UNSUPPORTED, "attn_probs with a block_table is not supported by the CUDA backend");
-    require_on_device(kv.block_table, device, "block_table");
-    require_on_device(kv.cache_seqlens, device, "cache_seqlens");
-    require_on_device(kv.cache_batch_idx, device, "cache_batch_idx");
-    require_on_device(kv.cache_leftpad, device, "cache_leftpad");
-    if (p.seqlen_k > INT32_MAX - 4 * tiling.block_n)
+    require_on_device(kv.block_table, plan.device, "block_table");
+    require_on_device(kv.cache_seqlens, plan.device, "cache_seqlens");
+    require_on_device(kv.cache_batch_idx, plan.device, "cache_batch_idx");
+    require_on_device(kv.cache_leftpad, plan.device, "cache_leftpad");
+    if (p.seqlen_k > INT32_MAX - 4 * plan.tiling.block_n)
         fail(FA_ERROR_UNSUPPORTED, "seqlen_k ", p.seqlen_k, " is too large for the CUDA inference kernel");
 
+    args.pack_gqa = plan.pack_gqa;
     args.block_table = kv.block_table;
     args.block_table_stride = kv.block_table_stride;
     args.page_size = int32_t(kv.page_size);
@@ -257,33 +276,10 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
     args.seqlen_new = int32_t(kv.seqlen_new);
     args.cache_entries = int32_t(kv.cache_entries);
     args.num_splits = splits;
+    args.out_accum = static_cast<float*>(workspace.take(plan.partial_out_bytes));
+    args.lse_accum = static_cast<float*>(workspace.take(plan.partial_lse_bytes));
 
-    // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
-    const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
-    const size_t out_accum_bytes = splits > 1 ? size_t(splits * rows * args.head_dim) * sizeof(float) : 0;
-    const size_t lse_accum_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
-    // EXPERIMENT (session 10, A/B timing only; one stream, one thread): FLASHATTN_CUDA_SCRATCH=cached
-    // takes the partials from one grow-only buffer kept across calls, to time what stream-ordered
-    // allocation costs a decode call.
-    const char* scratch_choice = std::getenv("FLASHATTN_CUDA_SCRATCH");
-    const bool cached_scratch = scratch_choice && std::strcmp(scratch_choice, "cached") == 0 && splits > 1;
-    StreamBuffer out_accum(cached_scratch ? 0 : out_accum_bytes, stream);
-    StreamBuffer lse_accum(cached_scratch ? 0 : lse_accum_bytes, stream);
-    args.out_accum = static_cast<float*>(out_accum.get());
-    args.lse_accum = static_cast<float*>(lse_accum.get());
-    if (cached_scratch) {
-        static void* cached = nullptr;
-        static size_t cached_bytes = 0;
-        if (cached_bytes < out_accum_bytes + lse_accum_bytes) {
-            if (cached) check_cuda(cudaFreeAsync(cached, stream), "freeing scratch");
-            cached_bytes = out_accum_bytes + lse_accum_bytes;
-            check_cuda(cudaMallocAsync(&cached, cached_bytes, stream), "allocating scratch");
-        }
-        args.out_accum = static_cast<float*>(cached);
-        args.lse_accum = reinterpret_cast<float*>(static_cast<char*>(cached) + out_accum_bytes);
-    }
-
-    launch(variant.schedule, tile_dim, p.dtype, args, stream);
+    launch(plan.schedule, tile_dim, p.dtype, args, stream);
 
     if (splits > 1) {
         const int64_t d = args.head_dim, heads = p.num_heads, sq = p.seqlen_q;
@@ -314,10 +310,9 @@ bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, i
         c.lse_out_row_stride = 1;
         // The combine as a programmatic dependent of the split-keys kernel on sm_90
         // (dependent_launch.h; FLASHATTN_CUDA_PDL=0: a plain launch).
-        launch_combine(c, stream, splits_keys(variant.schedule) && dependent_launch_available(device),
+        launch_combine(c, stream, splits_keys(plan.schedule) && dependent_launch_available(plan.device),
                        /*every_split_allocated=*/true);
     }
-    return true;
 }
 
 } // namespace flashattn::cuda

@@ -3,7 +3,9 @@
 // architecture (the Hopper kernel reads plain K/V rows only).
 #pragma once
 
+#include "device_scope.h"
 #include "fwd_args.h"
+#include "inference_launch.h"
 
 #include "core/problem.h"
 
@@ -11,11 +13,26 @@
 
 namespace flashattn::cuda {
 
-// Runs `problem` on the inference variant and returns true, or returns false without doing anything
-// when the ordinary kernels serve it (no block table, no KV cache, and one split: num_splits == 1,
-// or 0 and the heuristic chose one). `args` is backend.cu's kernel view of the problem after
-// staging (packed copies of odd layouts, the lse buffer attn_probs needs); tile_dim the compiled
-// head dim that serves it.
-bool run_inference_forward(const Problem& problem, FwdArgs args, int tile_dim, int device, cudaStream_t stream);
+// How the inference variant runs a problem, decided from the problem and the device alone, so that
+// a workspace size query (fa_kvcache_workspace_size) and the call agree.
+struct InferencePlan {
+    bool runs = false; // false: the ordinary kernels serve it (no block table, no KV cache, and one
+                       // split: num_splits == 1, or 0 and the heuristic chose one)
+    int device = -1;
+    bool pack_gqa = false;
+    InferenceSchedule schedule = InferenceSchedule::pipelined;
+    InferenceTiling tiling{};
+    int splits = 1;
+    size_t partial_out_bytes = 0, partial_lse_bytes = 0; // split-KV's fp32 partials (0: none)
+};
+
+// head_dim: the head dim the kernel reads (padded to a multiple of 8); tile_dim: the compiled head
+// dim that serves it.
+InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim, int device);
+
+// Runs a planned problem (plan.runs) with the partials from `workspace`. `args` is backend.cu's
+// kernel view of the problem after staging (packed copies of odd layouts, the lse attn_probs needs).
+void run_inference_forward(const Problem& problem, const InferencePlan& plan, FwdArgs args, int tile_dim,
+                           Workspace& workspace, cudaStream_t stream);
 
 } // namespace flashattn::cuda

@@ -6,12 +6,14 @@
 #include "kernels/append_kv.cuh"
 
 #include "device_scope.h"
+#include "forward.h"
 
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/problem.h"
 
 #include <climits>
+#include <cstdint>
 #include <initializer_list>
 #include <utility>
 
@@ -59,38 +61,72 @@ void append_and_rotate(const KvCacheProblem& problem, void* q_rotated, cudaStrea
 
 } // namespace
 
+namespace {
+
+// The device of a KV-cache call: that of its first tensor with an element (-1: none has one, and
+// there is nothing to append or compute).
+int kvcache_device(const KvCacheProblem& problem) {
+    const fa_kvcache_params& p = problem.p;
+    for (const void* ptr : {p.fwd.q.data, p.fwd.k.data, p.k_new.data}) {
+        const int device = device_of(ptr);
+        if (device >= 0) return device;
+    }
+    return -1;
+}
+
+size_t rotated_q_bytes(const KvCacheProblem& problem) {
+    const fa_fwd_params& f = problem.p.fwd;
+    return problem.rotary() ? size_t(int64_t(f.batch) * f.seqlen_q * f.num_heads * f.head_dim) * 2 : 0;
+}
+
+// The attention over the caches: q replaced by its rotated, packed copy at `q_rotated` when rotary
+// embedding applies.
+Problem attention_of(const KvCacheProblem& problem, void* q_rotated) {
+    const fa_fwd_params& f = problem.p.fwd;
+    Problem attention = problem.attention;
+    if (problem.rotary())
+        attention.p.q = fa_tensor{q_rotated, int64_t(f.seqlen_q) * f.num_heads * f.head_dim,
+                                  int64_t(f.num_heads) * f.head_dim, f.head_dim};
+    return attention;
+}
+
+} // namespace
+
+// Pieces in the order kvcache_forward takes them: the rotated q, then the attention's.
+size_t kvcache_workspace_size(const KvCacheProblem& problem) {
+    const int device = kvcache_device(problem);
+    if (device < 0) return 0;
+    // Only the rotated copy's alignment reaches the plan (a workspace piece: at least 16-byte aligned).
+    void* const aligned = reinterpret_cast<void*>(uintptr_t(256));
+    return Workspace::piece(rotated_q_bytes(problem)) + forward_workspace_size(attention_of(problem, aligned), device);
+}
+
 void kvcache_forward(const KvCacheProblem& problem) {
     const fa_kvcache_params& p = problem.p;
     const fa_fwd_params& f = p.fwd;
     require(f.dtype == FA_FLOAT16 || f.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
-    int device = -1;
-    for (const void* ptr : {f.q.data, f.k.data, p.k_new.data}) {
-        if (device < 0) device = device_of(ptr);
-    }
+    const int device = kvcache_device(problem);
     if (device < 0) return; // no tensor has an element: nothing to append or compute
     for (const auto& [ptr, name] :
          {std::pair<const void*, const char*>{f.q.data, "fwd.q.data"}, {f.k.data, "fwd.k.data (k_cache)"},
           {f.v.data, "fwd.v.data (v_cache)"}, {f.block_table, "fwd.block_table"}, {p.cache_seqlens, "cache_seqlens"},
           {p.cache_batch_idx, "cache_batch_idx"}, {p.cache_leftpad, "cache_leftpad"}, {p.k_new.data, "k_new.data"},
-          {p.v_new.data, "v_new.data"}, {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"}})
+          {p.v_new.data, "v_new.data"}, {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"},
+          {p.workspace, "workspace"}})
         require_on_device(ptr, device, name);
+    require(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0, "workspace must be 16-byte aligned");
     DeviceGuard guard(device);
     const auto stream = static_cast<cudaStream_t>(f.stream);
+    Workspace workspace(p.workspace, p.workspace_size, stream, "fa_kvcache_workspace_size");
 
     // q rotated into a packed (batch, seqlen_q, heads, head_dim) copy; the caller's q is untouched.
-    Problem attention = problem.attention;
-    const int64_t q_elements = int64_t(f.batch) * f.seqlen_q * f.num_heads * f.head_dim;
-    StreamBuffer q_rotated(problem.rotary() ? size_t(q_elements) * 2 : 0, stream);
-    if (problem.rotary())
-        attention.p.q = fa_tensor{q_rotated.get(), int64_t(f.seqlen_q) * f.num_heads * f.head_dim,
-                                  int64_t(f.num_heads) * f.head_dim, f.head_dim};
-
+    void* const q_rotated = workspace.take(rotated_q_bytes(problem));
     if (f.dtype == FA_FLOAT16) {
-        append_and_rotate<__half>(problem, q_rotated.get(), stream);
+        append_and_rotate<__half>(problem, q_rotated, stream);
     } else {
-        append_and_rotate<__nv_bfloat16>(problem, q_rotated.get(), stream);
+        append_and_rotate<__nv_bfloat16>(problem, q_rotated, stream);
     }
-    forward(attention);
+    forward(attention_of(problem, q_rotated), workspace);
 }
 
 } // namespace flashattn::cuda

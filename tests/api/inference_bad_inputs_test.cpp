@@ -121,6 +121,7 @@ std::vector<KvBreak> kvcache_breaks() {
         {"attn_probs", false, [](P& p, I& in) { p.fwd.attn_probs = in.lse.data(); }, "attn_probs"},
         {"k_cache_rows_alias", false, [](P& p, I&) { p.fwd.k.row_stride = 0; }, "k"},
         {"k_cache_null", false, [](P& p, I&) { p.fwd.k.data = nullptr; }, "k.data"},
+        {"workspace_size_without_workspace", false, [](P& p, I&) { p.workspace_size = 4096; }, "workspace"},
         // Paged.
         {"page_size_not_multiple_of_16", true, [](P& p, I&) { p.fwd.page_size = 24; }, "page_size"},
         {"page_size_8", true, [](P& p, I&) { p.fwd.page_size = 8; }, "page_size"},
@@ -341,11 +342,14 @@ TEST(StructVersioning, The0_1InitSymbolsWriteOnlyThe0_1Layout) {
     EXPECT_EQ(kv_now.fwd.struct_size, sizeof(fa_fwd_params));
 }
 
+// The layout before the workspace fields: today's fwd member, the struct ending at workspace.
+constexpr size_t kKvSizeBeforeWorkspace = offsetof(fa_kvcache_params, workspace);
+
 // fa_kvcache_params (which came with the block table) embeds fa_fwd_params: a binary built before
 // rng_state calls the plain fa_kvcache_params_init symbol on its smaller struct, then the library.
 TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
     const size_t shift = sizeof(fa_fwd_params) - kFwdSizeBeforeRngState;
-    const size_t old_size = sizeof(fa_kvcache_params) - shift;
+    const size_t old_size = kKvSizeBeforeWorkspace - shift;
     const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
     std::vector<unsigned char> old(sizeof(fa_kvcache_params) + 16, 0xa5);
     (fa_kvcache_params_init)(reinterpret_cast<fa_kvcache_params*>(old.data()));
@@ -366,7 +370,7 @@ TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
     current.struct_size = uint32_t(old_size);
     std::memcpy(old.data(), &current, fwd_at + kFwdSizeBeforeRngState);
     std::memcpy(old.data() + fwd_at + kFwdSizeBeforeRngState, reinterpret_cast<const char*>(&current) + tail_at,
-                sizeof(fa_kvcache_params) - tail_at);
+                kKvSizeBeforeWorkspace - tail_at);
     const Tensor k_before = in.k_cache, v_before = in.v_cache; // the call appends in place
     ASSERT_EQ(fa_kvcache_forward(reinterpret_cast<const fa_kvcache_params*>(old.data())), FA_OK) << fa_last_error();
     const Tensor out_old = in.out;
@@ -375,6 +379,56 @@ TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
     fa_kvcache_params now = in.params();
     ASSERT_EQ(fa_kvcache_forward(&now), FA_OK) << fa_last_error();
     EXPECT_EQ(std::memcmp(out_old.data(), in.out.data(), in.out.bytes()), 0);
+}
+
+// A binary built between rng_state and the workspace fields: its struct ends at workspace, with
+// whatever bytes follow it, and the library reads no workspace from them.
+TEST(StructVersioning, KvCacheWithParamsBeforeWorkspaceStillWorks) {
+    std::vector<unsigned char> old(sizeof(fa_kvcache_params) + 16, 0xa5);
+    fa_kvcache_params_init_sized(reinterpret_cast<fa_kvcache_params*>(old.data()), kKvSizeBeforeWorkspace);
+    for (size_t i = kKvSizeBeforeWorkspace; i < old.size(); ++i)
+        ASSERT_EQ(old[i], 0xa5) << "byte " << i << " past the old struct";
+    const auto* initialised = reinterpret_cast<const fa_kvcache_params*>(old.data());
+    EXPECT_EQ(initialised->struct_size, kKvSizeBeforeWorkspace);
+    EXPECT_EQ(initialised->fwd.struct_size, sizeof(fa_fwd_params));
+    EXPECT_EQ(initialised->fwd.num_splits, 0);
+    EXPECT_EQ(initialised->batch_cache, 1);
+
+    KvInputs in;
+    fa_kvcache_params current = in.params();
+    current.struct_size = uint32_t(kKvSizeBeforeWorkspace);
+    std::memcpy(old.data(), &current, kKvSizeBeforeWorkspace); // 0xa5 garbage where workspace would be
+    const Tensor k_before = in.k_cache, v_before = in.v_cache;
+    ASSERT_EQ(fa_kvcache_forward(reinterpret_cast<const fa_kvcache_params*>(old.data())), FA_OK) << fa_last_error();
+    EXPECT_EQ(fa_kvcache_workspace_size(reinterpret_cast<const fa_kvcache_params*>(old.data())), 0u);
+    const Tensor out_old = in.out;
+    in.k_cache = k_before;
+    in.v_cache = v_before;
+    fa_kvcache_params now = in.params();
+    ASSERT_EQ(fa_kvcache_forward(&now), FA_OK) << fa_last_error();
+    EXPECT_EQ(std::memcmp(out_old.data(), in.out.data(), in.out.bytes()), 0);
+}
+
+// The CPU backend needs no scratch and ignores a workspace (a host buffer here, of any size).
+TEST(KvCacheWorkspace, TheCpuBackendNeedsNoneAndIgnoresOne) {
+    KvInputs in;
+    fa_kvcache_params p = in.params();
+    EXPECT_EQ(fa_kvcache_workspace_size(&p), 0u) << fa_last_error();
+    const Tensor k_before = in.k_cache, v_before = in.v_cache;
+    ASSERT_EQ(fa_kvcache_forward(&p), FA_OK) << fa_last_error();
+    const Tensor out_without = in.out;
+    in.k_cache = k_before;
+    in.v_cache = v_before;
+    std::vector<unsigned char> scratch(64);
+    p = in.params();
+    p.workspace = scratch.data();
+    p.workspace_size = 1;
+    ASSERT_EQ(fa_kvcache_forward(&p), FA_OK) << fa_last_error();
+    EXPECT_EQ(std::memcmp(out_without.data(), in.out.data(), in.out.bytes()), 0);
+    // Invalid params: 0, and the reason in fa_last_error.
+    p.cache_seqlens = nullptr;
+    EXPECT_EQ(fa_kvcache_workspace_size(&p), 0u);
+    EXPECT_NE(std::string(fa_last_error()).find("cache_seqlens"), std::string::npos) << fa_last_error();
 }
 
 } // namespace

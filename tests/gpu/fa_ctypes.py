@@ -234,6 +234,17 @@ class FaKvcacheParams(ctypes.Structure):
     ]
 
 
+# Today's layouts (rng_state, then the KV-cache workspace fields): what make_kvcache_params fills
+# when a workspace is asked for. Initialised through the _sized functions.
+class FaFwdParamsCurrent(ctypes.Structure):
+    _fields_ = FaFwdParamsPaged._fields_ + [("rng_state", ctypes.c_void_p)]
+
+
+class FaKvcacheParamsCurrent(ctypes.Structure):
+    _fields_ = ([("struct_size", ctypes.c_uint32), ("fwd", FaFwdParamsCurrent)] + FaKvcacheParams._fields_[2:]
+                + [("workspace", ctypes.c_void_p), ("workspace_size", ctypes.c_size_t)])
+
+
 class FaLseView(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("head_stride", ctypes.c_int64),
                 ("row_stride", ctypes.c_int64)]
@@ -256,8 +267,11 @@ def _bind_inference(l):
     l.fa_fwd_params_init_sized.argtypes = [ctypes.POINTER(FaFwdParamsPaged), ctypes.c_size_t]
     l.fa_kvcache_params_init.argtypes = [ctypes.POINTER(FaKvcacheParams)]
     l.fa_combine_params_init.argtypes = [ctypes.POINTER(FaCombineParams)]
-    l.fa_kvcache_forward.argtypes = [ctypes.POINTER(FaKvcacheParams)]
+    l.fa_kvcache_forward.argtypes = [ctypes.c_void_p]  # either layout: the struct's address
     l.fa_kvcache_forward.restype = ctypes.c_int
+    l.fa_kvcache_params_init_sized.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    l.fa_kvcache_workspace_size.argtypes = [ctypes.c_void_p]
+    l.fa_kvcache_workspace_size.restype = ctypes.c_size_t
     l.fa_combine.argtypes = [ctypes.POINTER(FaCombineParams)]
     l.fa_combine.restype = ctypes.c_int
     l._inference_bound = True
@@ -324,16 +338,23 @@ def kvcache_forward(q, k_cache, v_cache, cache_seqlens, **kw):
 def make_kvcache_params(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
                         rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                         softmax_scale=0.0, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
-                        num_splits=0, backend=FA_BACKEND_AUTO, stream=None, out=None, lse=None):
-    """(FaKvcacheParams, out, lse) for fa_kvcache_forward. k_cache/v_cache: (batch_cache, capacity, heads_k, d),
+                        num_splits=0, backend=FA_BACKEND_AUTO, stream=None, out=None, lse=None, workspace=None):
+    """(params, out, lse) for fa_kvcache_forward. k_cache/v_cache: (batch_cache, capacity, heads_k, d),
     or (num_blocks, page_size, heads_k, d) pools with block_table (batch, max_blocks) int32. out/lse: given, or
-    new tensors poisoned with NaN."""
+    new tensors poisoned with NaN. workspace None: the layout before rng_state (FaKvcacheParams, which
+    the library still reads; it allocates its own scratch); else today's layout (FaKvcacheParamsCurrent):
+    "none" without a workspace, "auto" with fa_kvcache_workspace_size bytes (kept as
+    params.keep_workspace), a uint8 tensor as given."""
     l = _bind_inference(lib())
     out = torch.full_like(q, float("nan")) if out is None else out
     if lse is None:
         lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=q.device, dtype=torch.float32)
-    kp = FaKvcacheParams()
-    l.fa_kvcache_params_init(ctypes.byref(kp))
+    if workspace is None:
+        kp = FaKvcacheParams()
+        l.fa_kvcache_params_init(ctypes.byref(kp))
+    else:
+        kp = FaKvcacheParamsCurrent()
+        l.fa_kvcache_params_init_sized(ctypes.addressof(kp), ctypes.sizeof(kp))
     f = kp.fwd
     f.dtype = DTYPES[q.dtype]
     f.batch, f.seqlen_q, f.num_heads, f.head_dim = q.shape
@@ -370,7 +391,20 @@ def make_kvcache_params(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, r
         kp.rotary_dim = 2 * rotary_cos.shape[1]
         kp.seqlen_rotary = rotary_cos.shape[0]
         kp.rotary_interleaved = int(rotary_interleaved)
+    if isinstance(workspace, str):
+        size = l.fa_kvcache_workspace_size(ctypes.addressof(kp)) if workspace == "auto" else 0
+        workspace = torch.empty(size, dtype=torch.uint8, device=q.device) if size else None
+    if workspace is not None:
+        kp.workspace, kp.workspace_size = workspace.data_ptr(), workspace.numel()
+        kp.keep_workspace = workspace
     return kp, out, lse
+
+
+def kvcache_workspace_size(q, k_cache, v_cache, cache_seqlens, **kw):
+    """fa_kvcache_workspace_size of the call kvcache_forward(q, ..., **kw) would make."""
+    kw["workspace"] = "none"
+    kp, _, _ = make_kvcache_params(q, k_cache, v_cache, cache_seqlens, **kw)
+    return _bind_inference(lib()).fa_kvcache_workspace_size(ctypes.addressof(kp))
 
 
 def combine(out_partial, lse_partial, out, lse=None, backend=FA_BACKEND_AUTO):

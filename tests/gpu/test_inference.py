@@ -221,6 +221,55 @@ def test_kvcache_decode_fills_the_sms(page):
     check_kvcache(kp, causal=True, num_splits=0, compare_cpu=False)
 
 
+WORKSPACE_CASES = {
+    # split-KV's partials (batch 1: the split rule fills the SMs)
+    "split_decode": dict(kp=dict(batch=1, seqlen_q=1, seqlen_new=1, capacity=8192, heads=32, heads_k=8, d=128,
+                                 dtype=torch.bfloat16, cache_seqlens=[8000]), num_splits=0),
+    # the rotated q and the partials, paged
+    "rotary_paged": dict(kp=dict(batch=3, seqlen_q=1, seqlen_new=1, capacity=2048, heads=8, heads_k=2, d=64,
+                                 dtype=torch.float16, page=16, rotary=1.0, cache_seqlens=[2000, 17, 1500]),
+                         num_splits=7),
+    # packed copies of q, k, v, out (head dim 36: padded to 40), the rotated q, the partials
+    "staged_odd_dim": dict(kp=dict(batch=2, seqlen_q=3, seqlen_new=3, capacity=512, heads=4, heads_k=2, d=36,
+                                   dtype=torch.bfloat16, rotary=0.5, cache_seqlens=[400, 100]), num_splits=7),
+    # nothing to keep: one split, no rotary
+    "no_scratch": dict(kp=dict(batch=4, seqlen_q=1, seqlen_new=1, capacity=256, heads=8, heads_k=8, d=64,
+                               dtype=torch.bfloat16, cache_seqlens=[10, 200, 0, 255]), num_splits=1),
+}
+
+
+@cuda_only
+@pytest.mark.parametrize("case", list(WORKSPACE_CASES))
+def test_kvcache_workspace(case):
+    """A caller's workspace of exactly fa_kvcache_workspace_size bytes, filled with NaN bytes, gives the
+    bytes of the library's own scratch (outputs and caches); one 256-byte piece short, or misaligned,
+    is refused with a message that names the size query or the alignment."""
+    spec = WORKSPACE_CASES[case]
+    kp = KvProblem(seed=31, **spec["kp"])
+    kw = dict(causal=True, num_splits=spec["num_splits"])
+    size = fa.kvcache_workspace_size(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new,
+                                     rotary_cos=kp.cos, rotary_sin=kp.sin, block_table=kp.block_table, **kw)
+    assert (size == 0) == (case == "no_scratch"), f"workspace size {size}"
+    k1, v1 = kp.k_cache.clone(), kp.v_cache.clone()
+    out1, lse1 = kp.run(k1, v1, **kw)  # the library's own scratch
+    k2, v2 = kp.k_cache.clone(), kp.v_cache.clone()
+    workspace = torch.full((max(size, 1),), 255, dtype=torch.uint8, device=DEV)
+    out2, lse2 = kp.run(k2, v2, workspace=workspace[:size], **kw)
+    sync()
+    assert torch.equal(out1.view(torch.int16), out2.view(torch.int16)), "out differs with a workspace"
+    assert torch.equal(lse1, lse2), "lse differs with a workspace"
+    assert torch.equal(k1.view(torch.int16), k2.view(torch.int16)) and torch.equal(v1.view(torch.int16), v2.view(torch.int16))
+    check_kvcache(kp, **kw, compare_cpu=False)  # and both against the reference
+    if size:
+        with pytest.raises(fa.FlashAttnError) as e:
+            kp.run(kp.k_cache.clone(), kp.v_cache.clone(), workspace=workspace[:size - 256], **kw)
+        assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "fa_kvcache_workspace_size" in e.value.message
+        big = torch.empty(size + 64, dtype=torch.uint8, device=DEV)
+        with pytest.raises(fa.FlashAttnError) as e:
+            kp.run(kp.k_cache.clone(), kp.v_cache.clone(), workspace=big[8:], **kw)
+        assert "16-byte aligned" in e.value.message
+
+
 def test_kvcache_decode_steps():
     """Each call appends after the previous one's rows and sees them."""
     torch.manual_seed(5)

@@ -173,7 +173,12 @@ Timing run_kv(const KvWorkload& w, KvOutputs& result, Device& device, const Opti
     const KvBindings at{q.get(), k_new.get(), v_new.get(), k_cache.get(), v_cache.get(), out.get(), lse.get<float>(),
                         seqlens.get<const int32_t>(), table.get<const int32_t>(), cos.get(), sin.get(),
                         alibi.get<const float>()};
-    const fa_kvcache_params params = kv_params(w, at, device.backend());
+    fa_kvcache_params params = kv_params(w, at, device.backend());
+    // The scratch a call needs (split-KV's partials, the rotated q) in one buffer of ours, as a
+    // serving loop would keep it: the library then allocates nothing per call.
+    DeviceBuffer workspace(device, fa_kvcache_workspace_size(&params));
+    params.workspace = workspace.get();
+    params.workspace_size = workspace.bytes();
 
     Timing timing;
     progress.begin("kvcache iterations", options.warmup + options.iters);
