@@ -228,8 +228,12 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
             // deep ring, one CTA per SM, and save the combine (8k x 16: 4.23 against 3.94 TB/s, 32k
             // x 16: 4.46 against 4.36; paged caches read slower with it: 32k x 16 4.20 against
             // 4.28; H200, session 9 run 2).
-            if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache && !kv.paged() && splits > 1 &&
-                double(items) >= 0.8 * double(sms) && items <= sms) {
+            // EXPERIMENT (session 10, A/B timing): FLASHATTN_CUDA_DECODE_UNSPLIT_PAGED=1 applies it to
+            // paged caches too.
+            const char* unsplit_paged = std::getenv("FLASHATTN_CUDA_DECODE_UNSPLIT_PAGED");
+            const bool paged_too = unsplit_paged && std::strcmp(unsplit_paged, "1") == 0;
+            if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache &&
+                (!kv.paged() || paged_too) && splits > 1 && double(items) >= 0.8 * double(sms) && items <= sms) {
                 variant.schedule = InferenceSchedule::split_keys_deep;
                 tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
                 splits = 1;

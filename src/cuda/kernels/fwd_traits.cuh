@@ -130,13 +130,17 @@ using InferenceFwdTraits = std::conditional_t<
 //                  shared memory each): d128 3 stages, 100 KB, 8 warps and 16 blocks in flight per SM;
 //   kDeep = true:  as many (3 to 6) as fit in 200 KB, one CTA per SM: d128 6 stages, 196 KB, 4 warps
 //                  and 20 blocks in flight per SM. Which keeps HBM busier is a question for the H200.
-//   A/B builds (FLASHATTN_CUDA_EXPERIMENT_DEFINES) may set FLASHATTN_DECODE_WARPS (warps per CTA)
-//   and FLASHATTN_DECODE_BLOCK_N (keys per warp block, every head dim); 0 or unset: the above.
+//   A/B builds (FLASHATTN_CUDA_EXPERIMENT_DEFINES) may set FLASHATTN_DECODE_WARPS (warps per CTA),
+//   FLASHATTN_DECODE_BLOCK_N (keys per warp block, every head dim) and FLASHATTN_DECODE_DEEP_STAGES
+//   (the deep ring's stage cap); unset: the above.
 #ifndef FLASHATTN_DECODE_WARPS
 #define FLASHATTN_DECODE_WARPS 0
 #endif
 #ifndef FLASHATTN_DECODE_BLOCK_N
 #define FLASHATTN_DECODE_BLOCK_N 0
+#endif
+#ifndef FLASHATTN_DECODE_DEEP_STAGES // and the deep ring's stage cap (6 unset)
+#define FLASHATTN_DECODE_DEEP_STAGES 6
 #endif
 template <int kHeadDim, bool kDeep>
 struct SplitKeysDecodeTileConfig {
@@ -146,7 +150,8 @@ struct SplitKeysDecodeTileConfig {
     static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * 2; // K and V
     static constexpr int kBudget = (kDeep ? 200 : 110) * 1024;
     static constexpr int kFit = (kBudget - kQBytes) / (kWarps * kStageBytes);
-    static constexpr int kKvStages = kFit < 3 ? 3 : kFit > 6 ? 6 : kFit;
+    static constexpr int kMaxStages = kDeep ? FLASHATTN_DECODE_DEEP_STAGES : 6;
+    static constexpr int kKvStages = kFit < 3 ? 3 : kFit > kMaxStages ? kMaxStages : kFit;
 };
 
 // The split-keys kernel's traits: Warp answers every question about one warp's tile (16 query rows,
