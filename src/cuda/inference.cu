@@ -228,12 +228,10 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
             // deep ring, one CTA per SM, and save the combine (8k x 16: 4.23 against 3.94 TB/s, 32k
             // x 16: 4.46 against 4.36; paged caches read slower with it: 32k x 16 4.20 against
             // 4.28; H200, session 9 run 2).
-            // EXPERIMENT (session 10, A/B timing): FLASHATTN_CUDA_DECODE_UNSPLIT_PAGED=1 applies it to
-            // paged caches too.
-            const char* unsplit_paged = std::getenv("FLASHATTN_CUDA_DECODE_UNSPLIT_PAGED");
-            const bool paged_too = unsplit_paged && std::strcmp(unsplit_paged, "1") == 0;
-            if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache &&
-                (!kv.paged() || paged_too) && splits > 1 && double(items) >= 0.8 * double(sms) && items <= sms) {
+            // (Paged caches at batch 16 measured slower unsplit at every length again in session 10
+            // run 4: 1k 2.54 against 2.55, 8k 3.91 against 4.11, 32k 4.33 against 4.44.)
+            if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache && !kv.paged() && splits > 1 &&
+                double(items) >= 0.8 * double(sms) && items <= sms) {
                 variant.schedule = InferenceSchedule::split_keys_deep;
                 tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
                 splits = 1;
@@ -271,6 +269,8 @@ void run_inference_forward(const Problem& problem, const InferencePlan& plan, Fw
         fail(FA_ERROR_UNSUPPORTED, "seqlen_k ", p.seqlen_k, " is too large for the CUDA inference kernel");
 
     args.pack_gqa = plan.pack_gqa;
+    const char* row_copies = std::getenv("FLASHATTN_CUDA_DECODE_ROW_COPY"); // EXPERIMENT (session 10)
+    args.decode_row_copies = row_copies && std::strcmp(row_copies, "1") == 0;
     args.block_table = kv.block_table;
     args.block_table_stride = kv.block_table_stride;
     args.page_size = int32_t(kv.page_size);
