@@ -77,8 +77,6 @@ struct FwdArgs {
     float* out_accum;            // (split, batch, seqlen_q, heads, head_dim) fp32
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
-    bool decode_row_copies;      // EXPERIMENT (session 10): the split-keys kernel copies contiguous
-                                 // K/V blocks a whole row per 16 lanes (FLASHATTN_CUDA_DECODE_ROW_COPY=1)
 };
 
 } // namespace flashattn::cuda

@@ -269,8 +269,6 @@ void run_inference_forward(const Problem& problem, const InferencePlan& plan, Fw
         fail(FA_ERROR_UNSUPPORTED, "seqlen_k ", p.seqlen_k, " is too large for the CUDA inference kernel");
 
     args.pack_gqa = plan.pack_gqa;
-    const char* row_copies = std::getenv("FLASHATTN_CUDA_DECODE_ROW_COPY"); // EXPERIMENT (session 10)
-    args.decode_row_copies = row_copies && std::strcmp(row_copies, "1") == 0;
     args.block_table = kv.block_table;
     args.block_table_stride = kv.block_table_stride;
     args.page_size = int32_t(kv.page_size);

@@ -68,7 +68,6 @@ enum class BlockLoads {
     predicated,       // any cache: rows and columns checked, paged rows looked up per pass
     whole_contiguous, // whole blocks of a contiguous cache, head_dim == kHeadDim
     whole_paged,      // whole blocks of a paged cache that each lie inside one page
-    whole_contiguous_rows, // EXPERIMENT (session 10): whole_contiguous by Traits::KvRowCopy
 };
 
 template <typename Traits>
@@ -124,7 +123,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     using KvCopy = typename Traits::KvCopy;
     static_assert(KvCopy::kPasses == decltype(size<1>(tKVc))::value);
     const KvCopy kv_copy(lane);
-    const typename Traits::KvRowCopy kv_row_copy(lane);
     constexpr uint32_t kStageBytes = Warp::kSmemKVElems * sizeof(Element);
     const uint32_t smem_k = cast_smem_ptr_to_uint(raw_pointer_cast(sK.data()));
     const uint32_t smem_v = cast_smem_ptr_to_uint(raw_pointer_cast(sV.data()));
@@ -229,9 +227,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     };
     // The same for a whole block (every row and column inside the cache) of consecutive rows:
     // unpredicated, from one base address per tensor.
-    auto load_whole_kv_block = [&](int n, BlockRows const& rows, auto const& copy) __attribute__((always_inline)) {
-        copy.load_async_full(smem_k + ring.stage(n) * kStageBytes, rows.k, args.k.row_stride);
-        copy.load_async_full(smem_v + ring.stage(n) * kStageBytes, rows.v, args.v.row_stride);
+    auto load_whole_kv_block = [&](int n, BlockRows const& rows) __attribute__((always_inline)) {
+        kv_copy.load_async_full(smem_k + ring.stage(n) * kStageBytes, rows.k, args.k.row_stride);
+        kv_copy.load_async_full(smem_v + ring.stage(n) * kStageBytes, rows.v, args.v.row_stride);
     };
 
     // Prologue. Every thread commits the same groups: Q's (loaded by warp 0), then one per stage of
@@ -272,12 +270,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         __syncwarp();                 // ... and for the warp, which is also done with the stage of its
                                       // previous block, where block n - (kStages - 1) kWarps goes
         const int fetch = ring.fetched_during(n);
-        if constexpr (kLoads == BlockLoads::whole_contiguous_rows) {
-            if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows, kv_row_copy);
-            cp_async_fence();
-            next_rows = block_rows_of(ring.fetched_during(n - kWarps), cute::false_type{});
-        } else if constexpr (kWholeBlocks) {
-            if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows, kv_copy);
+        if constexpr (kWholeBlocks) {
+            if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows);
             cp_async_fence();
             next_rows = block_rows_of(ring.fetched_during(n - kWarps), // read during this block's math
                                       cute::bool_constant<kLoads == BlockLoads::whole_paged>{});
@@ -330,9 +324,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     using Predicated = std::integral_constant<BlockLoads, BlockLoads::predicated>;
     if constexpr (kQInRegisters) {
         const bool whole_columns = args.head_dim == kHeadDim;
-        if (whole_columns && !args.block_table && args.decode_row_copies) {
-            visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_contiguous_rows>{});
-        } else if (whole_columns && !args.block_table) {
+        if (whole_columns && !args.block_table) {
             visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_contiguous>{});
         } else if (whole_columns && args.page_size % kBlockN == 0 && seq.k_row0 % kBlockN == 0) {
             visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_paged>{});

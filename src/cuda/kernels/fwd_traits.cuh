@@ -168,11 +168,6 @@ struct SplitKeysDecodeTraits {
     static constexpr int kKvStages = Warp::kKvStages;
     // A warp's K/V block copy: base addresses plus constants, unpredicated for whole blocks.
     using KvCopy = SwizzledTileCopy<Element, typename Warp::SmemLayoutKV, 32, Warp::kSwizzleCols>;
-    // EXPERIMENT (session 10): whole blocks of a contiguous cache a whole row (up to 128 columns)
-    // per 16 lanes, 2 rows per warp instruction, as a 128-thread CTA copy lays them out, instead of
-    // 4 half rows (args.decode_row_copies).
-    static constexpr int kRowCopyCols = kHeadDim % 128 == 0 ? 128 : Warp::kSwizzleCols;
-    using KvRowCopy = SwizzledTileCopy<Element, typename Warp::SmemLayoutKV, 32, kRowCopyCols>;
 
     // Shared memory: Q (one copy, all warps read it), then each warp's ring: kKvStages K blocks, then
     // kKvStages V blocks. Every piece is a multiple of the 8-row swizzle period.
