@@ -345,6 +345,19 @@ TEST(StructVersioning, The0_1InitSymbolsWriteOnlyThe0_1Layout) {
 // The layout before the workspace fields: today's fwd member, the struct ending at workspace.
 constexpr size_t kKvSizeBeforeWorkspace = offsetof(fa_kvcache_params, workspace);
 
+// Runs fa_kvcache_forward on `old_params` (in's call laid out as an earlier header did), then in's
+// call in today's layout on the caches as they were: out must be the same bytes.
+void expect_same_out_as_todays_layout(KvInputs& in, const void* old_params) {
+    const Tensor k_before = in.k_cache, v_before = in.v_cache; // the call appends in place
+    ASSERT_EQ(fa_kvcache_forward(static_cast<const fa_kvcache_params*>(old_params)), FA_OK) << fa_last_error();
+    const Tensor out_old = in.out;
+    in.k_cache = k_before;
+    in.v_cache = v_before;
+    fa_kvcache_params now = in.params();
+    ASSERT_EQ(fa_kvcache_forward(&now), FA_OK) << fa_last_error();
+    EXPECT_EQ(std::memcmp(out_old.data(), in.out.data(), in.out.bytes()), 0);
+}
+
 // fa_kvcache_params (which came with the block table) embeds fa_fwd_params: a binary built before
 // rng_state calls the plain fa_kvcache_params_init symbol on its smaller struct, then the library.
 TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
@@ -371,14 +384,7 @@ TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
     std::memcpy(old.data(), &current, fwd_at + kFwdSizeBeforeRngState);
     std::memcpy(old.data() + fwd_at + kFwdSizeBeforeRngState, reinterpret_cast<const char*>(&current) + tail_at,
                 kKvSizeBeforeWorkspace - tail_at);
-    const Tensor k_before = in.k_cache, v_before = in.v_cache; // the call appends in place
-    ASSERT_EQ(fa_kvcache_forward(reinterpret_cast<const fa_kvcache_params*>(old.data())), FA_OK) << fa_last_error();
-    const Tensor out_old = in.out;
-    in.k_cache = k_before;
-    in.v_cache = v_before;
-    fa_kvcache_params now = in.params();
-    ASSERT_EQ(fa_kvcache_forward(&now), FA_OK) << fa_last_error();
-    EXPECT_EQ(std::memcmp(out_old.data(), in.out.data(), in.out.bytes()), 0);
+    expect_same_out_as_todays_layout(in, old.data());
 }
 
 // A binary built between rng_state and the workspace fields: its struct ends at workspace, with
@@ -398,15 +404,8 @@ TEST(StructVersioning, KvCacheWithParamsBeforeWorkspaceStillWorks) {
     fa_kvcache_params current = in.params();
     current.struct_size = uint32_t(kKvSizeBeforeWorkspace);
     std::memcpy(old.data(), &current, kKvSizeBeforeWorkspace); // 0xa5 garbage where workspace would be
-    const Tensor k_before = in.k_cache, v_before = in.v_cache;
-    ASSERT_EQ(fa_kvcache_forward(reinterpret_cast<const fa_kvcache_params*>(old.data())), FA_OK) << fa_last_error();
-    EXPECT_EQ(fa_kvcache_workspace_size(reinterpret_cast<const fa_kvcache_params*>(old.data())), 0u);
-    const Tensor out_old = in.out;
-    in.k_cache = k_before;
-    in.v_cache = v_before;
-    fa_kvcache_params now = in.params();
-    ASSERT_EQ(fa_kvcache_forward(&now), FA_OK) << fa_last_error();
-    EXPECT_EQ(std::memcmp(out_old.data(), in.out.data(), in.out.bytes()), 0);
+    EXPECT_EQ(fa_kvcache_workspace_size(reinterpret_cast<const fa_kvcache_params*>(old.data())), 0u) << fa_last_error();
+    expect_same_out_as_todays_layout(in, old.data());
 }
 
 // The CPU backend needs no scratch and ignores a workspace (a host buffer here, of any size).
