@@ -14,7 +14,8 @@ ours as built beside other schedules: --variants adds "tile64" (the forward's 64
 ring of K/V stages, the default until session 5), "split_keys_deep" (6 stages, one CTA per SM),
 "narrow", "baseline" and "wave_splits"; --variant NAME:VAR=VALUE times ours under any environment;
 --lib NAME:PATH times ours from another build of the library (an A/B build of a compile-time
-choice, scripts/gpu_run.sh step decode_alt) on the same caches.
+choice, scripts/gpu_run.sh step decode_alt) on the same caches; --head-major also times ours and
+cuDNN on caches whose memory is (b, h, s, d) (each KV head's rows back to back), the same views.
 
 Timing. Each timed call follows an idle kernel (torch.cuda._sleep, ~200 us, during which the host
 enqueues the call, so no implementation's host overhead is measured) and is bracketed by CUDA
@@ -150,6 +151,7 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0, lib_pa
 
 
 SKIPPED = set()  # --skip: variants reported as nan
+HEAD_MAJOR = False  # --head-major
 
 
 def time_variants(make_fns, kv_bytes, variants):
@@ -210,6 +212,25 @@ def measure_shape(cache_len, batch, free_bytes, variants):
     del ours, caches
     torch.cuda.empty_cache()
 
+    if HEAD_MAJOR:
+        # --head-major: the same (b, s, h, d) views over head-major memory (b, h, s, d): each KV
+        # head's rows back to back instead of 2 KB apart (8 heads x 256 bytes), ours and cuDNN (for
+        # which it is the contiguous layout). How much of the decode rate is the cache layout's
+        # DRAM locality rather than the kernel.
+        hm = [(torch.randn(batch, HEADS_K, cache_len, HDIM, device="cuda", dtype=torch.bfloat16).transpose(1, 2),
+               torch.randn(batch, HEADS_K, cache_len, HDIM, device="cuda", dtype=torch.bfloat16).transpose(1, 2))
+              for _ in range(copies)]
+        ours_hm = [ours_fn(q, k, v, lengths) for k, v in hm]
+        row["ours_hm_tbps"] = kv_bytes / bench_ms(rotating(ours_hm)) / 1e9
+        try:
+            fns = [sdpa_fn(q, k, v, SDPBackend.CUDNN_ATTENTION) for k, v in hm]
+            row["cudnn_hm_tbps"] = kv_bytes / bench_ms(rotating(fns)) / 1e9
+        except RuntimeError as e:
+            row["cudnn_hm_tbps"] = float("nan")
+            print(f"  cudnn (head-major) failed: {str(e)[:120]}", flush=True)
+        del ours_hm, hm
+        torch.cuda.empty_cache()
+
     # The same rows in a pool of 16-row pages, blocks shuffled.
     blocks_per_seq = cache_len // PAGE
     pools = []
@@ -266,10 +287,14 @@ def main():
                     help="also time ours with these environment variables set, in column NAME")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time ours from the library at PATH (an A/B build), in column NAME")
+    ap.add_argument("--head-major", action="store_true",
+                    help="also time ours and cuDNN on head-major (b, h, s, d) caches (columns *_hm_tbps)")
     ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
                     help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
     args = ap.parse_args()
     SKIPPED.update(args.skip)
+    global HEAD_MAJOR
+    HEAD_MAJOR = args.head_major
     # (column name, environment): the library as built, then FLASHATTN_CUDA_DECODE values, then --variant.
     decode_values = ["tile64", "split_keys_deep", "narrow", "baseline", "wave_splits"] if args.variants else []
     # (column name, environment, library path or None = the library as built)
@@ -303,6 +328,8 @@ def main():
     names = [name for name, _, _ in variants if name]
     fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
               "cudnn_tbps", "ours_flushed_tbps", "cudnn_flushed_tbps"] + [f"ours_{n}_tbps" for n in names]
+    hm_fields = ["ours_hm_tbps", "cudnn_hm_tbps"] if HEAD_MAJOR else []
+    fields += hm_fields
     with open(out / "h200-decode.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -316,7 +343,8 @@ def main():
                             "ours_flushed_tbps": round(r["ours_flushed_tbps"], 3),
                             "cudnn_flushed_tbps": round(r["cudnn_flushed_tbps"], 3),
                             **{f"ours_{v}_tbps": round(r["paged_variants" if paged else "variants"][v], 3)
-                               for v in names}})
+                               for v in names},
+                            **{k: round(r[k], 3) for k in hm_fields}})
     try:
         plot(rows, copy, out / "h200-decode.png")
     except Exception as e:  # the numbers matter more than the chart
@@ -331,6 +359,13 @@ def main():
               f"{r['cudnn_tbps']:5.2f} | {o / r['torch_fa2_tbps']:5.2f} {o / r['cudnn_tbps']:6.2f} "
               f"{100 * o / copy:5.0f} {r['ours_paged_tbps'] / o:12.2f} | {'':14} {r['ours_flushed_tbps']:5.2f} "
               f"{r['cudnn_flushed_tbps']:5.2f} {r['ours_flushed_tbps'] / r['cudnn_flushed_tbps']:6.2f}")
+
+    if HEAD_MAJOR:
+        print("\nhead-major (b, h, s, d) caches against the (b, s, h, d) ones, TB/s")
+        print(f"{'L':>6} {'batch':>5} | {'ours':>5} {'ours hm':>7} {'cuDNN':>5} {'cuDNN hm':>8} | {'hm ours/cuDNN':>13}")
+        for r in rows:
+            print(f"{r['cache_len']:6d} {r['batch']:5d} | {r['ours_tbps']:5.2f} {r['ours_hm_tbps']:7.2f} "
+                  f"{r['cudnn_tbps']:5.2f} {r['cudnn_hm_tbps']:8.2f} | {r['ours_hm_tbps'] / r['cudnn_hm_tbps']:13.2f}")
 
     print("\nours as built vs its variants, TB/s (contiguous | paged 16)")
     print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>15}" for n in names) + " | "
