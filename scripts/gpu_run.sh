@@ -78,7 +78,7 @@ build() {
   local start=$SECONDS
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
     -DFLASHATTN_HEADDIMS="$headdims" -DFLASHATTN_CUDA_TUNING=$tuning -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON \
-    -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_BUILD_TOOLS=ON ${gtest_flag} &&
+    -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_BUILD_TOOLS=ON -DFLASHATTN_BUILD_EXAMPLES=OFF ${gtest_flag} &&
   ninja -C build-gpu -j"$(nproc)" flashattn flashattn-cli $([[ $with_tests == ON ]] && echo backend_tests api_tests inference_tests)
   local rc=$?
   echo "BUILD rc=$rc seconds=$((SECONDS - start)) headdims=$headdims tuning=$tuning cores=$(nproc)"
@@ -255,7 +255,7 @@ if wants bwd_timeline; then
   start=$SECONDS
   cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
     -DFLASHATTN_HEADDIMS="64;128" -DFLASHATTN_CUDA_BWD_TIMELINE=ON -DFLASHATTN_BUILD_TESTS=OFF \
-    -DFLASHATTN_BUILD_TOOLS=OFF > "$logs/build_timeline.log" 2>&1 &&
+    -DFLASHATTN_BUILD_TOOLS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF > "$logs/build_timeline.log" 2>&1 &&
     timeout $(cap 400) ninja -C build-timeline -j"$(nproc)" flashattn >> "$logs/build_timeline.log" 2>&1
   echo "BUILD (timeline) rc=$? seconds=$((SECONDS - start))" >> "$logs/build_timeline.log"
   if [[ -f build-timeline/src/libflashattn.so ]]; then
@@ -400,7 +400,7 @@ if wants decode_alt && [[ -n ${FLASHATTN_ALT_DEFINES:-} ]]; then
   for i in "${!alt_items[@]}"; do
     (cmake -S . -B "build-alt-$((i + 1))" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
        -DFLASHATTN_HEADDIMS="${FLASHATTN_ALT_HEADDIMS:-128}" -DFLASHATTN_CUDA_TUNING=OFF -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON \
-       -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF \
+       -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF \
        -DFLASHATTN_CUDA_EXPERIMENT_DEFINES="${alt_items[$i]}" > "$logs/build_alt_$((i + 1)).log" 2>&1 &&
        timeout $(cap 400) ninja -C "build-alt-$((i + 1))" -j"$jobs_each" flashattn >> "$logs/build_alt_$((i + 1)).log" 2>&1
      echo "BUILD (alt $((i + 1)): ${alt_items[$i]}) rc=$? seconds=$((SECONDS - start))" >> "$logs/build_alt_$((i + 1)).log") &
