@@ -200,6 +200,7 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
     InferenceTiling tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
 
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
+    const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads; // output rows, each split's partials
     int splits = 1;
     if (!problem.varlen && !p.attn_probs && p.num_splits != 1) {
         const int64_t tile_rows = plan.pack_gqa ? problem.group : p.seqlen_q;
@@ -237,7 +238,6 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
                 splits = 1;
             }
         }
-        const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
         while (splits > 1 && splits * rows * (head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;
     }
     if (!special_layout && splits == 1) return plan;
@@ -248,7 +248,6 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
     plan.tiling = tiling;
     plan.splits = splits;
     // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
-    const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
     plan.partial_out_bytes = splits > 1 ? size_t(splits * rows * head_dim) * sizeof(float) : 0;
     plan.partial_lse_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
     return plan;

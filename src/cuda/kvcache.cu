@@ -59,10 +59,6 @@ void append_and_rotate(const KvCacheProblem& problem, void* q_rotated, cudaStrea
     }
 }
 
-} // namespace
-
-namespace {
-
 // The device of a KV-cache call: that of its first tensor with an element (-1: none has one, and
 // there is nothing to append or compute).
 int kvcache_device(const KvCacheProblem& problem) {
