@@ -15,7 +15,8 @@ ring of K/V stages, the default until session 5), "split_keys_deep" (6 stages, o
 "narrow", "baseline" and "wave_splits"; --variant NAME:VAR=VALUE times ours under any environment;
 --lib NAME:PATH times ours from another build of the library (an A/B build of a compile-time
 choice, scripts/gpu_run.sh step decode_alt) on the same caches; --head-major also times ours and
-cuDNN on caches whose memory is (b, h, s, d) (each KV head's rows back to back), the same views.
+cuDNN on caches whose memory is (b, h, s, d) (each KV head's rows back to back), the same views; --paged-in-order
+also times ours on pools whose pages lie in sequence order (the benchmark's pools are shuffled).
 
 Timing. Each timed call follows an idle kernel (torch.cuda._sleep, ~200 us, during which the host
 enqueues the call, so no implementation's host overhead is measured) and is bracketed by CUDA
@@ -152,6 +153,7 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0, lib_pa
 
 SKIPPED = set()  # --skip: variants reported as nan
 HEAD_MAJOR = False  # --head-major
+PAGED_IN_ORDER = False  # --paged-in-order
 
 
 def time_variants(make_fns, kv_bytes, variants):
@@ -248,6 +250,19 @@ def measure_shape(cache_len, batch, free_bytes, variants):
     row["ours_paged_tbps"] = row["paged_variants"][None]
     del paged, pools
     torch.cuda.empty_cache()
+
+    if PAGED_IN_ORDER:
+        # --paged-in-order: the same pools with each sequence's pages in order (its rows as in a
+        # contiguous cache): how much of paged/contiguous is the shuffled placement (address
+        # translation, DRAM locality) rather than the page-table reads.
+        in_order = torch.arange(batch * blocks_per_seq, device="cuda", dtype=torch.int32).view(batch, blocks_per_seq)
+        fns = []
+        for _ in range(copies):
+            k_pool = torch.randn(batch * blocks_per_seq, PAGE, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16)
+            fns.append(ours_fn(q, k_pool, torch.randn_like(k_pool), lengths, block_table=in_order))
+        row["ours_paged_in_order_tbps"] = kv_bytes / bench_ms(rotating(fns)) / 1e9
+        del fns
+        torch.cuda.empty_cache()
     return row
 
 
@@ -289,12 +304,15 @@ def main():
                     help="also time ours from the library at PATH (an A/B build), in column NAME")
     ap.add_argument("--head-major", action="store_true",
                     help="also time ours and cuDNN on head-major (b, h, s, d) caches (columns *_hm_tbps)")
+    ap.add_argument("--paged-in-order", action="store_true",
+                    help="also time ours on pools whose pages lie in sequence order (column ours_paged_in_order_tbps)")
     ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
                     help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
     args = ap.parse_args()
     SKIPPED.update(args.skip)
-    global HEAD_MAJOR
+    global HEAD_MAJOR, PAGED_IN_ORDER
     HEAD_MAJOR = args.head_major
+    PAGED_IN_ORDER = args.paged_in_order
     # (column name, environment): the library as built, then FLASHATTN_CUDA_DECODE values, then --variant.
     decode_values = ["tile64", "split_keys_deep", "narrow", "baseline", "wave_splits"] if args.variants else []
     # (column name, environment, library path or None = the library as built)
@@ -329,6 +347,7 @@ def main():
     fields = ["date", "commit", "gpu", "cache_len", "batch", "paged", "page_size", "ours_tbps", "torch_fa2_tbps",
               "cudnn_tbps", "ours_flushed_tbps", "cudnn_flushed_tbps"] + [f"ours_{n}_tbps" for n in names]
     hm_fields = ["ours_hm_tbps", "cudnn_hm_tbps"] if HEAD_MAJOR else []
+    hm_fields += ["ours_paged_in_order_tbps"] if PAGED_IN_ORDER else []  # (both rows, as the torch columns)
     fields += hm_fields
     with open(out / "h200-decode.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -366,6 +385,13 @@ def main():
         for r in rows:
             print(f"{r['cache_len']:6d} {r['batch']:5d} | {r['ours_tbps']:5.2f} {r['ours_hm_tbps']:7.2f} "
                   f"{r['cudnn_tbps']:5.2f} {r['cudnn_hm_tbps']:8.2f} | {r['ours_hm_tbps'] / r['cudnn_hm_tbps']:13.2f}")
+
+    if PAGED_IN_ORDER:
+        print("\npaged (page 16): shuffled pages (the benchmark's) against pages in sequence order, TB/s")
+        print(f"{'L':>6} {'batch':>5} | {'contig':>6} {'shuffled':>8} {'in order':>8} | {'shuffled/contig':>15} {'in order/contig':>15}")
+        for r in rows:
+            o, sh, io = r["ours_tbps"], r["ours_paged_tbps"], r["ours_paged_in_order_tbps"]
+            print(f"{r['cache_len']:6d} {r['batch']:5d} | {o:6.2f} {sh:8.2f} {io:8.2f} | {sh / o:15.2f} {io / o:15.2f}")
 
     print("\nours as built vs its variants, TB/s (contiguous | paged 16)")
     print(f"{'L':>6} {'batch':>5} | {'built':>5} " + " ".join(f"{n:>15}" for n in names) + " | "
