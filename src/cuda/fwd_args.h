@@ -77,6 +77,7 @@ struct FwdArgs {
     float* out_accum;            // (split, batch, seqlen_q, heads, head_dim) fp32
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
+    bool prefetch_pages;         // paged split-keys decode: prefetch each warp's first blocks (inference.cu)
 };
 
 } // namespace flashattn::cuda

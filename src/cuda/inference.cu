@@ -247,6 +247,21 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
     plan.schedule = variant.schedule;
     plan.tiling = tiling;
     plan.splits = splits;
+    // Paged caches on grids of at most one CTA per SM (1k x 16: 128 CTAs of 4 warps, each warp with
+    // two blocks in flight): each warp starts the DRAM reads of its first 32 blocks early, one line
+    // of K and V each (fwd_decode_kernel.cuh). H200, session 11: 1k x 16 paged 2.50 -> 2.64 TB/s;
+    // on fuller grids it cost up to 5% (8k x 1, 264 CTAs: 1.75 -> 1.67), so only there.
+    // FLASHATTN_CUDA_DECODE_PREFETCH_PAGES=0 / =1: never / on every paged grid (A/B timing).
+    if (kv.paged() && splits_keys(variant.schedule)) {
+        int sms = 132;
+        check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
+        const int64_t tile_rows = plan.pack_gqa ? problem.group : p.seqlen_q;
+        const int64_t grid_heads = plan.pack_gqa ? p.num_heads_k : p.num_heads;
+        const int64_t ctas = ceil_div(tile_rows, tiling.block_m) * p.batch * grid_heads * splits;
+        plan.prefetch_pages = ctas <= sms;
+        if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE_PREFETCH_PAGES"))
+            plan.prefetch_pages = std::strcmp(choice, "0") != 0;
+    }
     // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
     plan.partial_out_bytes = splits > 1 ? size_t(splits * rows * head_dim) * sizeof(float) : 0;
     plan.partial_lse_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
@@ -268,6 +283,7 @@ void run_inference_forward(const Problem& problem, const InferencePlan& plan, Fw
         fail(FA_ERROR_UNSUPPORTED, "seqlen_k ", p.seqlen_k, " is too large for the CUDA inference kernel");
 
     args.pack_gqa = plan.pack_gqa;
+    args.prefetch_pages = plan.prefetch_pages;
     args.block_table = kv.block_table;
     args.block_table_stride = kv.block_table_stride;
     args.page_size = int32_t(kv.page_size);

@@ -246,28 +246,24 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // Paged K/V: the page-table entries of this warp's first 32 blocks into L1, lane i the warp's
     // i-th block's. The loop reads each block's entry one step ahead of its copy, which covers an L1
     // hit but not a table line's first touch (a DRAM miss: a warp meets a new line every
-    // 32 / kWarps blocks).
-#ifndef FLASHATTN_DECODE_PAGE_PREFETCH // A/B builds: 0 none, 2 also the first K and V line of each block
-#define FLASHATTN_DECODE_PAGE_PREFETCH 1
-#endif
-#if FLASHATTN_DECODE_PAGE_PREFETCH
+    // 32 / kWarps blocks). With args.prefetch_pages (inference.cu says when), the lane reads its
+    // entry and asks the L2 for the block's first line of K and of V instead.
     if (args.block_table) {
         const int n = ring.top - lane * kWarps; // the warp's lane-th block
         if (n >= range.n_begin) {
             int page, row;
             page_divmod(page, row, int(seq.k_row0) + n * kBlockN);
-#if FLASHATTN_DECODE_PAGE_PREFETCH == 2
-            const int64_t block = page_table.table_row[page];
-            const Element* k_at = k_head + block * args.k.batch_stride + int64_t(row) * args.k.row_stride;
-            const Element* v_at = v_head + block * args.v.batch_stride + int64_t(row) * args.v.row_stride;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(k_at));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(v_at));
-#else
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(page_table.table_row + page));
-#endif
+            if (args.prefetch_pages) {
+                const int64_t block = page_table.table_row[page];
+                const Element* k_at = k_head + block * args.k.batch_stride + int64_t(row) * args.k.row_stride;
+                const Element* v_at = v_head + block * args.v.batch_stride + int64_t(row) * args.v.row_stride;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(k_at));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(v_at));
+            } else {
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(page_table.table_row + page));
+            }
         }
     }
-#endif
     // The first block the main loop fetches, looked up ahead (its page-table reads off the path
     // from a stage's release to its refill).
     Pages next_pages{};
