@@ -110,6 +110,12 @@ void launch(InferenceSchedule schedule, int tile_dim, fa_dtype dtype, const FwdA
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int sm_count(int device) {
+    int sms = 132;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
+    return sms;
+}
+
 // FlashAttention-2's rule: split only when the items fill less than 80% of the CTA slots, then take
 // the fewest splits whose last wave is at least 85% as full as the best choice's. Split counts
 // that give every split as many blocks as one split fewer would are skipped (same work, more
@@ -202,16 +208,19 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
     const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads; // output rows, each split's partials
     int splits = 1;
-    if (!problem.varlen && !p.attn_probs && p.num_splits != 1) {
+    // A split's CTAs: query tiles x batch x heads (packed: KV heads).
+    auto items_of = [&](const InferenceTiling& t) {
         const int64_t tile_rows = plan.pack_gqa ? problem.group : p.seqlen_q;
         const int64_t grid_heads = plan.pack_gqa ? p.num_heads_k : p.num_heads;
-        const int64_t items = ceil_div(tile_rows, tiling.block_m) * p.batch * grid_heads;
+        return ceil_div(tile_rows, t.block_m) * p.batch * grid_heads;
+    };
+    if (!problem.varlen && !p.attn_probs && p.num_splits != 1) {
+        const int64_t items = items_of(tiling);
         const int64_t n_blocks = ceil_div(p.seqlen_k, tiling.block_n); // the longest a sequence can be
         if (p.num_splits > 1) {
             splits = int(std::clamp<int64_t>(p.num_splits, 1, std::clamp<int64_t>(n_blocks, 1, 128)));
         } else {
-            int sms = 132;
-            check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
+            const int sms = sm_count(device);
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
             // FLASHATTN_CUDA_DECODE_SPLIT_BELOW=slots / =sms: one of the two for every cache (A/B
             // timing of the rule; read per call).
@@ -249,16 +258,11 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
     plan.splits = splits;
     // Paged caches on grids of at most one CTA per SM (1k x 16: 128 CTAs of 4 warps, each warp with
     // two blocks in flight): each warp starts the DRAM reads of its first 32 blocks early, one line
-    // of K and V each (fwd_decode_kernel.cuh). H200, session 11: 1k x 16 paged 2.50 -> 2.64 TB/s;
-    // on fuller grids it cost up to 5% (8k x 1, 264 CTAs: 1.75 -> 1.67), so only there.
+    // of K and V each (fwd_decode_kernel.cuh). H200, session 11 run 5: 1k x 16 paged 2.55 -> 2.68
+    // TB/s; on fuller grids it cost up to 5% (run 4: 8k x 1, 264 CTAs, 1.75 -> 1.67), so only there.
     // FLASHATTN_CUDA_DECODE_PREFETCH_PAGES=0 / =1: never / on every paged grid (A/B timing).
     if (kv.paged() && splits_keys(variant.schedule)) {
-        int sms = 132;
-        check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "querying the device");
-        const int64_t tile_rows = plan.pack_gqa ? problem.group : p.seqlen_q;
-        const int64_t grid_heads = plan.pack_gqa ? p.num_heads_k : p.num_heads;
-        const int64_t ctas = ceil_div(tile_rows, tiling.block_m) * p.batch * grid_heads * splits;
-        plan.prefetch_pages = ctas <= sms;
+        plan.prefetch_pages = items_of(tiling) * splits <= sm_count(device);
         if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE_PREFETCH_PAGES"))
             plan.prefetch_pages = std::strcmp(choice, "0") != 0;
     }
