@@ -283,6 +283,20 @@ FA_API fa_status fa_kvcache_forward(const fa_kvcache_params* params);
 /* Merge partial attention results by their logsumexp (see fa_combine_params). */
 FA_API fa_status fa_combine(const fa_combine_params* params);
 
+/* fa_forward / fa_varlen_forward with the caller's scratch memory for the CUDA backend:
+ * workspace_size >= fa_forward_workspace_size bytes of device memory on q's device, 16-byte
+ * aligned, or NULL with size 0 (the library then allocates stream-ordered memory per call, as the
+ * plain functions do). What the CUDA forward may need scratch for: split-KV's fp32 partials
+ * (num_splits != 1), zero-padded copies of layouts it cannot read in 16-byte chunks (head_dim not a
+ * multiple of 8, unaligned strides) and the lse attn_probs derives from. Dead once the call's work is
+ * done: the next call on the same stream may reuse it. Ignored by the CPU backend. */
+FA_API fa_status fa_forward_with_workspace(const fa_fwd_params* params, void* workspace, size_t workspace_size);
+FA_API fa_status fa_varlen_forward_with_workspace(const fa_fwd_params* params, void* workspace,
+                                                  size_t workspace_size);
+/* Bytes of device scratch fa_forward / fa_varlen_forward (varlen when cu_seqlens_q is set) need for
+ * this problem: 0 for the CPU backend or when the call needs none; 0 also for invalid params (the
+ * call reports why). Depends on the shapes, strides, options and the device, not on tensor contents. */
+FA_API size_t fa_forward_workspace_size(const fa_fwd_params* params);
 /* Bytes of device scratch the backward needs for this problem (0 for the CPU backend). */
 FA_API size_t fa_bwd_workspace_size(const fa_bwd_params* params);
 /* Bytes of device scratch a KV-cache call needs (fa_kvcache_params.workspace; 0 for the CPU backend,

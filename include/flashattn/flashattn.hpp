@@ -37,9 +37,14 @@ inline fa_bwd_params default_bwd_params() {
     return p;
 }
 
-inline void forward(const fa_fwd_params& p) { check(fa_forward(&p)); }
+// workspace: fa_forward_workspace_size(&p) bytes of the caller's device memory (or NULL, 0).
+inline void forward(const fa_fwd_params& p, void* workspace = nullptr, size_t workspace_size = 0) {
+    check(fa_forward_with_workspace(&p, workspace, workspace_size));
+}
 inline void backward(const fa_bwd_params& p) { check(fa_backward(&p)); }
-inline void varlen_forward(const fa_fwd_params& p) { check(fa_varlen_forward(&p)); }
+inline void varlen_forward(const fa_fwd_params& p, void* workspace = nullptr, size_t workspace_size = 0) {
+    check(fa_varlen_forward_with_workspace(&p, workspace, workspace_size));
+}
 inline void varlen_backward(const fa_bwd_params& p) { check(fa_varlen_backward(&p)); }
 
 inline fa_kvcache_params default_kvcache_params() {

@@ -137,15 +137,18 @@ void run_combine(const fa_combine_params* params) {
     else cuda::combine(problem);
 }
 
-void run_forward(const fa_fwd_params* params, bool varlen) {
+// workspace: the caller's CUDA scratch (fa_forward_with_workspace), NULL = allocated per call.
+void run_forward(const fa_fwd_params* params, bool varlen, void* workspace = nullptr, size_t workspace_size = 0) {
     Problem problem = make_problem(params, varlen);
+    require(workspace != nullptr || workspace_size == 0, "workspace_size is ", workspace_size,
+            " but workspace is NULL (set both, or neither)");
     const Target target = choose_backend(problem.p);
     require_same_memory(target, problem.p);
     if (target == Target::cpu) {
         check_sequence_arrays(problem);
-        cpu::forward(problem);
+        cpu::forward(problem); // (no scratch to take: the workspace is ignored)
     } else {
-        cuda::forward(problem);
+        cuda::forward(problem, workspace, workspace_size);
     }
 }
 
@@ -229,10 +232,26 @@ void fa_combine_params_init(fa_combine_params* params) {
 
 fa_status fa_forward(const fa_fwd_params* params) { return guarded([&] { run_forward(params, false); }); }
 fa_status fa_varlen_forward(const fa_fwd_params* params) { return guarded([&] { run_forward(params, true); }); }
+fa_status fa_forward_with_workspace(const fa_fwd_params* params, void* workspace, size_t workspace_size) {
+    return guarded([&] { run_forward(params, false, workspace, workspace_size); });
+}
+fa_status fa_varlen_forward_with_workspace(const fa_fwd_params* params, void* workspace, size_t workspace_size) {
+    return guarded([&] { run_forward(params, true, workspace, workspace_size); });
+}
 fa_status fa_backward(const fa_bwd_params* params) { return guarded([&] { run_backward(params, false); }); }
 fa_status fa_varlen_backward(const fa_bwd_params* params) { return guarded([&] { run_backward(params, true); }); }
 fa_status fa_kvcache_forward(const fa_kvcache_params* params) { return guarded([&] { run_kvcache_forward(params); }); }
 fa_status fa_combine(const fa_combine_params* params) { return guarded([&] { run_combine(params); }); }
+
+size_t fa_forward_workspace_size(const fa_fwd_params* params) {
+    size_t bytes = 0;
+    const bool varlen = params && params->cu_seqlens_q != nullptr;
+    guarded([&] {
+        const Problem problem = make_problem(params, varlen);
+        if (choose_backend(problem.p) == Target::cuda) bytes = cuda::fwd_workspace_size(problem);
+    });
+    return bytes;
+}
 
 size_t fa_bwd_workspace_size(const fa_bwd_params* params) {
     size_t bytes = 0;

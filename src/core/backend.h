@@ -20,7 +20,8 @@ int num_threads();
 namespace cuda {
 bool available();                          // built, and a device is usable
 bool is_device_pointer(const void* ptr);   // false when the backend is not built
-void forward(const Problem& problem);
+void forward(const Problem& problem, void* workspace, size_t workspace_size); // NULL: allocates per call
+size_t fwd_workspace_size(const Problem& problem);
 void backward(const BwdProblem& problem);
 size_t bwd_workspace_size(const BwdProblem& problem);
 void kvcache_forward(const KvCacheProblem& problem);

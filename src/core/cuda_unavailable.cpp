@@ -9,7 +9,8 @@ static const char* const kNotBuilt =
 
 bool available() { return false; }
 bool is_device_pointer(const void*) { return false; }
-void forward(const Problem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+void forward(const Problem&, void*, size_t) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+size_t fwd_workspace_size(const Problem&) { return 0; }
 void backward(const BwdProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 size_t bwd_workspace_size(const BwdProblem&) { return 0; }
 void kvcache_forward(const KvCacheProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }

@@ -255,8 +255,21 @@ size_t forward_workspace_size(const Problem& problem, int device) {
     return plan_forward(problem, device).bytes();
 }
 
-void forward(const Problem& problem) {
-    Workspace workspace(nullptr, 0, static_cast<cudaStream_t>(problem.p.stream), "");
+size_t fwd_workspace_size(const Problem& problem) {
+    if (problem.total_q == 0) return 0; // nothing to compute
+    const int device = device_of(problem.p.q.data);
+    require(device >= 0, "q.data is not CUDA device memory");
+    return forward_workspace_size(problem, device);
+}
+
+void forward(const Problem& problem, void* workspace_base, size_t workspace_size) {
+    if (workspace_base && problem.total_q > 0) {
+        require_on_device(workspace_base, device_of(problem.p.q.data), "workspace");
+        require(reinterpret_cast<uintptr_t>(workspace_base) % 16 == 0, "workspace must be 16-byte aligned");
+    }
+    Workspace workspace(workspace_base, workspace_size, static_cast<cudaStream_t>(problem.p.stream),
+                        "fa_forward_workspace_size");
+    if (workspace_base) workspace.require_at_least(fwd_workspace_size(problem));
     forward(problem, workspace);
 }
 

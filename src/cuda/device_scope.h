@@ -85,6 +85,14 @@ public:
 
     static constexpr size_t piece(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+    // A caller's workspace smaller than the call's `bytes` (its size query's answer) is refused
+    // before any work is enqueued (take() alone would fail halfway, after a KV cache was appended to).
+    void require_at_least(size_t bytes) const {
+        if (base_)
+            require(size_ >= bytes, "workspace_size is ", size_, " bytes but this call needs ", bytes, " (ask ",
+                    size_query_, ")");
+    }
+
     void* take(size_t bytes) {
         if (bytes == 0) return nullptr;
         if (!base_) return owned_.emplace_back(bytes, stream_).get();

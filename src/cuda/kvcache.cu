@@ -114,6 +114,7 @@ void kvcache_forward(const KvCacheProblem& problem) {
     DeviceGuard guard(device);
     const auto stream = static_cast<cudaStream_t>(f.stream);
     Workspace workspace(p.workspace, p.workspace_size, stream, "fa_kvcache_workspace_size");
+    if (p.workspace) workspace.require_at_least(kvcache_workspace_size(problem));
 
     // q rotated into a packed (batch, seqlen_q, heads, head_dim) copy; the caller's q is untouched.
     void* const q_rotated = workspace.take(rotated_q_bytes(problem));

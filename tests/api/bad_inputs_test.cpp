@@ -306,6 +306,40 @@ TEST(ApiAccepts, EmptyProblems) {
     EXPECT_EQ(fa_backward(&bp), FA_OK) << fa_last_error();
 }
 
+// fa_forward_with_workspace: the CPU backend needs no scratch and ignores a caller's (a host buffer
+// here, of any size); a size without a pointer is refused on every backend. The CUDA side (an
+// exact, NaN-filled workspace gives the library's own bits): tests/gpu/test_inference.py.
+TEST(ForwardWorkspace, TheCpuBackendNeedsNoneAndIgnoresOne) {
+    for (bool varlen : {false, true}) {
+        SCOPED_TRACE(varlen ? "varlen" : "dense");
+        AttentionRun run(varlen ? valid_varlen() : valid_dense());
+        const fa_fwd_params p = run.fwd_params();
+        const auto with_workspace = varlen ? fa_varlen_forward_with_workspace : fa_forward_with_workspace;
+        EXPECT_EQ(fa_forward_workspace_size(&p), 0u) << fa_last_error();
+        // NaN before each call (varlen's spare rows stay so in both).
+        std::memset(run.out.data(), 0xff, run.out.bytes());
+        ASSERT_EQ(varlen ? fa_varlen_forward(&p) : fa_forward(&p), FA_OK) << fa_last_error();
+        const Tensor out_without = run.out;
+        std::memset(run.out.data(), 0xff, run.out.bytes());
+        std::vector<unsigned char> scratch(64);
+        ASSERT_EQ(with_workspace(&p, scratch.data(), 1), FA_OK) << fa_last_error();
+        EXPECT_EQ(std::memcmp(out_without.data(), run.out.data(), run.out.bytes()), 0);
+        ASSERT_EQ(with_workspace(&p, nullptr, 0), FA_OK) << fa_last_error(); // = fa_forward
+        EXPECT_EQ(with_workspace(&p, nullptr, 4096), FA_ERROR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(fa_last_error()).find("workspace_size is 4096 but workspace is NULL"), std::string::npos)
+            << fa_last_error();
+    }
+    // Invalid params: 0, and the reason in fa_last_error (as fa_forward would say it).
+    EXPECT_EQ(fa_forward_workspace_size(nullptr), 0u);
+    EXPECT_NE(std::string(fa_last_error()).find("params"), std::string::npos) << fa_last_error();
+    EXPECT_EQ(fa_forward_with_workspace(nullptr, nullptr, 0), FA_ERROR_INVALID_ARGUMENT);
+    AttentionRun run(valid_dense());
+    fa_fwd_params p = run.fwd_params();
+    p.head_dim = 0;
+    EXPECT_EQ(fa_forward_workspace_size(&p), 0u);
+    EXPECT_NE(std::string(fa_last_error()).find("head_dim"), std::string::npos) << fa_last_error();
+}
+
 TEST(ApiInfo, VersionAndThreads) {
     EXPECT_STREQ(fa_version_string(), "0.1.0");
     fa_set_num_threads(1);

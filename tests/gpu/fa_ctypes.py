@@ -300,11 +300,10 @@ def _with_paging(params, block_table, page_size, num_blocks):
     return p
 
 
-def paged_forward(q, k, v, block_table, *, num_splits=1, **kw):
-    """fa_forward / fa_varlen_forward with k, v as (num_blocks, page_size, heads_k, d) pools reached
-    through block_table (batch, max_blocks) int32 (None: contiguous k/v, e.g. for split-KV alone).
-    Dense calls pass the key lengths as seqused_k and seqlen_k=; varlen calls cu_seqlens_k. Returns (out, lse)."""
+def _paged_params(q, k, v, block_table, num_splits, kw):
+    """(FaFwdParamsPaged, out, lse, varlen) of paged_forward's call; outputs poisoned with NaN."""
     varlen = kw.get("cu_seqlens_q") is not None
+    kw = dict(kw)
     seqlen_k = kw.pop("seqlen_k", None)
     out = torch.full_like(q, float("nan"))
     if varlen:
@@ -320,11 +319,43 @@ def paged_forward(q, k, v, block_table, *, num_splits=1, **kw):
     if seqlen_k is not None:
         base.seqlen_k = seqlen_k
     base.num_splits = num_splits
-    p = _with_paging(base, block_table, k.shape[1], k.shape[0])
+    return _with_paging(base, block_table, k.shape[1], k.shape[0]), out, lse, varlen
+
+
+def _bind_forward_workspace(l):
+    """The forward's workspace entry points (bound on first use: older builds timed by --lib lack them)."""
+    if not getattr(l, "_forward_workspace_bound", False):
+        for name in ("fa_forward_with_workspace", "fa_varlen_forward_with_workspace"):
+            getattr(l, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            getattr(l, name).restype = ctypes.c_int
+        l.fa_forward_workspace_size.argtypes = [ctypes.c_void_p]
+        l.fa_forward_workspace_size.restype = ctypes.c_size_t
+        l._forward_workspace_bound = True
+    return l
+
+
+def paged_forward(q, k, v, block_table, *, num_splits=1, workspace=None, **kw):
+    """fa_forward / fa_varlen_forward with k, v as (num_blocks, page_size, heads_k, d) pools reached
+    through block_table (batch, max_blocks) int32 (None: contiguous k/v, e.g. for split-KV alone).
+    Dense calls pass the key lengths as seqused_k and seqlen_k=; varlen calls cu_seqlens_k.
+    workspace: a uint8 device tensor for fa_(varlen_)forward_with_workspace (its numel the size).
+    Returns (out, lse)."""
+    p, out, lse, varlen = _paged_params(q, k, v, block_table, num_splits, kw)
     l = lib()
-    fn = l.fa_varlen_forward if varlen else l.fa_forward  # declared with the 0.1.0 struct: same prefix
-    _raise_on(fn(ctypes.cast(ctypes.pointer(p), ctypes.POINTER(FaFwdParams))))
+    if workspace is None:
+        fn = l.fa_varlen_forward if varlen else l.fa_forward  # declared with the 0.1.0 struct: same prefix
+        _raise_on(fn(ctypes.cast(ctypes.pointer(p), ctypes.POINTER(FaFwdParams))))
+    else:
+        l = _bind_forward_workspace(l)
+        fn = l.fa_varlen_forward_with_workspace if varlen else l.fa_forward_with_workspace
+        _raise_on(fn(ctypes.addressof(p), workspace.data_ptr() if workspace.numel() else None, workspace.numel()))
     return out, lse
+
+
+def forward_workspace_size(q, k, v, block_table, *, num_splits=1, **kw):
+    """fa_forward_workspace_size of paged_forward's call with the same arguments."""
+    p, _, _, _ = _paged_params(q, k, v, block_table, num_splits, kw)
+    return _bind_forward_workspace(lib()).fa_forward_workspace_size(ctypes.addressof(p))
 
 
 def kvcache_forward(q, k_cache, v_cache, cache_seqlens, **kw):

@@ -368,6 +368,66 @@ def test_split_kv_contiguous(num_splits, shape):
     assert torch.equal(out, out2) and torch.equal(lse, lse2), "split-KV is not reproducible"
 
 
+# What fa_forward takes scratch for: split-KV's partials (contiguous and paged), the packed copies of
+# a head dim that is not a multiple of 8, and none (paged varlen, one split).
+FWD_WORKSPACE_CASES = {
+    "split_kv": dict(num_splits=5, d=128, page=None, varlen=False),
+    "split_kv_paged": dict(num_splits=0, d=128, page=16, varlen=False),
+    "padded_head_dim": dict(num_splits=1, d=100, page=None, varlen=False),
+    "no_scratch": dict(num_splits=1, d=64, page=16, varlen=True),
+}
+
+
+@cuda_only
+@pytest.mark.parametrize("case", list(FWD_WORKSPACE_CASES))
+def test_forward_workspace(case):
+    """fa_(varlen_)forward_with_workspace: exactly fa_forward_workspace_size bytes, filled with NaN bytes,
+    give the bytes of the library's own scratch; one 256-byte piece short, or misaligned, is refused
+    naming the size query or the alignment."""
+    spec = FWD_WORKSPACE_CASES[case]
+    torch.manual_seed(11)
+    d, lk = spec["d"], [700, 1500]
+    if spec["page"]:
+        k, v, table, seqs = make_pool(lk, spec["page"], 2, d, torch.bfloat16, 11)
+        k_ref = torch.nn.utils.rnn.pad_sequence([s_[0] for s_ in seqs], batch_first=True)
+        v_ref = torch.nn.utils.rnn.pad_sequence([s_[1] for s_ in seqs], batch_first=True)
+    else:
+        k, v, table = rand(2, max(lk), 2, d), rand(2, max(lk), 2, d), None
+        k_ref, v_ref = k, v
+    if spec["varlen"]:
+        lq = [3, 1]
+        q = rand(sum(lq), 8, d)
+        kw = dict(causal=True, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk))
+        ref_kw = dict(causal=True, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk))
+        k_ref, v_ref = torch.cat([s_[0] for s_ in seqs]), torch.cat([s_[1] for s_ in seqs])
+    else:
+        q = rand(2, 1, 8, d)
+        used = torch.tensor(lk, dtype=torch.int32, device=DEV)
+        kw = dict(causal=True, seqused_k=used, seqlen_k=max(lk))
+        ref_kw = dict(causal=True, seqused_k=used)
+    kw["num_splits"] = spec["num_splits"]
+    size = fa.forward_workspace_size(q, k, v, table, **kw)
+    assert (size == 0) == (case == "no_scratch"), f"workspace size {size}"
+    out1, lse1 = fa.paged_forward(q, k, v, table, **kw)  # the library's own scratch
+    workspace = torch.full((max(size, 1),), 255, dtype=torch.uint8, device=DEV)
+    out2, lse2 = fa.paged_forward(q, k, v, table, workspace=workspace[:size], **kw)
+    sync()
+    assert torch.equal(out1.view(torch.int16), out2.view(torch.int16)), "out differs with a workspace"
+    assert torch.equal(lse1, lse2), "lse differs with a workspace"
+    ref, ref_lse, _ = attention_ref(q, k_ref, v_ref, **ref_kw)
+    naive, naive_lse, _ = attention_ref(q, k_ref, v_ref, precision=q.dtype, **ref_kw)
+    assert_close(f"forward with a workspace ({case}) out", out2, ref, naive)
+    assert_lse_close(f"forward with a workspace ({case}) lse", lse2, ref_lse, naive_lse)
+    if size:
+        with pytest.raises(fa.FlashAttnError) as e:
+            fa.paged_forward(q, k, v, table, workspace=workspace[:size - 256], **kw)
+        assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "fa_forward_workspace_size" in e.value.message
+        big = torch.empty(size + 64, dtype=torch.uint8, device=DEV)
+        with pytest.raises(fa.FlashAttnError) as e:
+            fa.paged_forward(q, k, v, table, workspace=big[8:size + 8], **kw)
+        assert "16-byte aligned" in e.value.message
+
+
 # ---------------------------------------------------------------------------------------------
 # fa_combine.
 
