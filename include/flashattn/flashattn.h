@@ -295,13 +295,15 @@ FA_API fa_status fa_varlen_forward_with_workspace(const fa_fwd_params* params, v
                                                   size_t workspace_size);
 /* Bytes of device scratch fa_forward / fa_varlen_forward (varlen when cu_seqlens_q is set) need for
  * this problem: 0 for the CPU backend or when the call needs none; 0 also for invalid params (the
- * call reports why). Depends on the shapes, strides, options and the device, not on tensor contents. */
+ * call reports why). Depends on the shapes, strides, options, the device and whether each tensor's
+ * address is 16-byte aligned, not on tensor contents. */
 FA_API size_t fa_forward_workspace_size(const fa_fwd_params* params);
 /* Bytes of device scratch the backward needs for this problem (0 for the CPU backend). */
 FA_API size_t fa_bwd_workspace_size(const fa_bwd_params* params);
 /* Bytes of device scratch a KV-cache call needs (fa_kvcache_params.workspace; 0 for the CPU backend,
- * or when the call needs none: one split and no rotary). Depends on the shapes, strides, options
- * and the device, not on tensor contents; 0 also for invalid params (the call reports why). */
+ * or when the call needs none: one split and no rotary). Depends on the shapes, strides, options,
+ * the device and whether each tensor's address is 16-byte aligned, not on tensor contents; 0 also
+ * for invalid params (the call reports why). */
 FA_API size_t fa_kvcache_workspace_size(const fa_kvcache_params* params);
 
 /* The message of the last failed call on this thread ("" if none). Valid until the next call. */
