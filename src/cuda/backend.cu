@@ -187,38 +187,18 @@ bool is_device_pointer(const void* ptr) { return device_of(ptr) >= 0; }
 
 // kvcache_forward: kvcache.cu; combine: combine.cu; the inference path of forward: inference.cu.
 
-namespace {
-
-// Everything a forward call takes from its workspace, decided once from the problem and the device
-// (as BwdPlan for the backward), so that fa_kvcache_workspace_size and the call agree: packed,
-// zero-padded copies of the layouts the kernel cannot read in 16-byte chunks, the lse attn_probs is
-// derived from when the caller asked for none, and split-KV's partials (InferencePlan).
-struct FwdPlan {
-    int device = -1; // -1: nothing to compute (no query row)
-    bool pad_head_dim = false;
-    int padded_dim = 0, tile_dim = 0;
-    int64_t dense_batch = 0, q_rows = 0; // q and out as the kernel sees them
-    int64_t kv_batch = 0, k_rows = 0;    // K/V as stored: a paged pool, a KV cache's entries, or the sequences' rows
-    bool kv_has_batch = false;           // a pool's blocks are its batch entries, varlen or not
-    bool stage_q = false, stage_k = false, stage_v = false, stage_out = false;
-    size_t q_bytes = 0, k_bytes = 0, v_bytes = 0, out_bytes = 0, lse_bytes = 0;
-    InferencePlan inference;
-
-    size_t bytes() const {
-        size_t total = 0;
-        for (size_t b : {q_bytes, k_bytes, v_bytes, out_bytes, lse_bytes, inference.partial_out_bytes,
-                         inference.partial_lse_bytes})
-            total += Workspace::piece(b);
-        return total;
-    }
-};
-
-// device: where the tensors are (the current device).
 FwdPlan plan_forward(const Problem& problem, int device) {
     const fa_fwd_params& p = problem.p;
+    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
     FwdPlan plan;
     if (problem.total_q == 0) return plan;
     plan.device = device;
+    {
+        DeviceGuard guard(device);
+        const ComputeCapability cc = require_supported(device, p);
+        plan.cc_major = cc.major;
+        plan.cc_minor = cc.minor;
+    }
     const bool varlen = problem.varlen;
     plan.dense_batch = varlen ? 1 : p.batch;
     plan.q_rows = varlen ? problem.total_q : p.seqlen_q;
@@ -246,40 +226,37 @@ FwdPlan plan_forward(const Problem& problem, int device) {
     return plan;
 }
 
+namespace {
+
+// The device of a plain forward: q's (-1 with no query row, when q may have no address).
+int forward_device(const Problem& problem) {
+    const int device = device_of(problem.p.q.data);
+    require(device >= 0 || problem.total_q == 0, "q.data is not CUDA device memory");
+    return device;
+}
+
 } // namespace
 
-size_t forward_workspace_size(const Problem& problem, int device) {
-    require(problem.p.dtype == FA_FLOAT16 || problem.p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
-    DeviceGuard guard(device);
-    require_supported(device, problem.p);
-    return plan_forward(problem, device).bytes();
-}
-
-size_t fwd_workspace_size(const Problem& problem) {
-    if (problem.total_q == 0) return 0; // nothing to compute
-    const int device = device_of(problem.p.q.data);
-    require(device >= 0, "q.data is not CUDA device memory");
-    return forward_workspace_size(problem, device);
-}
+size_t fwd_workspace_size(const Problem& problem) { return plan_forward(problem, forward_device(problem)).bytes(); }
 
 void forward(const Problem& problem, void* workspace_base, size_t workspace_size) {
+    const int device = forward_device(problem);
     if (workspace_base && problem.total_q > 0) {
-        require_on_device(workspace_base, device_of(problem.p.q.data), "workspace");
+        require_on_device(workspace_base, device, "workspace");
         require(reinterpret_cast<uintptr_t>(workspace_base) % 16 == 0, "workspace must be 16-byte aligned");
     }
+    const FwdPlan plan = plan_forward(problem, device);
     Workspace workspace(workspace_base, workspace_size, static_cast<cudaStream_t>(problem.p.stream),
                         "fa_forward_workspace_size");
-    if (workspace_base) workspace.require_at_least(fwd_workspace_size(problem));
-    forward(problem, workspace);
+    workspace.require_at_least(plan.bytes());
+    forward(problem, plan, workspace);
 }
 
-void forward(const Problem& problem, Workspace& workspace) {
+void forward(const Problem& problem, const FwdPlan& plan, Workspace& workspace) {
     const fa_fwd_params& p = problem.p;
-    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
-
-    const int device = device_of(p.q.data);
-    require(device >= 0 || problem.total_q == 0, "q.data is not CUDA device memory");
-    if (problem.total_q == 0) return; // nothing to compute or write
+    if (plan.device < 0) return; // no query row: nothing to compute or write
+    const int device = plan.device;
+    require_on_device(p.q.data, device, "q.data");
     require_on_device(p.k.data, device, "k.data");
     require_on_device(p.v.data, device, "v.data");
     require_on_device(p.out.data, device, "out.data");
@@ -291,11 +268,9 @@ void forward(const Problem& problem, Workspace& workspace) {
     require_on_device(p.attn_probs, device, "attn_probs");
 
     DeviceGuard guard(device);
-    const auto [major, minor] = require_supported(device, p);
 
     const auto stream = static_cast<cudaStream_t>(p.stream);
     const bool varlen = problem.varlen;
-    const FwdPlan plan = plan_forward(problem, device);
 
     FwdArgs args = fwd_args_from(problem);
 
@@ -331,7 +306,7 @@ void forward(const Problem& problem, Workspace& workspace) {
     if (!run_fwd_tile_variant(args, p.dtype, tile_dim, stream))
 #endif
     {
-        const bool sm90 = use_sm90_kernel(major, minor, tile_dim, args);
+        const bool sm90 = use_sm90_kernel(plan.cc_major, plan.cc_minor, tile_dim, args);
         if (p.dtype == FA_FLOAT16) {
             run_forward_kernel<FA_FLOAT16>(tile_dim, sm90, args, stream);
         } else {

@@ -86,15 +86,22 @@ Problem attention_of(const KvCacheProblem& problem, void* q_rotated) {
     return attention;
 }
 
-} // namespace
+// The attention's plan, before the rotated copy of q exists: only that copy's alignment reaches the
+// plan, so an aligned placeholder stands in for it (a workspace piece is at least 16-byte aligned).
+FwdPlan attention_plan(const KvCacheProblem& problem, int device) {
+    return plan_forward(attention_of(problem, reinterpret_cast<void*>(uintptr_t(256))), device);
+}
 
 // Pieces in the order kvcache_forward takes them: the rotated q, then the attention's.
+size_t workspace_bytes(const KvCacheProblem& problem, const FwdPlan& attention) {
+    return Workspace::piece(rotated_q_bytes(problem)) + attention.bytes();
+}
+
+} // namespace
+
 size_t kvcache_workspace_size(const KvCacheProblem& problem) {
     const int device = kvcache_device(problem);
-    if (device < 0) return 0;
-    // Only the rotated copy's alignment reaches the plan (a workspace piece: at least 16-byte aligned).
-    void* const aligned = reinterpret_cast<void*>(uintptr_t(256));
-    return Workspace::piece(rotated_q_bytes(problem)) + forward_workspace_size(attention_of(problem, aligned), device);
+    return device < 0 ? 0 : workspace_bytes(problem, attention_plan(problem, device));
 }
 
 void kvcache_forward(const KvCacheProblem& problem) {
@@ -113,8 +120,9 @@ void kvcache_forward(const KvCacheProblem& problem) {
     require(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0, "workspace must be 16-byte aligned");
     DeviceGuard guard(device);
     const auto stream = static_cast<cudaStream_t>(f.stream);
+    const FwdPlan plan = attention_plan(problem, device); // before the append: a short workspace appends nothing
     Workspace workspace(p.workspace, p.workspace_size, stream, "fa_kvcache_workspace_size");
-    if (p.workspace) workspace.require_at_least(kvcache_workspace_size(problem));
+    workspace.require_at_least(workspace_bytes(problem, plan));
 
     // q rotated into a packed (batch, seqlen_q, heads, head_dim) copy; the caller's q is untouched.
     void* const q_rotated = workspace.take(rotated_q_bytes(problem));
@@ -123,7 +131,7 @@ void kvcache_forward(const KvCacheProblem& problem) {
     } else {
         append_and_rotate<__nv_bfloat16>(problem, q_rotated, stream);
     }
-    forward(attention_of(problem, q_rotated), workspace);
+    forward(attention_of(problem, q_rotated), plan, workspace);
 }
 
 } // namespace flashattn::cuda
