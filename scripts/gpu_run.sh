@@ -430,6 +430,20 @@ if wants profile_decode && [[ -f $lib ]] && command -v ncu > /dev/null; then
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section SchedulerStats \
     --section WarpStateStats ${FLASHATTN_PROFILE_EXTRA:-} \
     python3 bench/profile_decode.py "${decode_shapes[@]}" > "$logs/profile_decode.log" 2>&1
+  # FLASHATTN_PROFILE_SOURCE=1: once more with the warp-state sampling per SASS instruction
+  # (SourceCounters) and the stall reasons per issued instruction, into a report whose details and
+  # SASS source pages are printed (profile_decode_details.log, profile_decode_sass.csv).
+  if [[ ${FLASHATTN_PROFILE_SOURCE:-0} == 1 ]]; then
+    FLASHATTN_LIB=$lib timeout $(cap 300) ncu --clock-control none --nvtx "${nvtx[@]}" --section WarpStateStats \
+      --section SourceCounters --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      --import-source no -f -o "$logs/profile_decode_source" \
+      python3 bench/profile_decode.py "${decode_shapes[@]}" > "$logs/profile_decode_source_run.log" 2>&1
+    ncu -i "$logs/profile_decode_source.ncu-rep" --page details --print-details all \
+      > "$logs/profile_decode_details.log" 2>&1
+    ncu -i "$logs/profile_decode_source.ncu-rep" --page source --csv --print-source sass \
+      > "$logs/profile_decode_sass.csv" 2>&1 ||
+      ncu -i "$logs/profile_decode_source.ncu-rep" --page source --csv > "$logs/profile_decode_sass.csv" 2>&1
+  fi
 fi
 # Step decode_timeline (not in the default list): the GPU timeline of single decode calls, ours
 # (and FLASHATTN_TIMELINE_ENV's variants) against cuDNN and torch FA2, kernel by kernel, with the
