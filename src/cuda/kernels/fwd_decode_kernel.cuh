@@ -63,14 +63,20 @@ struct WarpBlockRing {
     __host__ __device__ __forceinline__ static int fetched_during(int n) { return n - (kStages - 1) * kWarps; }
 };
 
-// How a loop of the kernel copies the K/V blocks it fetches (see process_block).
+// How a loop of the kernel copies the K/V blocks it fetches (see process_block), and which kernel
+// a call runs (split_keys_loads): a kernel holds only its own loops, so that the path one call
+// executes is short and contiguous in the code. (One kernel with all three loop pairs was 8.8k
+// instructions, 141 KB; Nsight, session 12: at 1k x 16, 29% of the warps' time went to instruction
+// fetch, most of it on code run once per warp after a jump across the loops it did not run.)
 enum class BlockLoads {
     predicated,       // any cache: rows and columns checked, paged rows looked up per pass
     whole_contiguous, // whole blocks of a contiguous cache, head_dim == kHeadDim
-    whole_paged,      // whole blocks of a paged cache that each lie inside one page
+    whole_paged,      // whole blocks of a paged cache whose page size is a multiple of kBlockN
+                      // (a sequence whose first row is not on a block boundary runs the
+                      // predicated loop: left padding)
 };
 
-template <typename Traits>
+template <typename Traits, BlockLoads kLoads>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const __grid_constant__ FwdArgs args) {
     using Warp = typename Traits::Warp; // one warp's tile, MMA, copies and ring stage
     using Element = typename Warp::Element;
@@ -80,6 +86,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     constexpr int kHeadDim = Warp::kHeadDim;
     constexpr int kStages = Warp::kKvStages;
     static_assert(kStages >= 2 && kBlockM == 16);
+    // The host (split_keys_loads) runs the whole-block kernels only where they apply: no block
+    // table for whole_contiguous, one for whole_paged.
+    const bool paged = kLoads == BlockLoads::whole_paged || (kLoads == BlockLoads::predicated && args.block_table);
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
 
@@ -169,13 +178,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const Element* k_head = static_cast<const Element*>(args.k.data) + int64_t(h_kv) * args.k.head_stride;
     const Element* v_head = static_cast<const Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride;
 
-    const PageTable page_table{args.block_table ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
+    const PageTable page_table{paged ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
                                uint32_t(args.page_size)};
     using Pages = PageSlots<decltype(size<1>(tKVc))::value>;
     // The page slots of the rows this thread copies of block n (paged K/V, any alignment).
     auto pages_of = [&](int n) __attribute__((always_inline)) {
         Pages pages{};
-        if (args.block_table && n >= range.n_begin)
+        if (paged && n >= range.n_begin)
             pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
         return pages;
     };
@@ -186,7 +195,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         const Element* k;
         const Element* v;
     };
-    const cutlass::FastDivmod page_divmod(args.block_table ? args.page_size : 1); // a multiply, not a division
+    const cutlass::FastDivmod page_divmod(paged ? args.page_size : 1); // a multiply, not a division
     auto block_rows_of = [&](int n, auto paged_tag) __attribute__((always_inline)) {
         BlockRows rows{k_rows, v_rows};
         if (n < range.n_begin) return rows;
@@ -208,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         const int rows_valid = seq.k_len - n * kBlockN;
         const uint32_t k_stage = smem_k + ring.stage(n) * kStageBytes;
         const uint32_t v_stage = smem_v + ring.stage(n) * kStageBytes;
-        if (args.block_table) {
+        if (paged) {
             const Element* k_pass[KvCopy::kPasses];
             const Element* v_pass[KvCopy::kPasses];
             CUTE_UNROLL
@@ -237,10 +246,20 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // alike in every warp.
     if (warp == 0) load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
     cp_async_fence();
+    // (The whole-block kernels copy whole blocks as the loop does: only a sequence's last block may
+    // be partial, and the predicated copy is ~4x the instructions, run once from a cold cache.)
     CUTE_UNROLL
     for (int i = 0; i < kStages - 1; ++i) {
         const int n = ring.prologue_block(i);
-        if (n >= range.n_begin) load_kv_block(n, pages_of(n));
+        if constexpr (kLoads != BlockLoads::predicated) {
+            if (n >= range.n_begin && seq.k_len - n * kBlockN >= kBlockN) {
+                load_whole_kv_block(n, block_rows_of(n, cute::bool_constant<kLoads == BlockLoads::whole_paged>{}));
+            } else if (n >= range.n_begin) {
+                load_kv_block(n, pages_of(n));
+            }
+        } else {
+            if (n >= range.n_begin) load_kv_block(n, pages_of(n));
+        }
         cp_async_fence();
     }
     // Paged K/V: the page-table entries of this warp's first 32 blocks into L1, lane i the warp's
@@ -248,7 +267,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // hit but not a table line's first touch (a DRAM miss: a warp meets a new line every
     // 32 / kWarps blocks). With args.prefetch_pages (inference.cu says when), the lane reads its
     // entry and asks the L2 for the block's first line of K and of V instead.
-    if (args.block_table) {
+    if (paged) {
         const int n = ring.top - lane * kWarps; // the warp's lane-th block
         if (n >= range.n_begin) {
             int page, row;
@@ -276,22 +295,22 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     }
 
     // One block of this warp; kMasked as in fwd_kernel (a compile-time tag: unmasked blocks carry no
-    // mask instructions). kLoads (BlockLoads): whether the blocks this loop fetches are whole blocks
-    // of consecutive rows (load_whole_kv_block), of a contiguous or a paged cache. Every block the
-    // loop fetches lies before the sequence's last block (it is kStages - 1 steps below a warp's
-    // first block, and the range's last block is warp 0's first), so only head_dim and the page
-    // alignment decide. A compile-time tag, because ptxas otherwise if-converts the copies and
-    // issues all of them.
-    auto process_block = [&](int n, auto masked_tag, auto loads_tag) __attribute__((always_inline)) {
+    // mask instructions). The blocks the loop fetches are copied as the kernel's kLoads says: whole
+    // blocks of consecutive rows (load_whole_kv_block) or predicated. Every block the loop fetches
+    // lies before the sequence's last block (it is kStages - 1 steps below a warp's first block, and
+    // the range's last block is warp 0's first), so only head_dim and the page alignment decide
+    // (split_keys_loads). A kernel template argument, because ptxas otherwise if-converts the copies
+    // and issues all of them. kTransform (ScoreTransform): whether the loop applies softcap / ALiBi.
+    enum class ScoreTransform { never, always, when_asked };
+    auto process_block = [&](int n, auto masked_tag, auto transform_tag) __attribute__((always_inline)) {
         constexpr bool kMasked = decltype(masked_tag)::value;
-        constexpr BlockLoads kLoads = decltype(loads_tag)::value;
-        constexpr bool kWholeBlocks = kLoads != BlockLoads::predicated;
+        constexpr ScoreTransform kTransform = decltype(transform_tag)::value;
         const int n0 = n * kBlockN;
         cp_async_wait<kStages - 2>(); // block n has landed for this thread ...
         __syncwarp();                 // ... and for the warp, which is also done with the stage of its
                                       // previous block, where block n - (kStages - 1) kWarps goes
         const int fetch = ring.fetched_during(n);
-        if constexpr (kWholeBlocks) {
+        if constexpr (kLoads != BlockLoads::predicated) {
             if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows);
             cp_async_fence();
             next_rows = block_rows_of(ring.fetched_during(n - kWarps), // read during this block's math
@@ -311,7 +330,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         }
 
         Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
-        if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, seq, m0, n0);
+        if (kTransform == ScoreTransform::always || (kTransform == ScoreTransform::when_asked && args.transform_scores))
+            apply_score_transform(scores, s_coords, args, alibi_slope, seq, m0, n0);
         if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
         float correction[kRows];
         softmax.absorb_scores(scores, exp_scale, correction);
@@ -327,8 +347,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     };
 
     // As in fwd_kernel: the masked blocks sit at the two ends of the range.
-    auto visit_blocks = [&](auto loads_tag) __attribute__((always_inline)) {
-        constexpr BlockLoads kLoads = decltype(loads_tag)::value;
+    auto visit_blocks = [&](auto transform_tag) __attribute__((always_inline)) {
         if constexpr (kLoads == BlockLoads::predicated) {
             next_pages = pages_of(ring.fetched_during(ring.top));
         } else {
@@ -337,23 +356,23 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         }
         for (int n = ring.top; n >= range.n_begin;) {
             for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); n -= kWarps)
-                process_block(n, cute::true_type{}, loads_tag);
+                process_block(n, cute::true_type{}, transform_tag);
             for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; n -= kWarps)
-                process_block(n, cute::false_type{}, loads_tag);
+                process_block(n, cute::false_type{}, transform_tag);
         }
     };
-    using Predicated = std::integral_constant<BlockLoads, BlockLoads::predicated>;
-    if constexpr (kQInRegisters) {
-        const bool whole_columns = args.head_dim == kHeadDim;
-        if (whole_columns && !args.block_table) {
-            visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_contiguous>{});
-        } else if (whole_columns && args.page_size % kBlockN == 0 && seq.k_row0 % kBlockN == 0) {
-            visit_blocks(std::integral_constant<BlockLoads, BlockLoads::whole_paged>{});
-        } else {
-            visit_blocks(Predicated{});
-        }
-    } else { // above d128 one copy of the loop: more spill (d256: 116 B stored, against 24 with one)
-        visit_blocks(Predicated{});
+    static_assert(kLoads == BlockLoads::predicated || kQInRegisters, "whole-block loops only up to d128");
+    // The whole-block kernels keep softcap / ALiBi (~400 instructions of accurate tanh) out of the
+    // loop that plain attention runs, which then fits in less instruction cache (Nsight, session
+    // 12: with it inside, the loop stalled on instruction fetch every 256 bytes). The predicated
+    // kernel, the fallback, keeps one loop pair with a branch.
+    using Transform = ScoreTransform;
+    if constexpr (kLoads == BlockLoads::predicated) {
+        visit_blocks(std::integral_constant<Transform, Transform::when_asked>{});
+    } else if (args.transform_scores) {
+        visit_blocks(std::integral_constant<Transform, Transform::always>{});
+    } else {
+        visit_blocks(std::integral_constant<Transform, Transform::never>{});
     }
 
     // The combine (a programmatic dependent on sm_90, dependent_launch.h) may be
@@ -390,30 +409,34 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     }
     __syncthreads();
 
-    // Merge by logsumexp (combine.cu's math) and write, 4 columns per thread and step: out and lse,
-    // or this split's fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch, heads, seqlen_q).
+    // Merge by logsumexp (combine.cu's math, in log2 units: one ex2 instruction per term, where
+    // expf / logf put a range reduction each into code that every warp runs once, from a cold
+    // instruction cache) and write, 4 columns per thread and step: out and lse, or this split's
+    // fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch, heads, seqlen_q).
+    constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
     constexpr int kChunks = kHeadDim / 4;
     for (int index = tid; index < kBlockM * kChunks; index += Traits::kThreads) {
         const int row = index / kChunks, col = (index % kChunks) * 4;
         if (row >= rows_valid) break; // rows grow with index
         if (col >= args.head_dim) continue;
-        float lse_w[kWarps];
-        float lse_max = -INFINITY;
+        float lse2_w[kWarps];
+        float lse2_max = -INFINITY;
         CUTE_UNROLL
         for (int w = 0; w < kWarps; ++w) {
-            lse_w[w] = merge_lse[w * kBlockM + row];
-            lse_max = fmaxf(lse_max, lse_w[w]);
+            lse2_w[w] = merge_lse[w * kBlockM + row] * kLog2e;
+            lse2_max = fmaxf(lse2_max, lse2_w[w]);
         }
         float lse = -INFINITY;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (lse_max > -INFINITY) {
+        if (lse2_max > -INFINITY) {
             float sum = 0.0f;
             CUTE_UNROLL
-            for (int w = 0; w < kWarps; ++w) sum += expf(lse_w[w] - lse_max); // exp(-inf) = 0
-            lse = lse_max + logf(sum);
+            for (int w = 0; w < kWarps; ++w) sum += fast_exp2(lse2_w[w] - lse2_max); // 2^-inf = 0
+            const float lse2 = lse2_max + log2f(sum);
+            lse = lse2 * kLn2;
             CUTE_UNROLL
             for (int w = 0; w < kWarps; ++w) {
-                const float weight = expf(lse_w[w] - lse);
+                const float weight = fast_exp2(lse2_w[w] - lse2);
                 const float4 part =
                     *reinterpret_cast<const float4*>(merge_o + (w * kBlockM + row) * Traits::kMergeRowFloats + col);
                 o.x += weight * part.x;

@@ -8,9 +8,12 @@
 #include "kernels/fwd_decode_kernel.cuh"
 #include "kernels/fwd_kernel.cuh"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace flashattn::cuda {
+
+using kernels::BlockLoads;
 
 namespace detail {
 template <fa_dtype kDtype>
@@ -22,35 +25,53 @@ using InferenceTraits = std::conditional_t<
     kernels::SplitKeysDecodeTraits<kHeadDim, ElementOf<kDtype>, kSchedule == InferenceSchedule::split_keys_deep>,
     kernels::InferenceFwdTraits<kHeadDim, ElementOf<kDtype>, int(kSchedule)>>;
 
-// The kernel of a schedule: the split-keys decode kernel, or the forward kernel's inference variant.
+// The split-keys kernel a call runs: whole-block copies wherever the blocks are whole (every
+// column: head_dim == kHeadDim, up to d128, where Q stays in registers), of a contiguous cache or
+// of pages that hold whole blocks.
+template <typename Traits>
+BlockLoads split_keys_loads(const FwdArgs& args) {
+    if (Traits::Warp::kHeadDim > 128 || args.head_dim != Traits::Warp::kHeadDim) return BlockLoads::predicated;
+    if (!args.block_table) return BlockLoads::whole_contiguous;
+    // (Left padding may start a sequence inside a block: predicated.)
+    const bool whole_pages = args.page_size % Traits::kBlockN == 0 && !args.cache_leftpad;
+    return whole_pages ? BlockLoads::whole_paged : BlockLoads::predicated;
+}
+
+// The kernel of a schedule: the split-keys decode kernel (of `loads`), or the forward kernel's
+// inference variant.
 template <typename Traits, InferenceSchedule kSchedule>
-constexpr auto inference_kernel() {
+auto inference_kernel(BlockLoads loads) {
     if constexpr (splits_keys(kSchedule)) {
-        return kernels::fwd_split_keys_kernel<Traits>;
+        if constexpr (Traits::Warp::kHeadDim <= 128) {
+            if (loads == BlockLoads::whole_contiguous)
+                return kernels::fwd_split_keys_kernel<Traits, BlockLoads::whole_contiguous>;
+            if (loads == BlockLoads::whole_paged) return kernels::fwd_split_keys_kernel<Traits, BlockLoads::whole_paged>;
+        }
+        return kernels::fwd_split_keys_kernel<Traits, BlockLoads::predicated>;
     } else {
         return kernels::fwd_kernel<Traits, true, true>;
     }
-}
-
-template <typename Traits, InferenceSchedule kSchedule>
-auto prepared_inference_kernel() {
-    auto kernel = inference_kernel<Traits, kSchedule>();
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
-               "setting the inference kernel's shared-memory size");
-    return kernel;
 }
 } // namespace detail
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 InferenceTiling inference_tiling() {
     using Traits = detail::InferenceTraits<kHeadDim, kDtype, kSchedule>;
-    // Asked once: every call of a decode loop plans with it.
+    // Asked once: every call of a decode loop plans with it. (The split-keys kernels of the three
+    // copy kinds differ in registers only within what keeps the count: the fewest is taken.)
     static const int ctas_per_sm = [] {
-        int ctas = 1;
-        const auto kernel = detail::prepared_inference_kernel<Traits, kSchedule>();
-        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Traits::kThreads, Traits::kSmemBytes),
-                   "querying the inference kernel's occupancy");
-        return ctas > 0 ? ctas : 1;
+        int fewest = 0;
+        for (BlockLoads loads : {BlockLoads::predicated, BlockLoads::whole_contiguous, BlockLoads::whole_paged}) {
+            if (!splits_keys(kSchedule) && loads != BlockLoads::predicated) break;
+            const auto kernel = detail::inference_kernel<Traits, kSchedule>(loads);
+            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                       "setting the inference kernel's shared-memory size");
+            int ctas = 1;
+            check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Traits::kThreads, Traits::kSmemBytes),
+                       "querying the inference kernel's occupancy");
+            fewest = fewest == 0 ? ctas : std::min(fewest, ctas);
+        }
+        return fewest > 0 ? fewest : 1;
     }();
     return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm};
 }
@@ -68,7 +89,9 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     if (!grid_has_work(ctas, "forward", "query blocks x splits ", args.num_splits, " x batch ", args.batch,
                        " x heads ", grid_heads))
         return;
-    launch_on_grid(detail::inference_kernel<Traits, kSchedule>(), ctas, Traits::kThreads, Traits::kSmemBytes, args,
+    BlockLoads loads = BlockLoads::predicated;
+    if constexpr (splits_keys(kSchedule)) loads = detail::split_keys_loads<Traits>(args);
+    launch_on_grid(detail::inference_kernel<Traits, kSchedule>(loads), ctas, Traits::kThreads, Traits::kSmemBytes, args,
                    stream, "inference forward");
 }
 
