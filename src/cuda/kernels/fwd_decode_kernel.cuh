@@ -52,16 +52,15 @@ using namespace cute;
 // stage i % kStages; the step of block n fetches the warp's block kStages - 1 steps later, into the
 // stage of the warp's previous block (which the warp is done with by this step's __syncwarp).
 // tests/gpu/layout_check.cu replays it with the kernel's cp.async group counts.
-template <int kWarps, int kStages, bool kAscending = false>
+template <int kWarps, int kStages>
 struct WarpBlockRing {
-    int top; // the warp's first block: its highest, or with kAscending its lowest
-    static constexpr int kStep = kAscending ? kWarps : -kWarps;
+    int top;
 
     __host__ __device__ __forceinline__ int stage(int n) const {
-        return int(unsigned(kAscending ? n - top : top - n) / unsigned(kWarps)) % kStages;
+        return int(unsigned(top - n) / unsigned(kWarps)) % kStages;
     }
-    __host__ __device__ __forceinline__ int prologue_block(int i) const { return top + i * kStep; } // i < kStages - 1
-    __host__ __device__ __forceinline__ static int fetched_during(int n) { return n + (kStages - 1) * kStep; }
+    __host__ __device__ __forceinline__ int prologue_block(int i) const { return top - i * kWarps; } // i < kStages - 1
+    __host__ __device__ __forceinline__ static int fetched_during(int n) { return n - (kStages - 1) * kWarps; }
 };
 
 // How a loop of the kernel copies the K/V blocks it fetches (see process_block), and which kernel
@@ -170,18 +169,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
 
     // This warp's blocks and their stages.
-#ifndef FLASHATTN_DECODE_ASCENDING // experiment: the warps walk their blocks upwards (A/B builds)
-#define FLASHATTN_DECODE_ASCENDING 0
-#endif
-    constexpr bool kAscending = FLASHATTN_DECODE_ASCENDING != 0;
-    using Ring = WarpBlockRing<kWarps, kStages, kAscending>;
-    const int warp_top = range.n_end - 1 - warp;
-    const Ring ring{kAscending && warp_top >= range.n_begin
-                        ? warp_top - (warp_top - range.n_begin) / kWarps * kWarps
-                        : warp_top};
-    auto in_range = [&](int n) __attribute__((always_inline)) {
-        return kAscending ? n >= range.n_begin && n < range.n_end : n >= range.n_begin;
-    };
+    const WarpBlockRing<kWarps, kStages> ring{range.n_end - 1 - warp};
     auto in_stage = [&](auto&& t, int n) __attribute__((always_inline)) {
         return make_tensor(t.data() + ring.stage(n) * Warp::kSmemKVElems, t.layout());
     };
@@ -196,7 +184,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // The page slots of the rows this thread copies of block n (paged K/V, any alignment).
     auto pages_of = [&](int n) __attribute__((always_inline)) {
         Pages pages{};
-        if (paged && in_range(n))
+        if (paged && n >= range.n_begin)
             pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
         return pages;
     };
@@ -210,7 +198,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const cutlass::FastDivmod page_divmod(paged ? args.page_size : 1); // a multiply, not a division
     auto block_rows_of = [&](int n, auto paged_tag) __attribute__((always_inline)) {
         BlockRows rows{k_rows, v_rows};
-        if (!in_range(n)) return rows;
+        if (n < range.n_begin) return rows;
         if constexpr (decltype(paged_tag)::value) {
             int page, row;
             page_divmod(page, row, int(seq.k_row0) + n * kBlockN);
@@ -264,13 +252,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     for (int i = 0; i < kStages - 1; ++i) {
         const int n = ring.prologue_block(i);
         if constexpr (kLoads != BlockLoads::predicated) {
-            if (in_range(n) && seq.k_len - n * kBlockN >= kBlockN) {
+            if (n >= range.n_begin && seq.k_len - n * kBlockN >= kBlockN) {
                 load_whole_kv_block(n, block_rows_of(n, cute::bool_constant<kLoads == BlockLoads::whole_paged>{}));
-            } else if (in_range(n)) {
+            } else if (n >= range.n_begin) {
                 load_kv_block(n, pages_of(n));
             }
         } else {
-            if (in_range(n)) load_kv_block(n, pages_of(n));
+            if (n >= range.n_begin) load_kv_block(n, pages_of(n));
         }
         cp_async_fence();
     }
@@ -280,8 +268,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // 32 / kWarps blocks). With args.prefetch_pages (inference.cu says when), the lane reads its
     // entry and asks the L2 for the block's first line of K and of V instead.
     if (paged) {
-        const int n = ring.prologue_block(lane); // the warp's lane-th block
-        if (in_range(n)) {
+        const int n = ring.top - lane * kWarps; // the warp's lane-th block
+        if (n >= range.n_begin) {
             int page, row;
             page_divmod(page, row, int(seq.k_row0) + n * kBlockN);
             if (args.prefetch_pages) {
@@ -323,18 +311,14 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
                                       // previous block, where block n - (kStages - 1) kWarps goes
         const int fetch = ring.fetched_during(n);
         if constexpr (kLoads != BlockLoads::predicated) {
-            if (kAscending && in_range(fetch) && seq.k_len - fetch * kBlockN < kBlockN) {
-                load_kv_block(fetch, pages_of(fetch)); // (upwards, the loop fetches the ragged last block)
-            } else if (in_range(fetch)) {
-                load_whole_kv_block(fetch, next_rows);
-            }
+            if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows);
             cp_async_fence();
-            next_rows = block_rows_of(ring.fetched_during(n + Ring::kStep), // read during this block's math
+            next_rows = block_rows_of(ring.fetched_during(n - kWarps), // read during this block's math
                                       cute::bool_constant<kLoads == BlockLoads::whole_paged>{});
         } else {
-            if (in_range(fetch)) load_kv_block(fetch, next_pages);
+            if (fetch >= range.n_begin) load_kv_block(fetch, next_pages);
             cp_async_fence();
-            next_pages = pages_of(ring.fetched_during(n + Ring::kStep)); // read during this block's math
+            next_pages = pages_of(ring.fetched_during(n - kWarps)); // read during this block's math
         }
 
         Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -370,10 +354,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
             next_rows = block_rows_of(ring.fetched_during(ring.top),
                                       cute::bool_constant<kLoads == BlockLoads::whole_paged>{});
         }
-        for (int n = ring.top; in_range(n);) {
-            for (; in_range(n) && (n >= range.unmasked_end || n < range.unmasked_begin); n += Ring::kStep)
+        for (int n = ring.top; n >= range.n_begin;) {
+            for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); n -= kWarps)
                 process_block(n, cute::true_type{}, transform_tag);
-            for (; in_range(n) && n >= range.unmasked_begin && n < range.unmasked_end; n += Ring::kStep)
+            for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; n -= kWarps)
                 process_block(n, cute::false_type{}, transform_tag);
         }
     };
