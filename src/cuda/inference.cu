@@ -204,6 +204,7 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
                     !problem.has_dropout();
     DecodeVariant variant = decode_variant(plan.pack_gqa ? problem.group : p.seqlen_q, problem.has_dropout());
     InferenceTiling tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
+    const int sms = sm_count(device); // (asked once: the split rule and the prefetch gate use it)
 
     // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests).
     const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads; // output rows, each split's partials
@@ -220,7 +221,6 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
         if (p.num_splits > 1) {
             splits = int(std::clamp<int64_t>(p.num_splits, 1, std::clamp<int64_t>(n_blocks, 1, 128)));
         } else {
-            const int sms = sm_count(device);
             const int64_t slots = int64_t(sms) * tiling.ctas_per_sm;
             // FLASHATTN_CUDA_DECODE_SPLIT_BELOW=slots / =sms: one of the two for every cache (A/B
             // timing of the rule; read per call).
@@ -262,7 +262,7 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
     // TB/s; on fuller grids it cost up to 5% (run 4: 8k x 1, 264 CTAs, 1.75 -> 1.67), so only there.
     // FLASHATTN_CUDA_DECODE_PREFETCH_PAGES=0 / =1: never / on every paged grid (A/B timing).
     if (kv.paged() && splits_keys(variant.schedule)) {
-        plan.prefetch_pages = items_of(tiling) * splits <= sm_count(device);
+        plan.prefetch_pages = items_of(tiling) * splits <= sms;
         if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE_PREFETCH_PAGES"))
             plan.prefetch_pages = std::strcmp(choice, "0") != 0;
     }

@@ -71,9 +71,8 @@ struct WarpBlockRing {
 enum class BlockLoads {
     predicated,       // any cache: rows and columns checked, paged rows looked up per pass
     whole_contiguous, // whole blocks of a contiguous cache, head_dim == kHeadDim
-    whole_paged,      // whole blocks of a paged cache whose page size is a multiple of kBlockN
-                      // (a sequence whose first row is not on a block boundary runs the
-                      // predicated loop: left padding)
+    whole_paged,      // whole blocks of a paged cache whose page size is a multiple of kBlockN,
+                      // without left padding (which may start a sequence inside a block)
 };
 
 template <typename Traits, BlockLoads kLoads>
@@ -251,14 +250,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     CUTE_UNROLL
     for (int i = 0; i < kStages - 1; ++i) {
         const int n = ring.prologue_block(i);
-        if constexpr (kLoads != BlockLoads::predicated) {
-            if (n >= range.n_begin && seq.k_len - n * kBlockN >= kBlockN) {
-                load_whole_kv_block(n, block_rows_of(n, cute::bool_constant<kLoads == BlockLoads::whole_paged>{}));
-            } else if (n >= range.n_begin) {
-                load_kv_block(n, pages_of(n));
-            }
-        } else {
-            if (n >= range.n_begin) load_kv_block(n, pages_of(n));
+        if (n >= range.n_begin && kLoads != BlockLoads::predicated && seq.k_len - n * kBlockN >= kBlockN) {
+            load_whole_kv_block(n, block_rows_of(n, cute::bool_constant<kLoads == BlockLoads::whole_paged>{}));
+        } else if (n >= range.n_begin) {
+            load_kv_block(n, pages_of(n));
         }
         cp_async_fence();
     }
