@@ -52,6 +52,33 @@ auto inference_kernel(BlockLoads loads) {
         return kernels::fwd_kernel<Traits, true, true>;
     }
 }
+// The most splits one cluster of the split-keys kernel can merge on the current device: 1 unless
+// the device and the kernel's binary are sm_90 or newer (the merge's code exists only there), else
+// the largest cluster the device can schedule with the kernel's shared memory, at most
+// kMaxClusterMergeSplits.
+template <typename Traits>
+int max_cluster_merge_splits() {
+    int device = 0, major = 0;
+    check_cuda(cudaGetDevice(&device), "querying the current device");
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
+    if (major < 9) return 1;
+    const auto kernel = kernels::fwd_split_keys_kernel<Traits, BlockLoads::predicated>;
+    cudaFuncAttributes attributes{};
+    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "querying the split-keys kernel");
+    if (attributes.binaryVersion < 90) return 1;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+               "allowing the split-keys kernel large clusters");
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kMaxClusterMergeSplits);
+    config.blockDim = dim3(Traits::kThreads);
+    config.dynamicSmemBytes = Traits::kSmemBytes;
+    int size = 0;
+    if (cudaOccupancyMaxPotentialClusterSize(&size, kernel, &config) != cudaSuccess) {
+        (void)cudaGetLastError(); // (not a sticky error: no clusters, then)
+        return 1;
+    }
+    return std::clamp(size, 1, kMaxClusterMergeSplits);
+}
 } // namespace detail
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
@@ -73,7 +100,11 @@ InferenceTiling inference_tiling() {
         }
         return fewest > 0 ? fewest : 1;
     }();
-    return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm};
+    static const int max_cluster_splits = [] {
+        if constexpr (splits_keys(kSchedule)) return detail::max_cluster_merge_splits<Traits>();
+        return 1;
+    }();
+    return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm, max_cluster_splits};
 }
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
@@ -91,6 +122,13 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
         return;
     BlockLoads loads = BlockLoads::predicated;
     if constexpr (splits_keys(kSchedule)) loads = detail::split_keys_loads<Traits>(args);
+    if (args.cluster_merge) { // (the plan checked the kernel, the device and the grid: one query block)
+        if (!splits_keys(kSchedule) || args.num_m_blocks != 1 || args.num_splits > kMaxClusterMergeSplits)
+            fail(FA_ERROR_INTERNAL, "a cluster merge of ", args.num_splits, " splits planned for the wrong kernel");
+        launch_on_grid_in_clusters(detail::inference_kernel<Traits, kSchedule>(loads), ctas, args.num_splits,
+                                   Traits::kThreads, Traits::kSmemBytes, args, stream, "split-keys decode");
+        return;
+    }
     launch_on_grid(detail::inference_kernel<Traits, kSchedule>(loads), ctas, Traits::kThreads, Traits::kSmemBytes, args,
                    stream, "inference forward");
 }
