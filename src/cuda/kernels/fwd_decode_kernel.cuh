@@ -133,9 +133,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const SequenceBounds seq = sequence_bounds<true>(args, b);
     const int m0 = item.m_block * kBlockM;
     if (m0 >= seq.q_len) return;
-    const bool write_partials = args.num_splits > 1 && !args.cluster_merge; // (else combine.cu merges them)
     KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
-    if (write_partials) range = split_share(range, split, args.num_splits);
+    if (args.num_splits > 1) range = split_share(range, split, args.num_splits);
+    // Split-KV's results: fp32 partials for combine.cu, unless the splits merge in a cluster.
+    const bool write_partials = args.num_splits > 1 && !args.cluster_merge;
 
     // Global tensors, as in fwd_kernel (packed heads: Q and O rows are the group's heads).
     const bool varlen = args.cu_seqlens_q != nullptr;
