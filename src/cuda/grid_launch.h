@@ -33,10 +33,10 @@ void launch_on_grid(Kernel kernel, int64_t ctas, int threads, int smem_bytes, co
 }
 
 // The same grid in clusters of `cluster` consecutive CTAs (compute capability 9.0+; above 8 CTAs,
-// the non-portable sizes the H100 / H200 allow).
+// the non-portable sizes the H100 / H200 allow), placed on the SMs by `policy`.
 template <typename Args>
-void launch_on_grid_in_clusters(void (*kernel)(Args), int64_t ctas, int cluster, int threads, int smem_bytes,
-                                const Args& args, cudaStream_t stream, const char* pass) {
+void launch_on_grid_in_clusters(void (*kernel)(Args), int64_t ctas, int cluster, cudaClusterSchedulingPolicy policy,
+                                int threads, int smem_bytes, const Args& args, cudaStream_t stream, const char* pass) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes), "setting the ",
                pass, " kernel's shared-memory size");
     if (cluster > 8)
@@ -47,13 +47,15 @@ void launch_on_grid_in_clusters(void (*kernel)(Args), int64_t ctas, int cluster,
     config.blockDim = dim3(threads);
     config.dynamicSmemBytes = size_t(smem_bytes);
     config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = unsigned(cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attributes[2]{};
+    attributes[0].id = cudaLaunchAttributeClusterDimension;
+    attributes[0].val.clusterDim.x = unsigned(cluster);
+    attributes[0].val.clusterDim.y = 1;
+    attributes[0].val.clusterDim.z = 1;
+    attributes[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+    attributes[1].val.clusterSchedulingPolicyPreference = policy;
+    config.attrs = attributes;
+    config.numAttrs = 2;
     check_cuda(cudaLaunchKernelEx(&config, kernel, args), "launching the ", pass, " kernel in clusters of ", cluster);
 }
 

@@ -9,6 +9,8 @@
 #include "kernels/fwd_kernel.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -125,8 +127,20 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
     if (args.cluster_merge) { // (the plan checked the kernel, the device and the grid: one query block)
         if (!splits_keys(kSchedule) || args.num_m_blocks != 1 || args.num_splits > kMaxClusterMergeSplits)
             fail(FA_ERROR_INTERNAL, "a cluster merge of ", args.num_splits, " splits planned for the wrong kernel");
-        launch_on_grid_in_clusters(detail::inference_kernel<Traits, kSchedule>(loads), ctas, args.num_splits,
-                                   Traits::kThreads, Traits::kSmemBytes, args, stream, "split-keys decode");
+        // FLASHATTN_CUDA_DECODE_CLUSTER_POLICY=spread / =balance / =default (A/B timing): where the
+        // cluster's CTAs go.
+        cudaClusterSchedulingPolicy policy = cudaClusterSchedulingPolicyDefault;
+        if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER_POLICY")) {
+            if (std::strcmp(choice, "spread") == 0) policy = cudaClusterSchedulingPolicySpread;
+            if (std::strcmp(choice, "balance") == 0) policy = cudaClusterSchedulingPolicyLoadBalancing;
+        }
+        // FLASHATTN_CUDA_DECODE_CLUSTER_SMEM=N (A/B timing): N bytes of shared memory per CTA instead
+        // (at least the kernel's), e.g. enough that one SM holds one CTA.
+        int smem = Traits::kSmemBytes;
+        if (const char* bytes = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER_SMEM"))
+            smem = std::clamp(std::atoi(bytes), smem, 227 * 1024);
+        launch_on_grid_in_clusters(detail::inference_kernel<Traits, kSchedule>(loads), ctas, args.num_splits, policy,
+                                   Traits::kThreads, smem, args, stream, "split-keys decode");
         return;
     }
     launch_on_grid(detail::inference_kernel<Traits, kSchedule>(loads), ctas, Traits::kThreads, Traits::kSmemBytes, args,
