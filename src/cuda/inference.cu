@@ -258,13 +258,18 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
         const bool cluster_off = cluster && std::strcmp(cluster, "0") == 0;
         const bool cluster_cap = cluster && std::strcmp(cluster, "cap") == 0;
         const bool one_block = ceil_div(plan.pack_gqa ? problem.group : p.seqlen_q, tiling.block_m) == 1;
-        if (splits_keys(variant.schedule) && one_block && !cluster_off && tiling.max_cluster_splits > 1) {
-            if (cluster_cap && p.num_splits == 0 && splits > tiling.max_cluster_splits) {
+        int max_cluster = tiling.max_cluster_splits;
+        if (const char* most = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER_MAX")) // (A/B timing)
+            max_cluster = std::clamp(std::atoi(most), 1, max_cluster);
+        if (splits_keys(variant.schedule) && one_block && !cluster_off && max_cluster > 1) {
+            if (cluster_cap && p.num_splits == 0 && splits > max_cluster) {
                 const int64_t n_blocks = ceil_div(p.seqlen_k, tiling.block_n);
-                splits = tiling.max_cluster_splits;
+                splits = max_cluster;
                 while (splits > 1 && !even_shares(n_blocks, splits)) --splits;
             }
-            plan.cluster_merge = splits > 1 && splits <= tiling.max_cluster_splits;
+            plan.cluster_merge = splits > 1 && splits <= max_cluster;
+            // "launch" (A/B timing): the grid in clusters, merged by the partials and combine.cu.
+            if (cluster && std::strcmp(cluster, "launch") == 0) plan.cluster_merge = false;
         }
     }
     if (!special_layout && splits == 1) return plan;

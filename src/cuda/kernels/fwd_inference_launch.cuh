@@ -124,7 +124,11 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
         return;
     BlockLoads loads = BlockLoads::predicated;
     if constexpr (splits_keys(kSchedule)) loads = detail::split_keys_loads<Traits>(args);
-    if (args.cluster_merge) { // (the plan checked the kernel, the device and the grid: one query block)
+    const char* cluster_choice = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER"); // "launch": A/B timing
+    const bool cluster_launch_only = cluster_choice && std::strcmp(cluster_choice, "launch") == 0 &&
+                                     splits_keys(kSchedule) && args.num_m_blocks == 1 && args.num_splits > 1 &&
+                                     args.num_splits <= kMaxClusterMergeSplits;
+    if (args.cluster_merge || cluster_launch_only) { // (the plan checked the kernel, the device and the grid)
         if (!splits_keys(kSchedule) || args.num_m_blocks != 1 || args.num_splits > kMaxClusterMergeSplits)
             fail(FA_ERROR_INTERNAL, "a cluster merge of ", args.num_splits, " splits planned for the wrong kernel");
         // FLASHATTN_CUDA_DECODE_CLUSTER_POLICY=spread / =balance / =default (A/B timing): where the
