@@ -78,12 +78,6 @@ struct FwdArgs {
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
     bool prefetch_pages;         // paged split-keys decode: prefetch each warp's first blocks (inference.cu)
-    bool cluster_merge;          // split-keys decode on sm_90: an item's splits form a thread block cluster
-                                 // and merge in shared memory (no partials, no combine; inference.cu)
 };
-
-// The most splits one cluster merges (args.cluster_merge): 16 CTAs, the H100/H200's non-portable
-// cluster size.
-constexpr int kMaxClusterMergeSplits = 16;
 
 } // namespace flashattn::cuda

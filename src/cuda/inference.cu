@@ -248,29 +248,6 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
             }
         }
         while (splits > 1 && splits * rows * (head_dim + 1) * int64_t(sizeof(float)) > kMaxAccumBytes) --splits;
-        // Split-KV merged in a cluster (sm_90): the splits of an item are consecutive CTAs of one
-        // thread block cluster, which merge their (O, lse) through each other's shared memory
-        // (fwd_decode_kernel.cuh): no fp32 partials, no combine kernel. Where the split-keys kernel
-        // runs one query block per item and the splits fit in a cluster.
-        // FLASHATTN_CUDA_DECODE_CLUSTER (read per call, A/B timing): "0" never; "cap": the split
-        // rule's count capped at the cluster size, so that every split call merges in a cluster.
-        const char* cluster = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER");
-        const bool cluster_off = cluster && std::strcmp(cluster, "0") == 0;
-        const bool cluster_cap = cluster && std::strcmp(cluster, "cap") == 0;
-        const bool one_block = ceil_div(plan.pack_gqa ? problem.group : p.seqlen_q, tiling.block_m) == 1;
-        int max_cluster = tiling.max_cluster_splits;
-        if (const char* most = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER_MAX")) // (A/B timing)
-            max_cluster = std::clamp(std::atoi(most), 1, max_cluster);
-        if (splits_keys(variant.schedule) && one_block && !cluster_off && max_cluster > 1) {
-            if (cluster_cap && p.num_splits == 0 && splits > max_cluster) {
-                const int64_t n_blocks = ceil_div(p.seqlen_k, tiling.block_n);
-                splits = max_cluster;
-                while (splits > 1 && !even_shares(n_blocks, splits)) --splits;
-            }
-            plan.cluster_merge = splits > 1 && splits <= max_cluster;
-            // "launch" (A/B timing): the grid in clusters, merged by the partials and combine.cu.
-            if (cluster && std::strcmp(cluster, "launch") == 0) plan.cluster_merge = false;
-        }
     }
     if (!special_layout && splits == 1) return plan;
 
@@ -290,9 +267,8 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
             plan.prefetch_pages = std::strcmp(choice, "0") != 0;
     }
     // Partials: out (split, batch, seqlen_q, heads, head_dim) and lse (split, batch, heads, seqlen_q).
-    const bool partials = splits > 1 && !plan.cluster_merge;
-    plan.partial_out_bytes = partials ? size_t(splits * rows * head_dim) * sizeof(float) : 0;
-    plan.partial_lse_bytes = partials ? size_t(splits * rows) * sizeof(float) : 0;
+    plan.partial_out_bytes = splits > 1 ? size_t(splits * rows * head_dim) * sizeof(float) : 0;
+    plan.partial_lse_bytes = splits > 1 ? size_t(splits * rows) * sizeof(float) : 0;
     return plan;
 }
 
@@ -321,13 +297,12 @@ void run_inference_forward(const Problem& problem, const InferencePlan& plan, Fw
     args.seqlen_new = int32_t(kv.seqlen_new);
     args.cache_entries = int32_t(kv.cache_entries);
     args.num_splits = splits;
-    args.cluster_merge = plan.cluster_merge;
     args.out_accum = static_cast<float*>(workspace.take(plan.partial_out_bytes));
     args.lse_accum = static_cast<float*>(workspace.take(plan.partial_lse_bytes));
 
     launch(plan.schedule, tile_dim, p.dtype, args, stream);
 
-    if (splits > 1 && !plan.cluster_merge) {
+    if (splits > 1) {
         const int64_t d = args.head_dim, heads = p.num_heads, sq = p.seqlen_q;
         CombineArgs c{};
         c.num_splits = splits;

@@ -24,7 +24,6 @@ struct InferencePlan {
     InferenceTiling tiling{};
     int splits = 1;
     bool prefetch_pages = false; // paged, at most one CTA per SM: see plan_inference
-    bool cluster_merge = false;  // the splits merge in a thread block cluster (sm_90): see plan_inference
     size_t partial_out_bytes = 0, partial_lse_bytes = 0; // split-KV's fp32 partials (0: none)
 };
 

@@ -26,19 +26,16 @@ constexpr bool splits_keys(InferenceSchedule s) {
     return s == InferenceSchedule::split_keys || s == InferenceSchedule::split_keys_deep;
 }
 
-// The variant's tile, how many of its CTAs one SM holds at once (for the split-KV heuristic), and
-// the most splits of an item that can merge in one thread block cluster (split-keys kernel built
-// for and running on sm_90: up to kMaxClusterMergeSplits; else 1).
+// The variant's tile and how many of its CTAs one SM holds at once (for the split-KV heuristic).
 struct InferenceTiling {
     int block_m, block_n, ctas_per_sm;
-    int max_cluster_splits = 1;
 };
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 InferenceTiling inference_tiling();
 
-// Launches it. args.num_splits (>= 1), args.pack_gqa, args.cluster_merge and, with splits merged
-// by combine.cu, the fp32 accumulators are already set; num_m_blocks is set here.
+// Launches it. args.num_splits (>= 1), args.pack_gqa and, with splits, the fp32 accumulators are
+// already set; num_m_blocks is set here.
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
 void run_fwd_inference(FwdArgs args, cudaStream_t stream);
 

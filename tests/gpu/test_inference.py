@@ -221,37 +221,6 @@ def test_kvcache_decode_fills_the_sms(page):
     check_kvcache(kp, causal=True, num_splits=0, compare_cpu=False)
 
 
-CLUSTER_CASES = [(mode, splits, d, page) for mode in ("default", "off", "cap") for splits in (0, 3, 16, 17)
-                 for d, page in ((64, 0), (128, 0), (128, 16), (256, 16))]
-
-
-@pytest.mark.parametrize("mode,num_splits,d,page", CLUSTER_CASES,
-                         ids=[f"{m}-splits{s}-d{d}-page{p}" for m, s, d, p in CLUSTER_CASES])
-def test_kvcache_cluster_merge(mode, num_splits, d, page, monkeypatch):
-    """Split-KV decode whose splits merge in a thread block cluster on sm_90 (inference.cu; up to 16
-    splits; FLASHATTN_CUDA_DECODE_CLUSTER "0": partials and the combine kernel instead, "cap": the
-    split rule capped at the cluster size): the reference's result, with sequences shorter than
-    their share of splits (empty splits), softcap off and on. On sm_90 the cluster's merge needs no
-    partials: the workspace holds none, which tells the path ran; 17 splits never fit a cluster."""
-    if mode != "default":
-        monkeypatch.setenv("FLASHATTN_CUDA_DECODE_CLUSTER", {"off": "0", "cap": "cap"}[mode])
-    torch.manual_seed(num_splits + d + page)
-    kp = KvProblem(batch=3, seqlen_q=1, seqlen_new=1, capacity=4096, heads=16, heads_k=4, d=d,
-                   dtype=torch.bfloat16, page=page, rotary=0.0, leftpad=page == 0,
-                   cache_seqlens=[4095, 40, 2500], seed=num_splits + d)
-    check_kvcache(kp, causal=True, num_splits=num_splits, compare_cpu=False)
-    check_kvcache(kp, causal=True, softcap=30.0, num_splits=num_splits, compare_cpu=False)
-    if ON_CUDA and torch.cuda.get_device_capability() >= (9, 0):
-        size = fa.kvcache_workspace_size(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new,
-                                         block_table=kp.block_table, cache_leftpad=kp.cache_leftpad,
-                                         causal=True, num_splits=num_splits)
-        in_cluster = mode != "off" and 1 < num_splits <= 16
-        if in_cluster:
-            assert size == 0, f"{num_splits} splits in a cluster should need no partials, workspace {size}"
-        if mode == "off" and num_splits > 1 or num_splits == 17:
-            assert size > 0, f"{num_splits} splits merged by the combine need partials"
-
-
 WORKSPACE_CASES = {
     # split-KV's partials (batch 1: the split rule fills the SMs)
     "split_decode": dict(kp=dict(batch=1, seqlen_q=1, seqlen_new=1, capacity=8192, heads=32, heads_k=8, d=128,
@@ -402,7 +371,7 @@ def test_split_kv_contiguous(num_splits, shape):
 # What fa_forward takes scratch for: split-KV's partials (contiguous and paged), the packed copies of
 # a head dim that is not a multiple of 8, and none (paged varlen, one split).
 FWD_WORKSPACE_CASES = {
-    "split_kv": dict(num_splits=17, d=128, page=None, varlen=False),  # (more than a cluster merges: partials)
+    "split_kv": dict(num_splits=5, d=128, page=None, varlen=False),
     "split_kv_paged": dict(num_splits=0, d=128, page=16, varlen=False),
     "padded_head_dim": dict(num_splits=1, d=100, page=None, varlen=False),
     "no_scratch": dict(num_splits=1, d=64, page=16, varlen=True),

@@ -33,7 +33,6 @@
 
 #include "dependent_launch.h"
 #include "fwd_args.h"
-#include "kernels/cluster_ops.cuh"
 #include "kernels/fwd_traits.cuh"
 #include "kernels/online_softmax.cuh"
 #include "kernels/score_policies.cuh"
@@ -76,41 +75,6 @@ enum class BlockLoads {
                       // without left padding (which may start a sequence inside a block)
 };
 
-// (O, lse) of `count` (at most kMax) partial results over disjoint sets of keys, each normalised over
-// its own: lse = log(sum_w exp(lse_w)), O = sum_w exp(lse_w - lse) O_w, 4 columns of O; lse_of(w)
-// and o_of(w) read partial w's. combine.cu's math, in log2 units (one ex2 instruction per term,
-// where expf / logf put a range reduction each into code every warp runs once, from a cold
-// instruction cache). Every load is issued before the first product. No key in any partial: O = 0,
-// lse = -inf.
-template <int kMax, typename LseOf, typename OOf>
-__device__ __forceinline__ float merge_by_lse(int count, LseOf&& lse_of, OOf&& o_of, float4& o) {
-    constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-    float lse2_w[kMax];
-    float4 part[kMax];
-    float lse2_max = -INFINITY;
-    CUTE_UNROLL
-    for (int w = 0; w < kMax; ++w) {
-        lse2_w[w] = w < count ? lse_of(w) * kLog2e : -INFINITY;
-        part[w] = w < count ? o_of(w) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        lse2_max = fmaxf(lse2_max, lse2_w[w]);
-    }
-    o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (!(lse2_max > -INFINITY)) return -INFINITY;
-    float sum = 0.0f;
-    CUTE_UNROLL
-    for (int w = 0; w < kMax; ++w) sum += fast_exp2(lse2_w[w] - lse2_max); // 2^-inf = 0
-    const float lse2 = lse2_max + log2f(sum);
-    CUTE_UNROLL
-    for (int w = 0; w < kMax; ++w) {
-        const float weight = fast_exp2(lse2_w[w] - lse2);
-        o.x += weight * part[w].x;
-        o.y += weight * part[w].y;
-        o.z += weight * part[w].z;
-        o.w += weight * part[w].w;
-    }
-    return lse2 * kLn2;
-}
-
 template <typename Traits, BlockLoads kLoads>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const __grid_constant__ FwdArgs args) {
     using Warp = typename Traits::Warp; // one warp's tile, MMA, copies and ring stage
@@ -133,10 +97,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const SequenceBounds seq = sequence_bounds<true>(args, b);
     const int m0 = item.m_block * kBlockM;
     if (m0 >= seq.q_len) return;
+    const bool write_partials = args.num_splits > 1;
     KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
-    if (args.num_splits > 1) range = split_share(range, split, args.num_splits);
-    // Split-KV's results: fp32 partials for combine.cu, unless the splits merge in a cluster.
-    const bool write_partials = args.num_splits > 1 && !args.cluster_merge;
+    if (write_partials) range = split_share(range, split, args.num_splits);
 
     // Global tensors, as in fwd_kernel (packed heads: Q and O rows are the group's heads).
     const bool varlen = args.cu_seqlens_q != nullptr;
@@ -441,16 +404,42 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     }
     __syncthreads();
 
-    // The kWarps partials merged (merge_by_lse), 4 columns per thread and step. Split-KV: each split's
-    // (O, lse) goes to fp32 partials in global memory for combine.cu, or, when the splits of an item
-    // form a thread block cluster (args.cluster_merge, sm_90), to this CTA's shared memory, where the
-    // cluster merges them below.
-    float* cluster_lse = merge_lse + Traits::kMergeFloats;
-    float* cluster_o = cluster_lse + kBlockM;
-    const bool cluster_merge = args.cluster_merge;
-    // out and lse, or this split's fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch,
-    // heads, seqlen_q).
-    auto write_result = [&](int row, int col, float4 o, float lse) __attribute__((always_inline)) {
+    // Merge by logsumexp (combine.cu's math, in log2 units: one ex2 instruction per term, where
+    // expf / logf put a range reduction each into code that every warp runs once, from a cold
+    // instruction cache) and write, 4 columns per thread and step: out and lse, or this split's
+    // fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch, heads, seqlen_q).
+    constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+    constexpr int kChunks = kHeadDim / 4;
+    for (int index = tid; index < kBlockM * kChunks; index += Traits::kThreads) {
+        const int row = index / kChunks, col = (index % kChunks) * 4;
+        if (row >= rows_valid) break; // rows grow with index
+        if (col >= args.head_dim) continue;
+        float lse2_w[kWarps];
+        float lse2_max = -INFINITY;
+        CUTE_UNROLL
+        for (int w = 0; w < kWarps; ++w) {
+            lse2_w[w] = merge_lse[w * kBlockM + row] * kLog2e;
+            lse2_max = fmaxf(lse2_max, lse2_w[w]);
+        }
+        float lse = -INFINITY;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (lse2_max > -INFINITY) {
+            float sum = 0.0f;
+            CUTE_UNROLL
+            for (int w = 0; w < kWarps; ++w) sum += fast_exp2(lse2_w[w] - lse2_max); // 2^-inf = 0
+            const float lse2 = lse2_max + log2f(sum);
+            lse = lse2 * kLn2;
+            CUTE_UNROLL
+            for (int w = 0; w < kWarps; ++w) {
+                const float weight = fast_exp2(lse2_w[w] - lse2);
+                const float4 part =
+                    *reinterpret_cast<const float4*>(merge_o + (w * kBlockM + row) * Traits::kMergeRowFloats + col);
+                o.x += weight * part.x;
+                o.y += weight * part.y;
+                o.z += weight * part.z;
+                o.w += weight * part.w;
+            }
+        }
         const int i = m0 + row;
         const int head = packed ? h + i : h, q_row = packed ? 0 : i;
         if (write_partials) {
@@ -470,51 +459,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
                 args.lse[at] = lse;
             }
         }
-    };
-    constexpr int kChunks = kHeadDim / 4;
-    for (int index = tid; index < kBlockM * kChunks; index += Traits::kThreads) {
-        const int row = index / kChunks, col = (index % kChunks) * 4;
-        if (row >= rows_valid) break; // rows grow with index
-        if (col >= args.head_dim) continue;
-        float4 o;
-        const float lse = merge_by_lse<kWarps>(
-            kWarps, [&](int w) { return merge_lse[w * kBlockM + row]; },
-            [&](int w) {
-                return *reinterpret_cast<const float4*>(merge_o + (w * kBlockM + row) * Traits::kMergeRowFloats + col);
-            },
-            o);
-        if (cluster_merge) {
-            *reinterpret_cast<float4*>(cluster_o + row * kHeadDim + col) = o;
-            if (col == 0) cluster_lse[row] = lse;
-        } else {
-            write_result(row, col, o, lse);
-        }
-    }
-
-    // The cluster's merge: the CTA of rank r (split r: the splits of an item are consecutive CTAs,
-    // inference_work_item) merges every num_splits-th chunk of the item's rows, reading the splits'
-    // (O, lse) from their CTAs' shared memory, and writes out and lse. What this saves against the
-    // partials and combine.cu: the combine kernel's launch and ramp and the partials' round trip
-    // through L2, a fixed cost that is a quarter of a short decode call at batch 1.
-    if (cluster_merge) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        cluster_barrier(); // every split's (O, lse) is in its CTA's shared memory
-        const int splits = args.num_splits;
-        for (int index = tid * splits + int(rank_in_cluster()); index < kBlockM * kChunks;
-             index += Traits::kThreads * splits) {
-            const int row = index / kChunks, col = (index % kChunks) * 4;
-            if (row >= rows_valid) break;
-            if (col >= args.head_dim) continue;
-            float4 o;
-            const float lse = merge_by_lse<kMaxClusterMergeSplits>(
-                splits, [&](int r) { return load_cluster_f32(cluster_smem_address(cluster_lse + row, r)); },
-                [&](int r) { return load_cluster_f32x4(cluster_smem_address(cluster_o + row * kHeadDim + col, r)); }, o);
-            write_result(row, col, o, lse);
-        }
-        cluster_barrier(); // no CTA exits while another still reads its shared memory
-#else
-        __trap(); // (the host asks for clusters only of sm_90 code)
-#endif
     }
 }
 

@@ -9,8 +9,6 @@
 #include "kernels/fwd_kernel.cuh"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -54,33 +52,6 @@ auto inference_kernel(BlockLoads loads) {
         return kernels::fwd_kernel<Traits, true, true>;
     }
 }
-// The most splits one cluster of the split-keys kernel can merge on the current device: 1 unless
-// the device and the kernel's binary are sm_90 or newer (the merge's code exists only there), else
-// the largest cluster the device can schedule with the kernel's shared memory, at most
-// kMaxClusterMergeSplits.
-template <typename Traits>
-int max_cluster_merge_splits() {
-    int device = 0, major = 0;
-    check_cuda(cudaGetDevice(&device), "querying the current device");
-    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "querying the device");
-    if (major < 9) return 1;
-    const auto kernel = kernels::fwd_split_keys_kernel<Traits, BlockLoads::predicated>;
-    cudaFuncAttributes attributes{};
-    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "querying the split-keys kernel");
-    if (attributes.binaryVersion < 90) return 1;
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-               "allowing the split-keys kernel large clusters");
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(kMaxClusterMergeSplits);
-    config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = Traits::kSmemBytes;
-    int size = 0;
-    if (cudaOccupancyMaxPotentialClusterSize(&size, kernel, &config) != cudaSuccess) {
-        (void)cudaGetLastError(); // (not a sticky error: no clusters, then)
-        return 1;
-    }
-    return std::clamp(size, 1, kMaxClusterMergeSplits);
-}
 } // namespace detail
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
@@ -102,11 +73,7 @@ InferenceTiling inference_tiling() {
         }
         return fewest > 0 ? fewest : 1;
     }();
-    static const int max_cluster_splits = [] {
-        if constexpr (splits_keys(kSchedule)) return detail::max_cluster_merge_splits<Traits>();
-        return 1;
-    }();
-    return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm, max_cluster_splits};
+    return InferenceTiling{Traits::kBlockM, Traits::kBlockN, ctas_per_sm};
 }
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
@@ -124,29 +91,6 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
         return;
     BlockLoads loads = BlockLoads::predicated;
     if constexpr (splits_keys(kSchedule)) loads = detail::split_keys_loads<Traits>(args);
-    const char* cluster_choice = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER"); // "launch": A/B timing
-    const bool cluster_launch_only = cluster_choice && std::strcmp(cluster_choice, "launch") == 0 &&
-                                     splits_keys(kSchedule) && args.num_m_blocks == 1 && args.num_splits > 1 &&
-                                     args.num_splits <= kMaxClusterMergeSplits;
-    if (args.cluster_merge || cluster_launch_only) { // (the plan checked the kernel, the device and the grid)
-        if (!splits_keys(kSchedule) || args.num_m_blocks != 1 || args.num_splits > kMaxClusterMergeSplits)
-            fail(FA_ERROR_INTERNAL, "a cluster merge of ", args.num_splits, " splits planned for the wrong kernel");
-        // FLASHATTN_CUDA_DECODE_CLUSTER_POLICY=spread / =balance / =default (A/B timing): where the
-        // cluster's CTAs go.
-        cudaClusterSchedulingPolicy policy = cudaClusterSchedulingPolicyDefault;
-        if (const char* choice = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER_POLICY")) {
-            if (std::strcmp(choice, "spread") == 0) policy = cudaClusterSchedulingPolicySpread;
-            if (std::strcmp(choice, "balance") == 0) policy = cudaClusterSchedulingPolicyLoadBalancing;
-        }
-        // FLASHATTN_CUDA_DECODE_CLUSTER_SMEM=N (A/B timing): N bytes of shared memory per CTA instead
-        // (at least the kernel's), e.g. enough that one SM holds one CTA.
-        int smem = Traits::kSmemBytes;
-        if (const char* bytes = std::getenv("FLASHATTN_CUDA_DECODE_CLUSTER_SMEM"))
-            smem = std::clamp(std::atoi(bytes), smem, 227 * 1024);
-        launch_on_grid_in_clusters(detail::inference_kernel<Traits, kSchedule>(loads), ctas, args.num_splits, policy,
-                                   Traits::kThreads, smem, args, stream, "split-keys decode");
-        return;
-    }
     launch_on_grid(detail::inference_kernel<Traits, kSchedule>(loads), ctas, Traits::kThreads, Traits::kSmemBytes, args,
                    stream, "inference forward");
 }

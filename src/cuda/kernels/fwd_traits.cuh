@@ -179,11 +179,6 @@ struct SplitKeysDecodeTraits {
     static constexpr int kMergeFloats = kWarps * kBlockM + kWarps * kBlockM * kMergeRowFloats;
     static_assert(kMergeFloats * 4 <= kWarps * kWarpRingElems * int(sizeof(Element)),
                   "the merge scratch fits in the rings it overlays");
-    // Split-KV merged in a cluster: after the merge scratch, the CTA's merged lse and O rows (fp32).
-    static constexpr int kClusterMergeFloats = kBlockM + kBlockM * kHeadDim;
-    static_assert((kMergeFloats + kClusterMergeFloats) * 4 <= kWarps * kWarpRingElems * int(sizeof(Element)),
-                  "the cluster merge's rows fit in the rings beside the merge scratch");
-    static_assert(kMergeFloats % 4 == 0 && kBlockM % 4 == 0, "the cluster merge's O rows are 16-byte aligned");
     static constexpr int kSmemBytes = kSmemElems * int(sizeof(Element));
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
     static_assert((Warp::kSmemQElems * int(sizeof(Element))) % 16 == 0, "the merge scratch is 16-byte aligned");
