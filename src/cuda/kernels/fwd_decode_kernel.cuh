@@ -75,13 +75,6 @@ enum class BlockLoads {
                       // without left padding (which may start a sequence inside a block)
 };
 
-// A/B build (FLASHATTN_CUDA_EXPERIMENT_DEFINES): FLASHATTN_DECODE_LOCKSTEP=1 keeps the warps of a
-// CTA in step, a CTA barrier before every block, so that the four warps issue the copies of
-// neighbouring blocks together (cuDNN's decode kernel loads a 128-key block with all its warps).
-#ifndef FLASHATTN_DECODE_LOCKSTEP
-#define FLASHATTN_DECODE_LOCKSTEP 0
-#endif
-
 template <typename Traits, BlockLoads kLoads>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const __grid_constant__ FwdArgs args) {
     using Warp = typename Traits::Warp; // one warp's tile, MMA, copies and ring stage
@@ -308,8 +301,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         constexpr bool kMasked = decltype(masked_tag)::value;
         constexpr ScoreTransform kTransform = decltype(transform_tag)::value;
         const int n0 = n * kBlockN;
-        if constexpr (FLASHATTN_DECODE_LOCKSTEP != 0)
-            asm volatile("bar.sync 1, %0;" ::"r"(Traits::kThreads) : "memory");
         cp_async_wait<kStages - 2>(); // block n has landed for this thread ...
         __syncwarp();                 // ... and for the warp, which is also done with the stage of its
                                       // previous block, where block n - (kStages - 1) kWarps goes
@@ -377,12 +368,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         visit_blocks(std::integral_constant<Transform, Transform::always>{});
     } else {
         visit_blocks(std::integral_constant<Transform, Transform::never>{});
-    }
-    if constexpr (FLASHATTN_DECODE_LOCKSTEP != 0) {
-        // As many barriers as warp 0, which has the most blocks (at most one more than the others).
-        auto blocks_of = [&](int top) { return top >= range.n_begin ? (top - range.n_begin) / kWarps + 1 : 0; };
-        for (int i = blocks_of(ring.top); i < blocks_of(range.n_end - 1); ++i)
-            asm volatile("bar.sync 1, %0;" ::"r"(Traits::kThreads) : "memory");
     }
 
     // The combine (a programmatic dependent on sm_90, dependent_launch.h) may be
