@@ -11,16 +11,6 @@
 
 #include <cstdint>
 
-// A/B build (FLASHATTN_CUDA_EXPERIMENT_DEFINES): FLASHATTN_DECODE_TMA=1 copies the split-keys decode
-// kernel's whole K/V blocks of contiguous caches with TMA (cp.async.bulk.tensor) instead of
-// per-lane cp.async (kernels/fwd_decode_kernel.cuh, fwd_inference_launch.cuh).
-#ifndef FLASHATTN_DECODE_TMA
-#define FLASHATTN_DECODE_TMA 0
-#endif
-#if FLASHATTN_DECODE_TMA
-#include <cuda.h>
-#endif
-
 namespace flashattn::cuda {
 
 // Dropout's Philox seed and offset (include/flashattn/philox.h's DropoutRow), as a kernel uses them.
@@ -88,10 +78,6 @@ struct FwdArgs {
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
     bool prefetch_pages;         // paged split-keys decode: prefetch each warp's first blocks (inference.cu)
-#if FLASHATTN_DECODE_TMA
-    bool tma_kv;                 // k_map / v_map describe K and V (d, rows, KV heads, entries)
-    CUtensorMap k_map, v_map;
-#endif
 };
 
 } // namespace flashattn::cuda

@@ -47,37 +47,6 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-#if FLASHATTN_DECODE_TMA
-// The TMA A/B build's primitives (sm_90): an mbarrier per ring stage, armed with the bytes of a
-// block; tensor copies of 64-column boxes (128 bytes, the 128-byte swizzle = SmemAtom's).
-__device__ __forceinline__ void tma_barrier_init(uint32_t bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void tma_barrier_expect(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tma_barrier_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void tma_barrier_wait(uint32_t bar, uint32_t phase) {
-    uint32_t done = 0;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(phase)
-                     : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void tma_load_box(uint32_t smem, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                             uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-                 "%5}], [%6];" ::"r"(smem),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-                 : "memory");
-}
-#endif
-
 // Which of a CTA's K/V blocks a warp visits and the ring stage each lands in. The warp's blocks are
 // top, top - kWarps, ... down to the range's first (top = n_end - 1 - warp); its i-th block uses
 // stage i % kStages; the step of block n fetches the warp's block kStages - 1 steps later, into the
@@ -271,39 +240,6 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         kv_copy.load_async_full(smem_v + ring.stage(n) * kStageBytes, rows.v, args.v.row_stride);
     };
 
-#if FLASHATTN_DECODE_TMA
-    // TMA A/B build: whole blocks of a contiguous cache by tensor copies, lane 0 of each warp the
-    // producer, an mbarrier per stage (arrived with the block's bytes, or plainly where the stage
-    // was filled by cp.async: a partial block of the prologue). Block n is the warp's
-    // ((top - n) / kWarps)-th, the (.. / kStages)-th use of its stage: the barrier's phase parity.
-    constexpr bool kTmaCapable = kLoads == BlockLoads::whole_contiguous && kHeadDim % 64 == 0 &&
-                                 Warp::kSwizzleCols == 64 && sizeof(Element) == 2;
-    const bool tma = kTmaCapable && args.tma_kv;
-    const uint32_t bars = cast_smem_ptr_to_uint(smem) + Traits::kSmemElems * sizeof(Element) + warp * kStages * 8;
-    auto stage_bar = [&](int n) { return bars + ring.stage(n) * 8; };
-    auto stage_phase = [&](int n) { return uint32_t(unsigned(ring.top - n) / unsigned(kWarps) / unsigned(kStages)) & 1u; };
-    if (tma) {
-        if ((smem_k & 1023u) != 0) __trap(); // the 128-byte swizzle repeats every 1 KB of addresses
-        if (lane == 0) {
-            for (int i = 0; i < kStages; ++i) tma_barrier_init(bars + i * 8);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncwarp();
-    }
-    auto tma_load_kv_block = [&](int n) __attribute__((always_inline)) {
-        if (lane != 0) return;
-        const uint32_t bar = stage_bar(n);
-        tma_barrier_expect(bar, 2 * kBlockN * kHeadDim * sizeof(Element));
-        const int row = int(seq.k_row0) + n * kBlockN;
-        CUTE_UNROLL
-        for (int c = 0; c < kHeadDim / 64; ++c) {
-            const uint32_t offset = ring.stage(n) * kStageBytes + c * kBlockN * 64 * sizeof(Element);
-            tma_load_box(smem_k + offset, &args.k_map, c * 64, row, h_kv, int(seq.k_batch), bar);
-            tma_load_box(smem_v + offset, &args.v_map, c * 64, row, h_kv, int(seq.k_batch), bar);
-        }
-    };
-#endif
-
     // Prologue. Every thread commits the same groups: Q's (loaded by warp 0), then one per stage of
     // its warp's first kStages - 1 blocks (empty past the range), so that the waits below count
     // alike in every warp.
@@ -315,17 +251,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     for (int i = 0; i < kStages - 1; ++i) {
         const int n = ring.prologue_block(i);
         if (n >= range.n_begin && kLoads != BlockLoads::predicated && seq.k_len - n * kBlockN >= kBlockN) {
-#if FLASHATTN_DECODE_TMA
-            if (tma) {
-                tma_load_kv_block(n);
-            } else
-#endif
             load_whole_kv_block(n, block_rows_of(n, cute::bool_constant<kLoads == BlockLoads::whole_paged>{}));
         } else if (n >= range.n_begin) {
             load_kv_block(n, pages_of(n));
-#if FLASHATTN_DECODE_TMA
-            if (tma && lane == 0) tma_barrier_arrive(stage_bar(n)); // (the cp.async wait covers its data)
-#endif
         }
         cp_async_fence();
     }
@@ -376,16 +304,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         cp_async_wait<kStages - 2>(); // block n has landed for this thread ...
         __syncwarp();                 // ... and for the warp, which is also done with the stage of its
                                       // previous block, where block n - (kStages - 1) kWarps goes
-#if FLASHATTN_DECODE_TMA
-        if (tma) tma_barrier_wait(stage_bar(n), stage_phase(n));
-#endif
         const int fetch = ring.fetched_during(n);
         if constexpr (kLoads != BlockLoads::predicated) {
-#if FLASHATTN_DECODE_TMA
-            if (tma) {
-                if (fetch >= range.n_begin) tma_load_kv_block(fetch);
-            } else
-#endif
             if (fetch >= range.n_begin) load_whole_kv_block(fetch, next_rows);
             cp_async_fence();
             next_rows = block_rows_of(ring.fetched_during(n - kWarps), // read during this block's math

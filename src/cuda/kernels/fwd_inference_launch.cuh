@@ -9,8 +9,6 @@
 #include "kernels/fwd_kernel.cuh"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 namespace flashattn::cuda {
@@ -54,33 +52,6 @@ auto inference_kernel(BlockLoads loads) {
         return kernels::fwd_kernel<Traits, true, true>;
     }
 }
-#if FLASHATTN_DECODE_TMA
-// The TMA A/B build: a tensor map of K or V as (head_dim, rows, KV heads, entries), boxes of 64
-// columns x block_n rows, 128-byte swizzle. (Whole blocks never reach the extents' zero fill.)
-inline void encode_kv_map(CUtensorMap* map, const fa_tensor& t, fa_dtype dtype, int head_dim, int rows, int heads,
-                          int entries, int block_n) {
-    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    static const Encode encode = [] {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found),
-                   "looking up cuTensorMapEncodeTiled");
-        return reinterpret_cast<Encode>(fn);
-    }();
-    const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(entries)};
-    const cuuint64_t strides[3] = {cuuint64_t(t.row_stride) * 2, cuuint64_t(t.head_stride) * 2,
-                                   cuuint64_t(t.batch_stride) * 2};
-    const cuuint32_t box[4] = {64, cuuint32_t(block_n), 1, 1};
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-    const CUresult r = encode(map, dtype == FA_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                              4, const_cast<void*>(t.data), dims, strides, box, element_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) fail(FA_ERROR_INTERNAL, "cuTensorMapEncodeTiled failed (", int(r), ")");
-}
-#endif
 } // namespace detail
 
 template <int kHeadDim, fa_dtype kDtype, InferenceSchedule kSchedule>
@@ -120,18 +91,6 @@ void run_fwd_inference(FwdArgs args, cudaStream_t stream) {
         return;
     BlockLoads loads = BlockLoads::predicated;
     if constexpr (splits_keys(kSchedule)) loads = detail::split_keys_loads<Traits>(args);
-#if FLASHATTN_DECODE_TMA
-    // FLASHATTN_CUDA_DECODE_TMA=0 (read per call): the per-lane copies in this build too.
-    const char* tma_choice = std::getenv("FLASHATTN_CUDA_DECODE_TMA");
-    args.tma_kv = splits_keys(kSchedule) && loads == BlockLoads::whole_contiguous && !args.cu_seqlens_k &&
-                  kHeadDim % 64 == 0 && !(tma_choice && std::strcmp(tma_choice, "0") == 0);
-    if (args.tma_kv) {
-        const int heads_k = args.num_heads / args.heads_per_kv_head;
-        const int entries = args.cache_entries > 0 ? args.cache_entries : args.batch;
-        detail::encode_kv_map(&args.k_map, args.k, kDtype, kHeadDim, args.seqlen_k, heads_k, entries, Traits::kBlockN);
-        detail::encode_kv_map(&args.v_map, args.v, kDtype, kHeadDim, args.seqlen_k, heads_k, entries, Traits::kBlockN);
-    }
-#endif
     launch_on_grid(detail::inference_kernel<Traits, kSchedule>(loads), ctas, Traits::kThreads, Traits::kSmemBytes, args,
                    stream, "inference forward");
 }

@@ -4,7 +4,6 @@
 // body only says what happens, never how many threads touch which bytes.
 #pragma once
 
-#include "fwd_args.h" // (FLASHATTN_DECODE_TMA)
 #include "kernels/gmem_copies.cuh"
 #include "kernels/producer_copies.cuh"
 
@@ -180,9 +179,7 @@ struct SplitKeysDecodeTraits {
     static constexpr int kMergeFloats = kWarps * kBlockM + kWarps * kBlockM * kMergeRowFloats;
     static_assert(kMergeFloats * 4 <= kWarps * kWarpRingElems * int(sizeof(Element)),
                   "the merge scratch fits in the rings it overlays");
-    // FLASHATTN_DECODE_TMA builds: one mbarrier per ring stage of each warp, after the rings.
-    static constexpr int kBarrierBytes = FLASHATTN_DECODE_TMA ? kWarps * kKvStages * 8 : 0;
-    static constexpr int kSmemBytes = kSmemElems * int(sizeof(Element)) + kBarrierBytes;
+    static constexpr int kSmemBytes = kSmemElems * int(sizeof(Element));
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
     static_assert((Warp::kSmemQElems * int(sizeof(Element))) % 16 == 0, "the merge scratch is 16-byte aligned");
 };
