@@ -180,6 +180,9 @@ class Library:
         self.backward = bind("fa_backward", ctypes.c_int, bwd_ptr)
         self.varlen_backward = bind("fa_varlen_backward", ctypes.c_int, bwd_ptr)
         self.bwd_workspace_size = bind("fa_bwd_workspace_size", ctypes.c_size_t, bwd_ptr)
+        self.forward_workspace_size = bind("fa_forward_workspace_size", ctypes.c_size_t, fwd_ptr)
+        self.forward_with_workspace = bind("fa_forward_with_workspace", ctypes.c_int, fwd_ptr, ctypes.c_void_p,
+                                           ctypes.c_size_t)
         self.last_error = bind("fa_last_error", ctypes.c_char_p)
         self.status_name = bind("fa_status_name", ctypes.c_char_p, ctypes.c_int)
         self.version_string = bind("fa_version_string", ctypes.c_char_p)

@@ -117,6 +117,21 @@ def _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_
                 raise ValueError(f"seqused_k[{b}] must be in [0, {k_len}], got {used}")
 
 
+# Split-KV in the plain forward (num_splits 0: the library's rule; 1: off). flash_attn's forward
+# splits the keys by its heuristic whenever dropout is off; here the library does so for tiles of at
+# most 16 query rows (decoding through flash_attn_func, speculative decoding): few (sequence, head)
+# items with long keys then fill the GPU through the split-keys decode kernel instead of occupying a
+# few SMs. Taller queries keep the ordinary kernels, which fill the GPU by query blocks. Dropout and
+# attn_probs never split (as in flash_attn), nor do varlen batches (the library's rule).
+_SPLIT_QUERY_ROWS = 16
+
+
+def _forward_splits(cuda, cu_seqlens_q, seqlen_q, dropout_p, probs):
+    if cuda and cu_seqlens_q is None and seqlen_q <= _SPLIT_QUERY_ROWS and dropout_p == 0 and probs is None:
+        return 0
+    return 1
+
+
 def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
                 max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap, rng_state):
     cuda = q.is_cuda
@@ -146,7 +161,7 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
         alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
         dropout_p=dropout_p, rng_state=_ptr(rng_state) if rng_state is not None and rng_state.numel() else None,
         attn_probs=probs.data_ptr() if probs is not None and probs.numel() else None,
-        num_splits=1,
+        num_splits=_forward_splits(cuda, cu_seqlens_q, seqlen_q, dropout_p, probs),
         backend=C.BACKEND_CUDA if cuda else C.BACKEND_CPU,
         stream=torch.cuda.current_stream(q.device).cuda_stream if cuda else None,
     )
@@ -166,6 +181,13 @@ def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, m
                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                          window_right, softcap, rng_state)
     # The library switches to the tensors' GPU itself; the stream in params is that GPU's current one.
+    if params.num_splits != 1:
+        # Split-KV's partials from torch's allocator (none when the rule keeps one split).
+        size = lib.forward_workspace_size(params)
+        if size:
+            workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+            lib.check(lib.forward_with_workspace(params, workspace.data_ptr(), size))
+            return out, lse, probs, rng_state
     lib.check((lib.forward if cu_seqlens_q is None else lib.varlen_forward)(params))
     return out, lse, probs, rng_state
 

@@ -29,6 +29,12 @@ CASES = [
     ("head_dim_12", (2, 17, 19, 2, 1, 12), dict(causal=True)),
     ("head_dim_256", (1, 40, 72, 2, 1, 256), dict(causal=True)),
     ("seqused_k", (2, 24, 48, 2, 2, 32), dict(seqused_k=[40, 0])),  # batch 1 has no keys at all
+    # Decode shapes (at most 16 query rows, long keys, few sequences): on CUDA split-KV (the
+    # library's rule), as flash_attn's forward splits by its heuristic.
+    ("decode_gqa_long", (2, 1, 3000, 16, 4, 128), dict(causal=True)),
+    ("decode_rows_softcap_window", (1, 4, 2500, 8, 2, 64), dict(causal=True, softcap=20.0, window_size=(700, 0))),
+    ("decode_alibi_seqused", (2, 16, 1500, 4, 4, 128), dict(alibi=(4,), seqused_k=[1500, 37])),
+    ("decode_mqa_d256", (1, 1, 2000, 8, 1, 256), {}),
 ]
 
 
