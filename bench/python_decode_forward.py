@@ -14,6 +14,7 @@ sizes every implementation is mostly host time), or with --graph one CUDA graph 
 python-decode-forward[-graph].csv and .png to DIR.
 """
 import argparse
+import contextlib
 import csv
 import statistics
 import sys
@@ -48,6 +49,17 @@ def median_ms(fn_and_calls, reps=50):
         end.synchronize()
         times.append(start.elapsed_time(end) / calls_per_fn)
     return statistics.median(times)
+
+
+@contextlib.contextmanager
+def one_split():
+    """The Python forward without its split-KV rule (num_splits = 1: the package before session 13)."""
+    rule = _ops._forward_splits
+    _ops._forward_splits = lambda *args: 1
+    try:
+        yield
+    finally:
+        _ops._forward_splits = rule
 
 
 def rotating(make_call, copies):
@@ -94,12 +106,8 @@ def main():
         ours = lambda kv: lambda: flashattn.flash_attn_func(q, kv[0], kv[1], causal=True)
         row = {"batch": batch, "seqlen_q": seqlen_q, "seqlen_k": seqlen_k}
         row["ours_split_tbps"] = kv_bytes / median_ms(rotating(ours, kvs)) / 1e9
-        rule = _ops._forward_splits
-        _ops._forward_splits = lambda *a: 1  # the package before session 13
-        try:
+        with one_split():
             row["ours_nosplit_tbps"] = kv_bytes / median_ms(rotating(ours, kvs)) / 1e9
-        finally:
-            _ops._forward_splits = rule
         qt = q.transpose(1, 2)
         kvt = [(k.transpose(1, 2), v.transpose(1, 2)) for k, v in kvs]
         for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -115,11 +123,8 @@ def main():
                 row[f"{name}_tbps"] = float("nan")
         # Same answer both ways (the split merge reorders the sums: a few ulp).
         a = flashattn.flash_attn_func(q, kvs[0][0], kvs[0][1], causal=True)
-        _ops._forward_splits = lambda *a: 1
-        try:
+        with one_split():
             b = flashattn.flash_attn_func(q, kvs[0][0], kvs[0][1], causal=True)
-        finally:
-            _ops._forward_splits = rule
         row["max_diff"] = (a.float() - b.float()).abs().max().item()
         rows.append(row)
         print(f"b={batch:3d} sq={seqlen_q} sk={seqlen_k:6d}: split {row['ours_split_tbps']:5.2f}  "

@@ -122,7 +122,8 @@ def _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_
 # most 16 query rows (decoding through flash_attn_func, speculative decoding): few (sequence, head)
 # items with long keys then fill the GPU through the split-keys decode kernel instead of occupying a
 # few SMs. Taller queries keep the ordinary kernels, which fill the GPU by query blocks. Dropout and
-# attn_probs never split (as in flash_attn), nor do varlen batches (the library's rule).
+# attn_probs never split (as in flash_attn), nor do varlen batches (the library's rule). CUDA only:
+# the CPU backend's forward is left as it was.
 _SPLIT_QUERY_ROWS = 16
 
 
@@ -181,14 +182,12 @@ def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, m
                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                          window_right, softcap, rng_state)
     # The library switches to the tensors' GPU itself; the stream in params is that GPU's current one.
-    if params.num_splits != 1:
-        # Split-KV's partials from torch's allocator (none when the rule keeps one split).
-        size = lib.forward_workspace_size(params)
-        if size:
-            workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
-            lib.check(lib.forward_with_workspace(params, workspace.data_ptr(), size))
-            return out, lse, probs, rng_state
-    lib.check((lib.forward if cu_seqlens_q is None else lib.varlen_forward)(params))
+    # Split-KV's partials come from torch's allocator (none when the rule keeps one split).
+    if params.num_splits != 1 and (size := lib.forward_workspace_size(params)):
+        workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+        lib.check(lib.forward_with_workspace(params, workspace.data_ptr(), size))
+    else:
+        lib.check((lib.forward if cu_seqlens_q is None else lib.varlen_forward)(params))
     return out, lse, probs, rng_state
 
 
