@@ -8,7 +8,7 @@ could read faster depends on what limits the one-CTA-per-SM grid: each SM's own 
 stays flat as items grow towards the SM count and TB/s rises with them) or DRAM (then time grows
 with the items and TB/s stays flat). This times ours (the library's rule, which is one CTA per item on
 the deep ring from 0.8 x the SM count up to it, and split-KV below; and the deep ring unsplit at
-every size, column "deep") and cuDNN on decode problems of 32, 64, 96, 120, 128 and 132 items at the same cache
+every size, column "deep"; the 3-stage ring unsplit, column "3-st") and cuDNN on decode problems of 32, 64, 96, 120, 128 and 132 items at the same cache
 length (4 query heads per KV head, d 128, bf16; batch x KV heads varied), with gpu_decode.py's
 method (each call after an idle kernel, caches rotated so the L2 is not measured).
 """
@@ -37,10 +37,12 @@ def time_shape(batch, heads_k, cache_len):
                torch.randn(batch, cache_len, heads_k, hdim, device="cuda", dtype=torch.bfloat16))
               for _ in range(copies)]
     ours = gd.rotating([gd.ours_fn(q, k, v, lengths) for k, v in caches])
-    deep = gd.rotating([gd.ours_fn(q, k, v, lengths, num_splits=1) for k, v in caches])
+    unsplit = [gd.ours_fn(q, k, v, lengths, num_splits=1) for k, v in caches]
+    deep = gd.rotating(unsplit)
     cudnn = gd.rotating([gd.sdpa_fn(q, k, v, SDPBackend.CUDNN_ATTENTION) for k, v in caches])
     row = {}
     for name, fn, env in (("ours", ours, {}), ("deep", deep, {"FLASHATTN_CUDA_DECODE": "split_keys_deep"}),
+                          ("reg", gd.rotating(unsplit), {"FLASHATTN_CUDA_DECODE": "split_keys"}),
                           ("cudnn", cudnn, {})):
         os.environ.update(env)
         ms = min(gd.bench_ms(fn) for _ in range(3))
@@ -55,17 +57,20 @@ def time_shape(batch, heads_k, cache_len):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lens", default="8192,32768")
+    ap.add_argument("--shapes", default=None, help="batch x KV heads pairs, e.g. 30x4,16x8,33x4")
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{sms} SMs; ours = the library's rule, cuDNN = SDPA's cuDNN backend; us per call and TB/s", flush=True)
     print(f"{'L':>6} {'batch':>5} {'hk':>3} {'items':>5} | {'ours us':>8} {'TB/s':>5} | {'deep us':>8} {'TB/s':>5} | "
+          f"{'3-st us':>8} {'TB/s':>5} | "
           f"{'cuDNN us':>8} {'TB/s':>5}")
     for cache_len in (int(x) for x in args.lens.split(",")):
-        for batch, heads_k in SHAPES:
+        shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+        for batch, heads_k in shapes:
             r = time_shape(batch, heads_k, cache_len)
             items = batch * heads_k
             print(f"{cache_len:6d} {batch:5d} {heads_k:3d} {items:5d} | "
-                  + " | ".join(f"{r[n][0]:8.1f} {r[n][1]:5.2f}" for n in ("ours", "deep", "cudnn")), flush=True)
+                  + " | ".join(f"{r[n][0]:8.1f} {r[n][1]:5.2f}" for n in ("ours", "deep", "reg", "cudnn")), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,21 +19,24 @@ __device__ __forceinline__ void cp_async_16_or_zero(uint32_t smem, const void* g
 
 // 16 bytes global -> shared, unpredicated (a chunk known to lie inside the tensor): the decode
 // kernel's whole-block copies. The L2 prefetch size, FLASHATTN_DECODE_L2_HINT, is 128 bytes as in
-// cp_async_16_or_zero (also what ptxas emits for a cp.async.cg without a hint): 256 read the decode
-// caches 7-9% slower at batch >= 16 (H200, session 9 run 6). An A/B build may set 64 or 256
+// cp_async_16_or_zero: 256 read the decode caches 7-9% slower at batch >= 16 (H200, session 9 run
+// 6), 64 the same as 128 (session 10 run 1). 0: no hint (LDGSTS.E.BYPASS.128 without .LTC128B, as
+// in cuDNN's decode kernel; sm_90a SASS). An A/B build may set 0, 64 or 256
 // (FLASHATTN_CUDA_EXPERIMENT_DEFINES, scripts/gpu_run.sh step decode_alt).
 #ifndef FLASHATTN_DECODE_L2_HINT
 #define FLASHATTN_DECODE_L2_HINT 128
 #endif
 __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem) {
-#if FLASHATTN_DECODE_L2_HINT == 64
+#if FLASHATTN_DECODE_L2_HINT == 0
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+#elif FLASHATTN_DECODE_L2_HINT == 64
     asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 #elif FLASHATTN_DECODE_L2_HINT == 256
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 #elif FLASHATTN_DECODE_L2_HINT == 128
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 #else
-#error "FLASHATTN_DECODE_L2_HINT must be 64, 128 or 256"
+#error "FLASHATTN_DECODE_L2_HINT must be 0, 64, 128 or 256"
 #endif
 }
 
