@@ -243,7 +243,7 @@ void forward(const Problem& problem, void* workspace_base, size_t workspace_size
     const int device = forward_device(problem);
     if (workspace_base && problem.total_q > 0) {
         require_on_device(workspace_base, device, "workspace");
-        require(reinterpret_cast<uintptr_t>(workspace_base) % 16 == 0, "workspace must be 16-byte aligned");
+        require_workspace_aligned(workspace_base);
     }
     const FwdPlan plan = plan_forward(problem, device);
     Workspace workspace(workspace_base, workspace_size, static_cast<cudaStream_t>(problem.p.stream),
@@ -544,7 +544,7 @@ void backward(const BwdProblem& problem) {
     if (bp.workspace) {
         require(bp.workspace_size >= plan.bytes, "workspace_size is ", bp.workspace_size,
                 " bytes but this backward needs ", plan.bytes, " (ask fa_bwd_workspace_size)");
-        require(reinterpret_cast<uintptr_t>(bp.workspace) % 16 == 0, "workspace must be 16-byte aligned");
+        require_workspace_aligned(bp.workspace);
     }
     StreamBuffer scratch(bp.workspace ? 0 : plan.bytes, stream);
     char* const ws = static_cast<char*>(bp.workspace ? bp.workspace : scratch.get());

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 
 namespace flashattn::cuda {
@@ -68,6 +69,13 @@ private:
     void* data_ = nullptr;
     cudaStream_t stream_;
 };
+
+// A caller's workspace holds 16-byte vectors (split-KV's fp32 partials, staged copies, the
+// backward's accumulators): its base must be 16-byte aligned (each piece then is: piece() rounds
+// sizes to 256 bytes). Null (no workspace) passes.
+inline void require_workspace_aligned(const void* workspace) {
+    require(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "workspace must be 16-byte aligned");
+}
 
 // The scratch memory of one call, taken piece by piece: from the caller's workspace (each piece
 // rounded up by piece(), in the order the call takes them, so that a size query that adds up the

@@ -117,7 +117,7 @@ void kvcache_forward(const KvCacheProblem& problem) {
           {p.v_new.data, "v_new.data"}, {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"},
           {p.workspace, "workspace"}})
         require_on_device(ptr, device, name);
-    require(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0, "workspace must be 16-byte aligned");
+    require_workspace_aligned(p.workspace);
     DeviceGuard guard(device);
     const auto stream = static_cast<cudaStream_t>(f.stream);
     const FwdPlan plan = attention_plan(problem, device); // before the append: a short workspace appends nothing

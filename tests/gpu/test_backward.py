@@ -226,6 +226,15 @@ def test_caller_workspace_matches_library_scratch():
     for a, b in zip(ours, theirs):
         assert torch.equal(a, b)
     run_and_check(q, k, v, name="workspace", causal=True, use_workspace=True)
+    # A workspace that is large enough but not 16-byte aligned is refused by name, before any work.
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    params = fa.make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, causal=True, deterministic=True)
+    size = fa.lib().fa_bwd_workspace_size(fa.ctypes.byref(params))
+    assert size > 0  # deterministic: dQ's fp32 splits live there
+    big = torch.empty(size + 64, dtype=torch.uint8, device=q.device)
+    params.workspace, params.workspace_size = big.data_ptr() + 8, size
+    assert fa.STATUS[fa.lib().fa_backward(fa.ctypes.byref(params))] == "FA_ERROR_INVALID_ARGUMENT"
+    assert "workspace must be 16-byte aligned" in fa.lib().fa_last_error().decode()
 
 
 def test_strided_and_misaligned_layouts():
