@@ -184,6 +184,10 @@ int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots, double split
     return s;
 }
 
+// Contiguous KV-cache decode runs one CTA per item, unsplit, from this fraction of the SM count up to
+// the SM count (plan_inference says why).
+constexpr double kUnsplitFromSms = 0.6;
+
 // The partial buffers of one split, at most this large (fewer splits beyond).
 constexpr int64_t kMaxAccumBytes = int64_t(1) << 30;
 
@@ -233,17 +237,28 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
             splits = splits_keys(variant.schedule) ? one_wave_splits(items, n_blocks, slots, split_below)
                      : variant.fa2_splits          ? fa2_splits(items, n_blocks, slots)
                                                    : wave_splits(items, n_blocks, slots);
-            // Items that fill the SMs once (batch 16 with 8 KV heads: 128 on 132) but would be
-            // split in two for a second CTA per SM read a contiguous cache as fast unsplit with the
-            // deep ring, one CTA per SM, and save the combine (8k x 16: 4.23 against 3.94 TB/s, 32k
-            // x 16: 4.46 against 4.36; paged caches read slower with it: 32k x 16 4.20 against
-            // 4.28; H200, session 9 run 2).
-            // (Paged caches at batch 16 measured slower unsplit at every length again in session 10
-            // run 4: 1k 2.54 against 2.55, 8k 3.91 against 4.11, 32k 4.33 against 4.44.)
+            // Items that fill most of the SMs once (batch 16 with 8 KV heads: 128 on 132; batch 10:
+            // 80) but would be split in two for a second CTA per SM read a contiguous cache faster
+            // unsplit, one CTA per item on the 3-stage ring, and save the combine. H200, session 14
+            // (bench/decode_sm_probe.py, TB/s, 4 query heads per KV head): 96 items 3.76 (two
+            // splits) -> 4.14 at 8k, 2.21 -> 2.65 at 1k; 108 items 3.88 (the deep ring, the rule
+            // until then from 0.8 x the SMs) -> 4.20 at 8k, 4.12 -> 4.45 at 32k; 128 items equal or
+            // better than the deep ring (1k 2.87 -> 2.98, 32k 4.46 -> 4.51): cuDNN's rates at 80-128
+            // items. Fewer rings in flight read the saturated HBM better: the deep ring keeps 20
+            // blocks in flight per SM, this one 8. At 64 items (1k, 8k) splitting and both unsplit
+            // rings were within 5% of each other, so the split rule keeps them.
+            // (Paged caches at batch 16 measured slower unsplit on the deep ring at every length in
+            // sessions 9 and 10, e.g. 8k 3.91 against 4.11 TB/s, and keep two splits.)
+            // FLASHATTN_CUDA_DECODE_UNSPLIT=deep: the rule before session 14 (the deep ring from 0.8
+            // x the SMs), for A/B timing; read per call.
+            const char* unsplit = std::getenv("FLASHATTN_CUDA_DECODE_UNSPLIT");
+            const bool deep_rule = unsplit && std::strcmp(unsplit, "deep") == 0;
             if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache && !kv.paged() && splits > 1 &&
-                double(items) >= 0.8 * double(sms) && items <= sms) {
-                variant.schedule = InferenceSchedule::split_keys_deep;
-                tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
+                double(items) >= (deep_rule ? 0.8 : kUnsplitFromSms) * double(sms) && items <= sms) {
+                if (deep_rule) {
+                    variant.schedule = InferenceSchedule::split_keys_deep;
+                    tiling = tiling_of(variant.schedule, tile_dim, p.dtype);
+                }
                 splits = 1;
             }
         }

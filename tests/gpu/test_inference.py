@@ -209,14 +209,18 @@ def test_kvcache_decode_variants(variant, page, d, monkeypatch):
     check_kvcache(kp, causal=True, num_splits=5, compare_cpu=False)
 
 
-@pytest.mark.parametrize("page", [0, 16], ids=["contiguous", "paged16"])
-def test_kvcache_decode_fills_the_sms(page):
-    """Batch 16 x 8 KV heads: items that fill the SMs once. A contiguous cache runs unsplit on the
-    deep ring (inference.cu's batch-16 rule), a paged one in two splits; both the reference's
-    result, with ragged lengths (a last block of 1 row, a cache shorter than the deep ring)."""
+@pytest.mark.parametrize("batch,page", [(16, 0), (11, 0), (16, 16)], ids=["contiguous", "contiguous-b11", "paged16"])
+@pytest.mark.parametrize("rule", ["default", "deep"])
+def test_kvcache_decode_fills_the_sms(batch, page, rule, monkeypatch):
+    """Batch 16 (11) x 8 KV heads: items that fill the SMs once (0.67 x the SMs). A contiguous cache
+    runs unsplit, one CTA per item (inference.cu's rule: the 3-stage ring, or the deep ring from 0.8
+    x the SMs under FLASHATTN_CUDA_DECODE_UNSPLIT=deep), a paged one in two splits; each the
+    reference's result, with ragged lengths (a last block of 1 row, a cache shorter than a ring)."""
+    if rule == "deep":
+        monkeypatch.setenv("FLASHATTN_CUDA_DECODE_UNSPLIT", "deep")
     torch.manual_seed(16 + page)
-    lens = [4096, 4095, 1, 70, 2049, 4000, 17, 3333, 4096, 2, 1000, 4001, 256, 255, 3071, 4094]
-    kp = KvProblem(batch=16, seqlen_q=1, seqlen_new=1, capacity=4096, heads=32, heads_k=8, d=128,
+    lens = [4096, 4095, 1, 70, 2049, 4000, 17, 3333, 4096, 2, 1000, 4001, 256, 255, 3071, 4094][:batch]
+    kp = KvProblem(batch=batch, seqlen_q=1, seqlen_new=1, capacity=4096, heads=32, heads_k=8, d=128,
                    dtype=torch.bfloat16, page=page, rotary=0.0, cache_seqlens=[n - 1 for n in lens], seed=16 + page)
     check_kvcache(kp, causal=True, num_splits=0, compare_cpu=False)
 
