@@ -129,7 +129,10 @@ using InferenceFwdTraits = std::conditional_t<
 //   kDeep = false: as many stages (at least 3) as leave room for two CTAs per SM (<= 110 KB of
 //                  shared memory each): d128 3 stages, 100 KB, 8 warps and 16 blocks in flight per SM;
 //   kDeep = true:  as many (3 to 6) as fit in 200 KB, one CTA per SM: d128 6 stages, 196 KB, 4 warps
-//                  and 20 blocks in flight per SM. Which keeps HBM busier is a question for the H200.
+//                  and 20 blocks in flight per SM. On the H200 the 3-stage ring reads a saturated
+//                  HBM as well or better (session 14: 96-128 items unsplit, up to 8%), so the rule
+//                  (inference.cu) no longer picks the deep ring; FLASHATTN_CUDA_DECODE=split_keys_deep
+//                  and FLASHATTN_CUDA_DECODE_UNSPLIT=deep still run it (A/B timing, tests).
 //   A/B builds (FLASHATTN_CUDA_EXPERIMENT_DEFINES) may set FLASHATTN_DECODE_WARPS (warps per CTA),
 //   FLASHATTN_DECODE_BLOCK_N (keys per warp block, every head dim) and FLASHATTN_DECODE_DEEP_STAGES
 //   (the deep ring's stage cap); unset: the above.
