@@ -247,15 +247,13 @@ InferencePlan plan_inference(const Problem& problem, int head_dim, int tile_dim,
             // items. Fewer rings in flight read the saturated HBM better: the deep ring keeps 20
             // blocks in flight per SM, this one 8. At 64 items (1k, 8k) splitting and both unsplit
             // rings were within 5% of each other, so the split rule keeps them.
-            // Paged caches alike (EXPERIMENT, session 14 run 7): they measured slower unsplit on
-            // the deep ring at every length in sessions 9 and 10 (8k x 16 3.91 against 4.11 TB/s).
-            // FLASHATTN_CUDA_DECODE_UNSPLIT=deep: the rule before session 14 (contiguous caches, the
-            // deep ring from 0.8 x the SMs); =contiguous: contiguous caches only; read per call.
+            // (Paged caches at batch 16 measured slower unsplit on the deep ring at every length in
+            // sessions 9 and 10, e.g. 8k 3.91 against 4.11 TB/s, and keep two splits.)
+            // FLASHATTN_CUDA_DECODE_UNSPLIT=deep: the rule before session 14 (the deep ring from 0.8
+            // x the SMs), for A/B timing; read per call.
             const char* unsplit = std::getenv("FLASHATTN_CUDA_DECODE_UNSPLIT");
             const bool deep_rule = unsplit && std::strcmp(unsplit, "deep") == 0;
-            const bool paged_too = !deep_rule && !(unsplit && std::strcmp(unsplit, "contiguous") == 0);
-            if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache &&
-                (!kv.paged() || paged_too) && splits > 1 &&
+            if (variant.schedule == InferenceSchedule::split_keys && !variant.forced && kvcache && !kv.paged() && splits > 1 &&
                 double(items) >= (deep_rule ? 0.8 : kUnsplitFromSms) * double(sms) && items <= sms) {
                 if (deep_rule) {
                     variant.schedule = InferenceSchedule::split_keys_deep;
