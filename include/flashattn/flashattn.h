@@ -115,7 +115,9 @@ typedef struct fa_fwd_params {
     uint64_t rng_offset;
 
     /* Optional, tests only (O(N^2) memory): fp32 contiguous (batch, num_heads, seqlen_q, seqlen_k)
-     * receives the normalised attention probabilities, negated where dropout dropped them. */
+     * receives the normalised attention probabilities, negated where dropout dropped them. Varlen:
+     * seqlen_q/seqlen_k are the maxima and element (b, h, i, j) is query i and key j of sequence b;
+     * elements past a sequence's lengths are 0 (flash_attn's padded S_dmask). */
     float* attn_probs;
 
     int32_t num_splits;   /* split-KV: 0 = heuristic, 1 = off; backends may ignore it (same result) */
@@ -130,8 +132,8 @@ typedef struct fa_fwd_params {
      * block block_table[b * block_table_batch_stride + j / page_size], at row j % page_size.
      * Varlen: cu_seqlens_k then gives only the lengths (every sequence starts at row 0 of its
      * table) and total_k is ignored. Sequence lengths must fit: seqlen_k <= max_blocks_per_seq *
-     * page_size. Entries must be in [0, num_blocks): checked on the CPU; on CUDA an out-of-range
-     * entry is the caller's bug (the device reads the table, the host never does). */
+     * page_size. Entries must be in [0, num_blocks): checked at the call on the CPU; on CUDA an
+     * out-of-range entry read by a kernel is a fault (see fa_check_device_faults). */
     const int32_t* block_table;       /* int32 (batch, max_blocks_per_seq); NULL = contiguous k/v */
     int64_t block_table_batch_stride; /* elements between rows of block_table, >= max_blocks_per_seq */
     int32_t max_blocks_per_seq;       /* entries per row of block_table that may be read */
@@ -181,7 +183,8 @@ typedef struct fa_bwd_params {
  * rows: new key i sits at cache_seqlens[b] + i; query i at cache_seqlens[b] + i when causal or
  * local, else at cache_seqlens[b]. Exact definitions: docs/semantics.md.
  * Every pointer is in the memory of q (host or one CUDA device); nothing synchronises with the host
- * on CUDA, so contents (cache_seqlens, block indices) are validated on the CPU backend only.
+ * on CUDA, so contents (cache_seqlens, block indices) are checked at the call on the CPU backend
+ * and by the kernels on CUDA (fa_check_device_faults).
  */
 typedef struct fa_kvcache_params {
     uint32_t struct_size;        /* set by fa_kvcache_params_init */
@@ -305,6 +308,21 @@ FA_API size_t fa_bwd_workspace_size(const fa_bwd_params* params);
  * the device and whether each tensor's address is 16-byte aligned, not on tensor contents; 0 also
  * for invalid params (the call reports why). */
 FA_API size_t fa_kvcache_workspace_size(const fa_kvcache_params* params);
+
+/*
+ * Index arrays in device memory (cu_seqlens_q/k, seqused_k, cache_seqlens, cache_batch_idx,
+ * cache_leftpad, block_table entries) are read by the CUDA kernels only: checking them on the host
+ * would synchronise every call. A kernel clamps every value into its valid range before it addresses
+ * memory, so no value makes it read or write outside the tensors or breaks the CUDA context. A value
+ * outside its range is a fault: the sequence it belongs to gets NaN attention output and lse (and
+ * no appended row lands where that value would put it), the other sequences are unaffected, and the device keeps the first fault
+ * until this function reports it. It waits for `stream` (a cudaStream_t on `device`; NULL = the
+ * legacy default stream), then returns FA_OK, or FA_ERROR_INVALID_ARGUMENT with a message naming
+ * the argument, the element, the value and its valid range, and clears the record. Call it where
+ * your program synchronises anyway (a decode loop: when the sampled tokens reach the host), after
+ * the work to check was queued on `stream` or ordered before it. The CPU backend checks the same
+ * values at the call instead (every CPU-side array is host memory). Exact rules: docs/semantics.md. */
+FA_API fa_status fa_check_device_faults(int device, void* stream);
 
 /* The message of the last failed call on this thread ("" if none). Valid until the next call. */
 FA_API const char* fa_last_error(void);

@@ -192,6 +192,7 @@ class Library:
         self.kvcache_forward = bind("fa_kvcache_forward", ctypes.c_int, kv_ptr)
         self.kvcache_workspace_size = bind("fa_kvcache_workspace_size", ctypes.c_size_t, kv_ptr)
         self.combine = bind("fa_combine", ctypes.c_int, combine_ptr)
+        self.check_device_faults = bind("fa_check_device_faults", ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
         # The _sized initialisers: the plain fa_*_params_init symbols initialise earlier layouts.
         fwd_init = bind("fa_fwd_params_init_sized", None, fwd_ptr, ctypes.c_size_t)
         bwd_init = bind("fa_bwd_params_init_sized", None, bwd_ptr, ctypes.c_size_t)

@@ -11,7 +11,6 @@ Arguments arrive already checked by `flash_attn_interface.py` (head_dim padded t
 softmax_scale resolved); the library checks everything again and reports what it rejects.
 """
 
-import os
 from typing import Optional
 
 import torch
@@ -22,11 +21,6 @@ from . import _library as C
 lib = C.load()
 
 _DTYPE_CODES = {torch.float16: C.FLOAT16, torch.bfloat16: C.BFLOAT16, torch.float32: C.FLOAT32}
-
-# Reading cu_seqlens on a GPU costs a host synchronisation, so CUDA values are only checked on request
-# (the CPU backend always checks them, before it reads a single row).
-CHECK_CUDA_SEQLENS = os.environ.get("FLASHATTN_CHECK_SEQLENS", "0") not in ("", "0")
-
 
 def _view(t: Tensor) -> C.Tensor:
     """fa_tensor of a dense (batch, seqlen, heads, dim) or packed (total, heads, dim) tensor."""
@@ -70,11 +64,14 @@ def _forward_outputs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor]):
     return out, lse
 
 
-def _probs_output(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], return_probs: bool):
-    """attn_probs, or an empty tensor: the C ABI returns them for dense calls only."""
-    if return_probs and cu_seqlens_q is None:
-        return torch.zeros(q.shape[0], q.shape[2], q.shape[1], k.shape[1], dtype=torch.float32, device=q.device)
-    return torch.empty(0, dtype=torch.float32, device=q.device)
+def _probs_output(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor], max_seqlen_q, max_seqlen_k, return_probs: bool):
+    """attn_probs (batch, heads, seqlen_q, seqlen_k), varlen padded to the maxima; or an empty tensor."""
+    if not return_probs:
+        return torch.empty(0, dtype=torch.float32, device=q.device)
+    if cu_seqlens_q is None:
+        return torch.empty(q.shape[0], q.shape[2], q.shape[1], k.shape[1], dtype=torch.float32, device=q.device)
+    return torch.empty(cu_seqlens_q.shape[0] - 1, q.shape[1], max_seqlen_q, max_seqlen_k, dtype=torch.float32,
+                       device=q.device)
 
 
 def _rng_output(q: Tensor, dropout_p: float):
@@ -89,33 +86,7 @@ def _backward_outputs(q: Tensor, k: Tensor, v: Tensor, varlen: bool):
 
 
 # ----------------------------------------------------------------------------------------------
-# The C structs (and the opt-in check of CUDA sequence arrays).
-
-def _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_k, max_seqlen_q, max_seqlen_k,
-                           total_q, total_k):
-    """Opt-in (FLASHATTN_CHECK_SEQLENS=1) check of CUDA cu_seqlens/seqused_k contents; synchronises."""
-    k_lens = [seqlen_k] * batch
-    if cu_seqlens_q is not None:
-        for name, cu, max_len, max_name, total in (
-            ("cu_seqlens_q", cu_seqlens_q, max_seqlen_q, "max_seqlen_q", total_q),
-            ("cu_seqlens_k", cu_seqlens_k, max_seqlen_k, "max_seqlen_k", total_k),
-        ):
-            values = cu.tolist()
-            lengths = [b - a for a, b in zip(values, values[1:])]
-            if values[0] != 0:
-                raise ValueError(f"{name}[0] must be 0, got {values[0]}")
-            if min(lengths) < 0:
-                raise ValueError(f"{name} must be non-decreasing, got {values}")
-            if max(lengths) > max_len:
-                raise ValueError(f"{name} has a sequence of length {max(lengths)} but {max_name} is {max_len}")
-            if values[-1] > total:
-                raise ValueError(f"{name}[-1] = {values[-1]} exceeds the {total} packed rows")
-        k_lens = lengths
-    if seqused_k is not None:
-        for b, (used, k_len) in enumerate(zip(seqused_k.tolist(), k_lens)):
-            if not 0 <= used <= k_len:
-                raise ValueError(f"seqused_k[{b}] must be in [0, {k_len}], got {used}")
-
+# The C structs.
 
 # Split-KV in the plain forward (num_splits 0: the library's rule; 1: off). flash_attn's forward
 # splits the keys by its heuristic whenever dropout is off; here the library does so for tiles of at
@@ -144,9 +115,6 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
         total_q, heads, dim = q.shape
         total_k, heads_k = (0, k.shape[2]) if k.dim() == 4 else (k.shape[0], k.shape[1])  # 4-D: a paged pool
         batch, seqlen_q, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k
-    if cuda and CHECK_CUDA_SEQLENS:
-        _check_sequence_values(cu_seqlens_q, cu_seqlens_k, seqused_k, batch, seqlen_k, max_seqlen_q, max_seqlen_k,
-                               total_q, total_k)
     return C.FwdParams(
         struct_size=lib.fwd_struct_size,
         dtype=_DTYPE_CODES[q.dtype],
@@ -176,7 +144,7 @@ def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, m
                  dropout_p, softmax_scale, causal, window_left, window_right, softcap, return_probs,
                  deterministic):
     out, lse = _forward_outputs(q, k, cu_seqlens_q)
-    probs = _probs_output(q, k, cu_seqlens_q, True) if return_probs and cu_seqlens_q is None else None
+    probs = _probs_output(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, True) if return_probs else None
     rng_state = _draw_rng_state(q.device) if dropout_p > 0 else None
     params = _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
@@ -230,7 +198,7 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
                                               max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                                               window_left, window_right, softcap, return_probs, deterministic)
     if probs is None:
-        probs = _probs_output(q, k, cu_seqlens_q, False)
+        probs = _probs_output(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, False)
     if rng_state is None:
         rng_state = _rng_output(q, dropout_p)
     return out, lse, probs, rng_state
@@ -239,7 +207,8 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p,
       softmax_scale, causal, window_left, window_right, softcap, return_probs, deterministic):
-    return (*_forward_outputs(q, k, cu_seqlens_q), _probs_output(q, k, cu_seqlens_q, return_probs),
+    return (*_forward_outputs(q, k, cu_seqlens_q),
+            _probs_output(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, return_probs),
             _rng_output(q, dropout_p))
 
 

@@ -8,6 +8,7 @@ argument. Differences from flash_attn are listed in docs/python.md.
 """
 
 import math
+import operator
 from typing import Optional
 
 import torch
@@ -70,22 +71,44 @@ def _check_qkv(q, k, v, varlen: bool):
                          "must be a multiple of the number of key/value heads")
 
 
+def _window_pair(window_size):
+    """(left, right) as Python ints. Like flash_attn, any pair of integers: a tuple or list of ints or
+    numpy integers, or a 2-element integer tensor (reading a CUDA tensor's values synchronises)."""
+    what = f"window_size must be a pair of integers (left, right), got {window_size!r}"
+    if isinstance(window_size, Tensor):
+        if window_size.dtype.is_floating_point or window_size.dtype.is_complex or window_size.dtype is torch.bool:
+            raise ValueError(f"{what} (a {window_size.dtype} tensor)")
+        if window_size.dim() != 1 or window_size.shape[0] != 2:
+            raise ValueError(f"{what} (shape {tuple(window_size.shape)}, expected (2,))")
+        window_size = window_size.tolist()
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
+        raise ValueError(what)
+    pair = []
+    for w in window_size:
+        if isinstance(w, bool) or type(w).__name__ == "bool_":
+            raise ValueError(what)
+        try:
+            pair.append(operator.index(w))  # int, numpy integers, 0-d integer tensors
+        except TypeError:
+            raise ValueError(what) from None
+    if pair[0] < -1 or pair[1] < -1:
+        raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {tuple(pair)}")
+    return pair[0], pair[1]
+
+
 def _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch):
+    """Returns (alibi_slopes with a contiguous last dimension or None, window_size as two ints)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale must be None or a finite float, got {softmax_scale!r}")
-    if (type(window_size) not in (tuple, list) or len(window_size) != 2
-            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
-        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    if window_size[0] < -1 or window_size[1] < -1:
-        raise ValueError(f"window_size entries must be >= -1 (-1 = unbounded), got {tuple(window_size)}")
+    window = _window_pair(window_size)
     if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a finite float >= 0 (0 = off), got {softcap!r}")
     if alibi_slopes is None:
-        return None
+        return None, window
     if not isinstance(alibi_slopes, Tensor):
         raise TypeError(f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
     if alibi_slopes.dtype != torch.float32:
@@ -98,7 +121,7 @@ def _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slop
                          f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
     if alibi_slopes.stride(-1) != 1:
         alibi_slopes = alibi_slopes.contiguous()
-    return alibi_slopes
+    return alibi_slopes, window
 
 
 def _check_int32_vector(name, t, q, length, length_text):
@@ -141,7 +164,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     else:
         batch = q.shape[0]
         max_seqlen_q = max_seqlen_k = 0
-    alibi_slopes = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
+    alibi_slopes, window_size = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
     if seqused_k is not None:
         _check_int32_vector("seqused_k", seqused_k, q, batch, "batch_size")
 
@@ -153,8 +176,8 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
 
-    # As in flash_attn, S_dmask is only made with dropout (it is O(seqlen^2)); the ABI has it for dense calls.
-    return_probs = bool(return_attn_probs and dropout_p > 0 and not varlen)
+    # As in flash_attn, S_dmask is only made with dropout (it is O(seqlen^2)).
+    return_probs = bool(return_attn_probs and dropout_p > 0)
     out, lse, probs, _ = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
                                         max_seqlen_k, float(dropout_p), float(softmax_scale), bool(causal),
                                         window_size[0], window_size[1], float(softcap), return_probs,
@@ -243,7 +266,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         per sequence.
     Returns:
         out: (total_q, nheads, headdim); with return_attn_probs also softmax_lse: float32
-        (nheads, total_q) and S_dmask: None (attention probabilities are returned by dense calls only).
+        (nheads, total_q) and S_dmask: float32 (batch_size, nheads, max_seqlen_q, max_seqlen_k), element
+        (b, h, i, j) the probability of query i and key j of sequence b, dropped entries negated, 0 past
+        the sequence's lengths (flash_attn's padded S_dmask); None when dropout_p == 0.
     """
     if block_table is not None:
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
@@ -295,10 +320,27 @@ def _check_pool(name, t, q, shape_text):
         raise ValueError(f"{name} has page_block_size {t.shape[1]} (dim 1): it must be a positive multiple of 16")
 
 
-def _forward_only(*tensors):
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise NotImplementedError("flashattn: paged K/V and KV-cache attention are forward only (no gradients); "
-                                  "run under torch.no_grad() or detach the inputs")
+class _NoBackward(torch.autograd.Function):
+    """out of a forward-only call (paged K/V, a KV cache) whose inputs require grad: as in flash_attn
+    the forward runs, and only a backward through it raises."""
+
+    @staticmethod
+    def forward(ctx, what, out, *inputs):
+        ctx.what = what
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(f"flashattn: {ctx.what} is forward only: there is no backward through it "
+                                  "(run the forward under torch.no_grad() or detach its inputs)")
+
+
+def _forward_only(what, out, *inputs):
+    """out, attached to inputs that require grad so that a backward through it raises a clear error."""
+    needs_grad = [t for t in inputs if t is not None and t.requires_grad]
+    if not needs_grad or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return out
+    return _NoBackward.apply(what, out, *needs_grad)
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
@@ -314,18 +356,19 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         raise ValueError(f"q has {q.shape[-2]} heads and k/v have {k.shape[-2]}: for MQA/GQA the number of query "
                          "heads must be a multiple of the number of key/value heads")
     batch = _check_varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    alibi_slopes = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
+    alibi_slopes, window_size = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
     if dropout_p > 0:
         raise ValueError("dropout_p must be 0 with a block_table (paged K/V is forward only)")
     _check_block_table(block_table, q, batch)
     if seqused_k is not None:
         _check_int32_vector("seqused_k", seqused_k, q, batch, "batch_size")
-    _forward_only(q, k, v)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    out, lse = _ops.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes,
-                                         max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal),
-                                         window_size[0], window_size[1], float(softcap))
+    with torch.no_grad():
+        out, lse = _ops.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+                                             alibi_slopes, max_seqlen_q, max_seqlen_k, float(softmax_scale),
+                                             bool(causal), window_size[0], window_size[1], float(softcap))
+    out = _forward_only("attention over paged K/V (block_table)", out, q, k, v)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -410,20 +453,29 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if cache_seqlens is None:
         cache_seqlens = capacity
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        # Known here: checked now (a tensor's values are checked by the library: the CPU backend at the
+        # call, CUDA kernels through flashattn.check_device_faults()).
+        room = capacity - (0 if k is None else k.shape[1])
+        if not 0 <= cache_seqlens <= room:
+            where = (f"the block_table's capacity, max_num_blocks_per_seq * page_block_size = {block_table.shape[1]} * "
+                     f"{k_cache.shape[1]} = {capacity}" if paged else f"k_cache's capacity, seqlen_cache = {capacity}")
+            raise ValueError(f"cache_seqlens = {cache_seqlens} must be in [0, {room}]: {where}"
+                             + (f", minus the {k.shape[1]} appended rows of k" if k is not None else ""))
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     _check_int32_vector("cache_seqlens", cache_seqlens, q, batch, "batch_size")
     if cache_batch_idx is not None:
         _check_int32_vector("cache_batch_idx", cache_batch_idx, q, batch, "batch_size")
     if cache_leftpad is not None:
         _check_int32_vector("cache_leftpad", cache_leftpad, q, batch, "batch_size")
-    alibi_slopes = _check_options(q, 0.0, softmax_scale, window_size, softcap, alibi_slopes, batch)
+    alibi_slopes, window_size = _check_options(q, 0.0, softmax_scale, window_size, softcap, alibi_slopes, batch)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"num_splits must be an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
-    _forward_only(q, k, v)
     if softmax_scale is None:
         softmax_scale = head_dim ** -0.5
-    out, lse = _ops.kvcache_attention(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
-                                      float(softmax_scale), bool(causal), window_size[0], window_size[1],
-                                      float(softcap), bool(rotary_interleaved), int(num_splits))
+    with torch.no_grad():
+        out, lse = _ops.kvcache_attention(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
+                                          float(softmax_scale), bool(causal), window_size[0], window_size[1],
+                                          float(softcap), bool(rotary_interleaved), int(num_splits))
+    out = _forward_only("flash_attn_with_kvcache", out, q, k, v, k_cache, v_cache)
     return (out, lse) if return_softmax_lse else out

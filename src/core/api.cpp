@@ -243,6 +243,15 @@ fa_status fa_varlen_backward(const fa_bwd_params* params) { return guarded([&] {
 fa_status fa_kvcache_forward(const fa_kvcache_params* params) { return guarded([&] { run_kvcache_forward(params); }); }
 fa_status fa_combine(const fa_combine_params* params) { return guarded([&] { run_combine(params); }); }
 
+fa_status fa_check_device_faults(int device, void* stream) {
+    return guarded([&] {
+        if (!cuda::available())
+            fail(FA_ERROR_BACKEND_UNAVAILABLE, "fa_check_device_faults: this build has no CUDA backend or no CUDA "
+                                               "device is usable (the CPU backend reports bad values at the call)");
+        cuda::check_device_faults(device, stream);
+    });
+}
+
 size_t fa_forward_workspace_size(const fa_fwd_params* params) {
     size_t bytes = 0;
     const bool varlen = params && params->cu_seqlens_q != nullptr;

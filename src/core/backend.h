@@ -27,6 +27,9 @@ size_t bwd_workspace_size(const BwdProblem& problem);
 void kvcache_forward(const KvCacheProblem& problem);
 size_t kvcache_workspace_size(const KvCacheProblem& problem);
 void combine(const CombineProblem& problem);
+// Waits for `stream` (a cudaStream_t of `device`), then reports and clears the first fault the
+// kernels found in a device-side index array since the last check (src/cuda/device_faults.h).
+void check_device_faults(int device, void* stream);
 } // namespace cuda
 
 } // namespace flashattn

@@ -16,5 +16,6 @@ size_t bwd_workspace_size(const BwdProblem&) { return 0; }
 void kvcache_forward(const KvCacheProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 size_t kvcache_workspace_size(const KvCacheProblem&) { return 0; }
 void combine(const CombineProblem&) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
+void check_device_faults(int, void*) { fail(FA_ERROR_BACKEND_UNAVAILABLE, kNotBuilt); }
 
 } // namespace flashattn::cuda

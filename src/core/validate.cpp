@@ -173,7 +173,6 @@ Problem make_problem_impl(const fa_fwd_params& p, bool varlen, int64_t k_batch, 
     require(std::isfinite(p.dropout_p) && p.dropout_p >= 0.0f && p.dropout_p < 1.0f,
             "dropout_p must be in [0, 1), got ", p.dropout_p);
     require(p.num_splits >= 0, "num_splits must be >= 0 (0 = heuristic, 1 = off), got ", p.num_splits);
-    require(!(varlen && p.attn_probs), "attn_probs (return_attn_probs) is only supported by the dense entry point");
 
     problem.scale = p.softmax_scale != 0.0f ? p.softmax_scale : 1.0f / std::sqrt(float(p.head_dim));
     problem.scale_log2 = problem.scale * 1.44269504088896340736f;

@@ -6,6 +6,7 @@
 #include "inference.h"
 #include "thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -185,6 +186,9 @@ const KernelSet& active_kernels() {
 }
 
 void forward(const Problem& problem) {
+    const fa_fwd_params& p = problem.p;
+    if (p.attn_probs && problem.varlen) // the kernels write each sequence's rows; the padding around them is 0
+        std::fill_n(p.attn_probs, int64_t(p.batch) * p.num_heads * p.seqlen_q * p.seqlen_k, 0.0f);
     PoolLease lease;
     CallExecutor executor(lease.pool(), lease.workspace());
     active_kernels().forward(problem, tuning(), executor);

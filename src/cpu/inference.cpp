@@ -105,11 +105,17 @@ void combine_partials(const CombineProblem& cp, Executor& ex) {
         std::vector<float> acc(static_cast<size_t>(d), 0.0f);
         for (int64_t i = 0; i < p.seqlen_q; ++i) {
             float row_max = -kInf;
-            for (int64_t s = 0; s < splits; ++s)
-                row_max = std::max(row_max, p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)]);
+            bool nan_split = false; // a NaN lse makes the row NaN (std::max would drop it)
+            for (int64_t s = 0; s < splits; ++s) {
+                const float l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)];
+                nan_split |= std::isnan(l);
+                row_max = std::max(row_max, l);
+            }
             float lse = -kInf;
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            if (row_max > -kInf) {
+            std::fill(acc.begin(), acc.end(), nan_split ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+            if (nan_split) {
+                lse = std::numeric_limits<float>::quiet_NaN();
+            } else if (row_max > -kInf) {
                 float sum = 0.0f;
                 for (int64_t s = 0; s < splits; ++s) {
                     const float l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)];

@@ -1,6 +1,7 @@
 #include "aux_kernels.h"
 
 #include "cuda_check.h"
+#include "kernels/score_policies.cuh"
 
 #include <flashattn/philox.h>
 
@@ -53,10 +54,14 @@ __global__ void unpack_padded_kernel(const uint16_t* src, StridedView dst, int64
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// Element (b, h, i, j) of (batch, heads, seqlen_q, seqlen_k): query i and key j of sequence b (varlen:
+// seqlen_q/k are the maxima, elements past a sequence's lengths are 0), exp(score - lse), negated
+// where dropout dropped it.
 template <typename T>
 __global__ void attn_probs_kernel(const FwdArgs args, float* probs) {
     const int64_t Sq = args.seqlen_q, Sk = args.seqlen_k, H = args.num_heads;
     const int64_t total = int64_t(args.batch) * H * Sq * Sk;
+    const bool varlen = args.cu_seqlens_q != nullptr;
     const DropoutKey key = args.dropout ? args.dropout_key() : DropoutKey{};
     for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
          idx += int64_t(gridDim.x) * blockDim.x) {
@@ -64,20 +69,24 @@ __global__ void attn_probs_kernel(const FwdArgs args, float* probs) {
         const int64_t i = (idx / Sk) % Sq;
         const int64_t h = (idx / (Sk * Sq)) % H;
         const int64_t b = idx / (Sk * Sq * H);
-        const int64_t q_len = Sq;
-        const int64_t k_len = args.seqused_k ? min(max(int64_t(args.seqused_k[b]), int64_t(0)), Sk) : Sk;
+        const kernels::SequenceBounds seq = kernels::sequence_bounds(args, int(b));
+        const int64_t q_len = seq.q_len, k_len = seq.k_len;
         float value = 0.0f;
-        const float lse = args.lse[(b * H + h) * Sq + i];
-        if (j < k_len && lse != -INFINITY && args.mask.allowed(i, j, q_len, k_len)) {
-            const T* q = static_cast<const T*>(args.q.data) + b * args.q.batch_stride + i * args.q.row_stride +
-                         h * args.q.head_stride;
-            const T* k = static_cast<const T*>(args.k.data) + b * args.k.batch_stride + j * args.k.row_stride +
-                         (h / args.heads_per_kv_head) * args.k.head_stride;
-            float dot = 0.0f;
-            for (int c = 0; c < args.head_dim; ++c) dot = fmaf(to_float(q[c]), to_float(k[c]), dot);
-            const float slope = args.alibi_slopes ? args.alibi_slopes[b * args.alibi_batch_stride + h] : 0.0f;
-            const float score = transform_score<float>(dot * args.scale, args.softcap, slope, i, j, q_len, k_len);
-            value = expf(score - lse);
+        if (i < q_len && j < k_len) {
+            const float lse = args.lse[varlen ? h * args.total_q + seq.q_row0 + i : (b * H + h) * Sq + i];
+            if (lse != -INFINITY && args.mask.allowed(i, j, q_len, k_len)) {
+                const auto row = [&](const fa_tensor& t, int64_t row0, int64_t r, int64_t head) {
+                    return static_cast<const T*>(t.data) + (varlen ? 0 : b * t.batch_stride) + (row0 + r) * t.row_stride +
+                           head * t.head_stride;
+                };
+                const T* q = row(args.q, seq.q_row0, i, h);
+                const T* k = row(args.k, seq.k_row0, j, h / args.heads_per_kv_head);
+                float dot = 0.0f;
+                for (int c = 0; c < args.head_dim; ++c) dot = fmaf(to_float(q[c]), to_float(k[c]), dot);
+                const float slope = args.alibi_slopes ? args.alibi_slopes[b * args.alibi_batch_stride + h] : 0.0f;
+                const float score = transform_score<float>(dot * args.scale, args.softcap, slope, i, j, q_len, k_len);
+                value = expf(score - lse);
+            }
             if (args.dropout) {
                 const DropoutRow rng(key.seed, key.offset, b, H, h, i);
                 if (rng.bits_for_column(j) >= args.keep_threshold) value = -value;

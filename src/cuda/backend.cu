@@ -6,6 +6,7 @@
 #include "bwd_aux_kernels.h"
 #include "bwd_launch.h"
 #include "cuda_check.h"
+#include "device_faults.h"
 #include "device_scope.h"
 #include "fwd_args.h"
 #include "forward.h"
@@ -219,7 +220,7 @@ FwdPlan plan_forward(const Problem& problem, int device) {
     plan.k_bytes = plan.stage_k ? bytes(plan.kv_batch, plan.k_rows, p.num_heads_k) : 0;
     plan.v_bytes = plan.stage_v ? bytes(plan.kv_batch, plan.k_rows, p.num_heads_k) : 0;
     plan.out_bytes = plan.stage_out ? bytes(plan.dense_batch, plan.q_rows, p.num_heads) : 0;
-    plan.lse_bytes = p.attn_probs && !p.softmax_lse ? size_t(p.batch) * p.num_heads * p.seqlen_q * 4 : 0;
+    plan.lse_bytes = p.attn_probs && !p.softmax_lse ? size_t(p.num_heads) * problem.total_q * 4 : 0;
     const int head_dim = plan.pad_head_dim ? plan.padded_dim : p.head_dim;
     plan.tile_dim = tile_head_dim(head_dim);
     plan.inference = plan_inference(problem, head_dim, plan.tile_dim, plan.device);
@@ -273,6 +274,7 @@ void forward(const Problem& problem, const FwdPlan& plan, Workspace& workspace) 
     const bool varlen = problem.varlen;
 
     FwdArgs args = fwd_args_from(problem);
+    args.fault = device_fault_record(device);
 
     // Layouts the kernel cannot address in 16-byte chunks go through packed, zero-padded copies.
     const int padded_dim = plan.padded_dim;
@@ -552,6 +554,7 @@ void backward(const BwdProblem& problem) {
 
     BwdArgs args{};
     args.fwd = fwd_args_from(pr);
+    args.fwd.fault = device_fault_record(device);
     args.dout = bp.dout;
     args.dq = bp.dq;
     args.dk = bp.dk;

@@ -16,7 +16,7 @@
 // decode is 1.3 us faster a call. The first kernel (one warp per row and 32 columns, the lse walked three times,
 // splits 16 at a time) took 3.7-7.1 us against cuDNN's 1.9-3.0 us (session 8 run 1).
 // combine_kernel never reads a split whose lse is -inf (its output may be uninitialised); a row with
-// no non-empty split gets out = 0 and lse = -inf.
+// no non-empty split gets out = 0 and lse = -inf; a row with a NaN lse gets NaN out and lse.
 //
 // After split-KV's split-keys kernel it is launched as a programmatic dependent on sm_90
 // (dependent_launch.h; FLASHATTN_CUDA_PDL=0 turns it off), so it waits for the partials first.
@@ -130,9 +130,16 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     LseSum total;
     total.add(first_lo);
     total.add(first_hi);
-    for (int s = lane + kSplitsPerChunk; s < num_splits; s += 32) total.add(split_lse(s));
+    bool nan_split = isnan(first_lo) || isnan(first_hi); // (LseSum's fmaxf would drop a NaN)
+    for (int s = lane + kSplitsPerChunk; s < num_splits; s += 32) {
+        const float x = split_lse(s);
+        nan_split |= isnan(x);
+        total.add(x);
+    }
     total.warp_reduce();
-    const float lse = total.lse2(); // log2 units
+    // A NaN lse makes the row NaN (out and lse), as any arithmetic on it would.
+    nan_split = __any_sync(0xffffffffu, nan_split);
+    const float lse = nan_split ? NAN : total.lse2(); // log2 units
 
     // Round 2 (per chunk of splits and pass of columns): this warp's splits of the chunk, weighted.
     const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
@@ -176,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                 float sum = 0.0f;
 #pragma unroll
                 for (int w2 = 0; w2 < kWarps; ++w2) sum += column_sums[w2][t];
-                store_out(args, out_at + col, sum);
+                store_out(args, out_at + col, nan_split ? NAN : sum);
             }
         }
         __syncthreads(); // column_sums is reused by the next pass
@@ -221,14 +228,17 @@ __global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid
     if (warp == 0) {
         lo *= kLog2e;
         hi *= kLog2e;
+        // A NaN lse (a split of a faulted sequence, device_faults.h) makes the row NaN: fmaxf and the
+        // weights below would drop it.
+        const bool nan_split = __any_sync(0xffffffffu, isnan(lo) || isnan(hi));
         float max = fmaxf(lo, hi);
         for (int offset = 16; offset > 0; offset /= 2) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
         const float max_or_0 = max == -INFINITY ? 0.0f : max; // all empty: every term below is 0
         float sum = fast_exp2(lo - max_or_0) + fast_exp2(hi - max_or_0);
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        const float lse = sum > 0.0f ? max + log2f(sum) : -INFINITY;
-        weights[lane] = sum > 0.0f ? fast_exp2(lo - lse) : 0.0f;
-        weights[lane + 32] = sum > 0.0f ? fast_exp2(hi - lse) : 0.0f;
+        const float lse = nan_split ? NAN : sum > 0.0f ? max + log2f(sum) : -INFINITY;
+        weights[lane] = nan_split ? NAN : sum > 0.0f ? fast_exp2(lo - lse) : 0.0f;
+        weights[lane + 32] = nan_split ? NAN : sum > 0.0f ? fast_exp2(hi - lse) : 0.0f;
         if (args.lse && lane == 0)
             args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] =
                 lse * kLn2;

@@ -5,6 +5,8 @@
 // so the meaning of each feature still comes from core/problem.h and include/flashattn/philox.h.
 #pragma once
 
+#include "device_faults.h"
+
 #include "core/problem.h"
 
 #include <flashattn/flashattn.h>
@@ -31,11 +33,13 @@ struct FwdArgs {
     int32_t num_m_blocks;        // query blocks per (sequence, head); set by the launcher
     int32_t section_heads;       // tile order, set by the launcher (kernels/tile_order.cuh); 0 = plain
 
-    // Varlen (device memory, never validated on the host: the kernel clamps what it reads).
+    // Varlen (device memory, never validated on the host: the kernels clamp what they read and record
+    // a value out of range in `fault`, device_faults.h).
     const int32_t* cu_seqlens_q;
     const int32_t* cu_seqlens_k;
     const int32_t* seqused_k;
     int64_t total_q, total_k;    // rows of the packed q / k (bounds for the clamps)
+    DeviceFault* fault;          // the device's fault record
 
     // Scores.
     float scale;                 // softmax scale
@@ -64,10 +68,11 @@ struct FwdArgs {
 
     // Read only by the inference variant of the SM80 kernel (fwd_kernel<..., kInference = true>,
     // set up by inference.cu); zero everywhere else. Device arrays, never validated on the host:
-    // the kernel clamps what it reads, except block indices (the caller's contract, docs/semantics.md).
+    // the kernel clamps what it reads and records faults, as for cu_seqlens.
     const int32_t* block_table;  // paged K/V: (batch, block_table_stride); k/v are (blocks, page_size) pools
     int64_t block_table_stride;
     int32_t page_size;
+    int32_t num_blocks;          // blocks in the k/v pools: table entries must lie in [0, num_blocks)
     const int32_t* cache_seqlens; // KV cache: rows before appending (then keys [leftpad, c + seqlen_new))
     const int32_t* cache_batch_idx;
     const int32_t* cache_leftpad;

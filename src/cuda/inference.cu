@@ -306,6 +306,7 @@ void run_inference_forward(const Problem& problem, const InferencePlan& plan, Fw
     args.block_table = kv.block_table;
     args.block_table_stride = kv.block_table_stride;
     args.page_size = int32_t(kv.page_size);
+    args.num_blocks = int32_t(kv.num_blocks);
     args.cache_seqlens = kv.cache_seqlens;
     args.cache_batch_idx = kv.cache_batch_idx;
     args.cache_leftpad = kv.cache_leftpad;

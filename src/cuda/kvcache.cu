@@ -5,6 +5,7 @@
 // stream; the device arrays (cache_seqlens, ...) are read only by kernels: no host synchronisation.
 #include "kernels/append_kv.cuh"
 
+#include "device_faults.h"
 #include "device_scope.h"
 #include "forward.h"
 
@@ -29,7 +30,7 @@ unsigned ctas_for(int64_t rows, const char* what) {
 }
 
 template <typename T>
-void append_and_rotate(const KvCacheProblem& problem, void* q_rotated, cudaStream_t stream) {
+void append_and_rotate(const KvCacheProblem& problem, void* q_rotated, DeviceFault* fault, cudaStream_t stream) {
     const fa_kvcache_params& p = problem.p;
     const fa_fwd_params& f = p.fwd;
     const KvLayout& kv = problem.attention.kv;
@@ -42,6 +43,8 @@ void append_and_rotate(const KvCacheProblem& problem, void* q_rotated, cudaStrea
     cache.block_table = f.block_table;
     cache.block_table_stride = f.block_table_batch_stride;
     cache.page_size = f.page_size;
+    cache.num_blocks = f.num_blocks;
+    cache.fault = fault;
     kernels::RotaryTable rotary{p.rotary_cos, p.rotary_sin, p.rotary_dim, p.seqlen_rotary, p.rotary_interleaved != 0};
 
     const int64_t new_rows = int64_t(f.batch) * kv.seqlen_new * f.num_heads_k;
@@ -126,10 +129,11 @@ void kvcache_forward(const KvCacheProblem& problem) {
 
     // q rotated into a packed (batch, seqlen_q, heads, head_dim) copy; the caller's q is untouched.
     void* const q_rotated = workspace.take(rotated_q_bytes(problem));
+    DeviceFault* const fault = device_fault_record(device);
     if (f.dtype == FA_FLOAT16) {
-        append_and_rotate<__half>(problem, q_rotated, stream);
+        append_and_rotate<__half>(problem, q_rotated, fault, stream);
     } else {
-        append_and_rotate<__nv_bfloat16>(problem, q_rotated, stream);
+        append_and_rotate<__nv_bfloat16>(problem, q_rotated, fault, stream);
     }
     forward(attention_of(problem, q_rotated), plan, workspace);
 }

@@ -186,7 +186,6 @@ void check_readable(const Problem& pr) {
 } // namespace
 
 ForwardResult forward(const Problem& pr, Precision precision, bool want_probs) {
-    require(!(want_probs && pr.varlen), "reference::forward: attention probabilities are only defined for dense calls");
     check_readable(pr);
     const Arithmetic math{precision, pr.p.dtype};
     const int64_t H = pr.heads(), d = pr.head_dim(), Sq = pr.p.seqlen_q, Sk = pr.p.seqlen_k;

@@ -7,7 +7,7 @@
 //                                                  row of (b, i) = varlen ? cu_seqlens_q[b] + i : b * seqlen_q + i
 //   dk, dv:       (k_rows, num_heads_k, head_dim)  likewise with seqlen_k / cu_seqlens_k / total_k
 //   lse:          the library's softmax_lse layout (Problem::lse_index)
-//   probs:        (batch, num_heads, seqlen_q, seqlen_k), dense calls only (attn_probs semantics)
+//   probs:        (batch, num_heads, seqlen_q, seqlen_k), varlen: seqlen_q/k are the maxima (attn_probs semantics)
 // Rows and columns outside a sequence's lengths are 0 (lse: -inf).
 #pragma once
 

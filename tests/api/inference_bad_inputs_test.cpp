@@ -129,6 +129,9 @@ std::vector<KvBreak> kvcache_breaks() {
         {"block_table_stride_short", true, [](P& p, I&) { p.fwd.block_table_batch_stride = 1; }, "block_table_batch_stride"},
         {"num_blocks_zero", true, [](P& p, I&) { p.fwd.num_blocks = 0; }, "num_blocks"},
         {"seqlen_k_beyond_table", true, [](P& p, I&) { p.fwd.seqlen_k = 33; }, "seqlen_k"},
+        // Past the table's capacity (2 pages of 16 rows), with and without appended keys.
+        {"paged_cache_seqlens_past_capacity", true, [](P& p, I& in) { p.k_new.data = p.v_new.data = nullptr; p.seqlen_new = 0; p.rotary_cos = p.rotary_sin = nullptr; in.cache_seqlens[0] = 33; }, "cache_seqlens[0]"},
+        {"paged_appended_keys_past_capacity", true, [](P&, I& in) { in.cache_seqlens[1] = 32; }, "cache_seqlens[1]"},
         {"block_index_out_of_range", true, [](P&, I& in) { in.table[0] = 4; }, "block_table[0][0]"},
         {"block_index_negative", true, [](P&, I& in) { in.cache_seqlens[1] = 20; in.table[3] = -1; }, "block_table[1][1]"},
         {"paged_with_cache_batch_idx", true, [](P& p, I& in) { p.cache_batch_idx = in.batch_idx.data(); }, "cache_batch_idx"},

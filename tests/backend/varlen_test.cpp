@@ -12,6 +12,16 @@ TEST_P(VarlenAttention, ForwardMatchesReference) {
     expect_forward_matches_reference(run);
 }
 
+// flash_attn's padded S_dmask: (batch, heads, max_seqlen_q, max_seqlen_k), 0 past each sequence.
+TEST_P(VarlenAttention, ForwardAttnProbsMatchReference) {
+    Case c = GetParam();
+    if (int64_t(c.batch) * c.heads * c.seqlen_q * c.seqlen_k > (1 << 20)) GTEST_SKIP() << "attn_probs: case too large";
+    c.want_probs = true;
+    AttentionRun run(c);
+    ASSERT_EQ(run.forward(), FA_OK) << describe(c) << ": " << run.last_error();
+    expect_forward_matches_reference(run);
+}
+
 TEST_P(VarlenAttention, BackwardMatchesReference) {
     AttentionRun run(GetParam());
     ASSERT_EQ(run.forward(), FA_OK) << describe(GetParam()) << ": " << run.last_error();

@@ -128,3 +128,20 @@ def test_deterministic_backward_is_reproducible(device):
             flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True).float().square().sum().backward()
         grads.append([t.grad.clone() for t in (q, k, v)])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_window_size_as_any_pair_of_integers(device):
+    """flash_attn takes window_size as a tuple, a list, a tensor (as its tests pass it) or numpy integers."""
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(4)
+    q, k, v = (randn(1, 50, 2, 32, dtype=torch.bfloat16, device=device) for _ in range(3))
+    cu = torch.tensor([0, 50], dtype=torch.int32, device=device)
+    expected = flashattn.flash_attn_func(q, k, v, window_size=(17, 4))
+    expected_varlen = flashattn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 50, 50, window_size=(17, 4))
+    for window in ([17, 4], torch.tensor([17, 4]), torch.tensor([17, 4], device=device, dtype=torch.int32),
+                   (np.int64(17), np.int32(4)), np.array([17, 4])):
+        assert torch.equal(flashattn.flash_attn_func(q, k, v, window_size=window), expected), repr(window)
+        out = flashattn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 50, 50, window_size=window)
+        assert torch.equal(out, expected_varlen), repr(window)
+    assert not torch.equal(flashattn.flash_attn_func(q, k, v, window_size=(4, 17)), expected)

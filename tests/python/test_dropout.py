@@ -103,10 +103,40 @@ def test_varlen_dropout_reproducible(device):
     assert not torch.equal(no_dropout, outs[0][0])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_varlen_attn_probs_are_the_padded_s_dmask(device):
+    """flash_attn's varlen S_dmask: (batch, heads, max_seqlen_q, max_seqlen_k), sequence b's query i and key j
+    at [b, :, i, j], dropped entries negated (the Philox pattern of that (b, i, j)), 0 past the lengths."""
+    torch.manual_seed(5)
+    dropout_p = 0.3
+    q_lens, k_lens = [7, 0, 12], [9, 4, 15]
+    cu_q = torch.tensor([0, 7, 7, 19], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, 9, 13, 28], dtype=torch.int32, device=device)
+    q = randn(19, 4, 32, dtype=torch.bfloat16, device=device)
+    k, v = (randn(28, 2, 32, dtype=torch.bfloat16, device=device) for _ in range(2))
+    out, lse, probs = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 12, 15, dropout_p=dropout_p, causal=True,
+                                                       return_attn_probs=True)
+    assert probs.shape == (3, 4, 12, 15) and probs.dtype == torch.float32
+    probs = probs.cpu()
+    for b in range(3):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        inside = probs[b, :, :q_lens[b], :k_lens[b]]
+        _, _, ref = attention_ref(q[qs].cpu()[None], k[ks].cpu()[None], v[ks].cpu()[None], causal=True)
+        torch.testing.assert_close(inside.abs(), ref[0].float(), atol=2e-3, rtol=0)
+        outside = probs[b].clone()
+        outside[:, :q_lens[b], :k_lens[b]] = 0
+        assert not outside.abs().any(), f"sequence {b}: entries past its lengths must be 0"
+        if q_lens[b]:
+            row_sums = inside.abs().sum(-1)
+            assert torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4)
+    dropped = torch.signbit(probs).float()[probs != 0].mean().item()
+    assert abs(dropped - dropout_p) < 0.06, f"dropped fraction {dropped:.3f}, expected {dropout_p}"
+
+
 def _forward_by_value(q, k, v, dropout_p, seed, offset, causal=False):
     """fa_forward with (seed, offset) in rng_seed/rng_offset (no rng_state pointer)."""
     out, lse = _ops._forward_outputs(q, k, None)
-    probs = _ops._probs_output(q, k, None, True)
+    probs = _ops._probs_output(q, k, None, 0, 0, True)
     params = _ops._fwd_params(q, k, v, out, lse, probs, None, None, None, None, 0, 0, dropout_p, q.shape[-1] ** -0.5,
                               causal, -1, -1, 0.0, None)
     params.rng_seed, params.rng_offset = seed, offset

@@ -221,7 +221,14 @@ BAD = [
     ("seqlens_int64", lambda q, kc, vc, k, v: dict(cache_seqlens=torch.tensor([1, 2])), TypeError,
      r"cache_seqlens must be int32"),
     ("seqlens_too_long", lambda q, kc, vc, k, v: dict(k=k, v=v, cache_seqlens=32), ValueError,
-     r"cache_seqlens\[0\] must be in \[0, 31\]"),
+     r"cache_seqlens = 32 must be in \[0, 31\]: k_cache's capacity"),
+    ("seqlens_tensor_too_long", lambda q, kc, vc, k, v: dict(k=k, v=v, cache_seqlens=torch.tensor([3, 32], dtype=torch.int32)),
+     ValueError, r"cache_seqlens\[1\] must be in \[0, 31\]"),
+    ("seqlens_past_the_table", lambda q, kc, vc, k, v: dict(k_cache=torch.zeros(4, 16, 2, 16, dtype=torch.float16),
+                                                            v_cache=torch.zeros(4, 16, 2, 16, dtype=torch.float16),
+                                                            cache_seqlens=33,
+                                                            block_table=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)),
+     ValueError, r"cache_seqlens = 33 must be in \[0, 32\]: the block_table's capacity"),
     ("batch_idx_duplicate", lambda q, kc, vc, k, v: dict(k=k, v=v, cache_seqlens=3,
                                                          cache_batch_idx=torch.tensor([1, 1], dtype=torch.int32)),
      ValueError, r"cache_batch_idx"),
@@ -247,10 +254,17 @@ def test_kvcache_bad_input(edit, error, pattern):
         flashattn.flash_attn_with_kvcache(**args)
 
 
-def test_kvcache_refuses_gradients():
+def test_kvcache_runs_the_forward_of_inputs_that_require_grad_and_refuses_only_a_backward():
+    # As flash_attn: the forward runs; only a backward through it is an error.
     q, k_cache, v_cache, k, v = kv_inputs()
-    with pytest.raises(NotImplementedError, match="forward only"):
-        flashattn.flash_attn_with_kvcache(q.requires_grad_(), k_cache, v_cache, cache_seqlens=2)
+    q.normal_()
+    expected = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=2)
+    out = flashattn.flash_attn_with_kvcache(q.clone().requires_grad_(), k_cache, v_cache, cache_seqlens=2)
+    assert torch.equal(out.detach(), expected)
+    with torch.no_grad():
+        assert not flashattn.flash_attn_with_kvcache(q.requires_grad_(), k_cache, v_cache, cache_seqlens=2).requires_grad
+    with pytest.raises(NotImplementedError, match="flash_attn_with_kvcache is forward only"):
+        out.float().sum().backward()
 
 
 def test_kvcache_traces_with_torch_compile():

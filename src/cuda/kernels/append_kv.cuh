@@ -8,6 +8,8 @@
 // CPU backend's and the reference's. Columns that do not rotate are copied bit for bit.
 #pragma once
 
+#include "device_faults.h"
+
 #include <flashattn/flashattn.h>
 
 #include <cuda_bf16.h>
@@ -25,7 +27,9 @@ struct RotaryTable {
     bool interleaved; // pairs (2t, 2t+1), else (t, t + rotary_dim / 2)
 };
 
-// What both kernels read of the cache: where sequence b's rows are and how many it had.
+// What both kernels read of the cache: where sequence b's rows are and how many it had. The arrays
+// are device memory the host never read: every value is clamped into its range, and one out of range
+// is a fault (device_faults.h) that sets `faulted`, for which the append writes nothing.
 struct CacheRows {
     const int32_t* cache_seqlens;
     const int32_t* cache_batch_idx;
@@ -35,20 +39,26 @@ struct CacheRows {
     const int32_t* block_table;
     int64_t block_table_stride;
     int32_t page_size;
+    int32_t num_blocks;
+    DeviceFault* fault;
 
-    // Rows before appending, clamped so that the appended rows stay inside the capacity (the device
-    // array was never validated on the host).
-    __device__ __forceinline__ int cached(int b) const {
-        return min(max(cache_seqlens[b], 0), seqlen_k - seqlen_new);
+    // Rows before appending: the appended rows must fit in the capacity.
+    __device__ __forceinline__ int cached(int b, bool& faulted) const {
+        return int(checked_index(fault, faulted, FaultArg::cache_seqlens, b, 0, cache_seqlens[b], 0,
+                                 seqlen_k - seqlen_new));
     }
     // Element offset of (cache row `row` of sequence b, KV head h) in t.
-    __device__ __forceinline__ int64_t offset(const fa_tensor& t, int b, int64_t row, int h) const {
+    __device__ __forceinline__ int64_t offset(const fa_tensor& t, int b, int64_t row, int h, bool& faulted) const {
         if (block_table) {
-            const int64_t block = block_table[int64_t(b) * block_table_stride + row / page_size];
+            const int64_t page = row / page_size;
+            const int64_t block = checked_index(fault, faulted, FaultArg::block_table, b, int(page),
+                                                block_table[int64_t(b) * block_table_stride + page], 0, num_blocks - 1);
             return block * t.batch_stride + (row % page_size) * t.row_stride + int64_t(h) * t.head_stride;
         }
-        const int entry = cache_batch_idx ? min(max(cache_batch_idx[b], 0), cache_entries - 1) : b;
-        return int64_t(entry) * t.batch_stride + row * t.row_stride + int64_t(h) * t.head_stride;
+        const int64_t entry = cache_batch_idx ? checked_index(fault, faulted, FaultArg::cache_batch_idx, b, 0,
+                                                              cache_batch_idx[b], 0, cache_entries - 1)
+                                              : b;
+        return entry * t.batch_stride + row * t.row_stride + int64_t(h) * t.head_stride;
     }
 };
 
@@ -117,14 +127,17 @@ __global__ void __launch_bounds__(32 * kRowsPerCta) append_kv_kernel(const __gri
     const int h = int(item % args.heads_k);
     const int i = int((item / args.heads_k) % seqlen_new);
     const int b = int(item / (int64_t(args.heads_k) * seqlen_new));
-    const int64_t row = args.cache.cached(b) + i; // also the key's rotary position
+    bool faulted = false;
+    const int64_t row = args.cache.cached(b, faulted) + i; // also the key's rotary position
+    T* const k_to = static_cast<T*>(args.k_cache.data) + args.cache.offset(args.k_cache, b, row, h, faulted);
+    T* const v_to = static_cast<T*>(args.v_cache.data) + args.cache.offset(args.v_cache, b, row, h, faulted);
+    if (faulted) return; // an index of the sequence out of range: its cache is left as it was
     const auto from = [&](const fa_tensor& t) {
         return static_cast<const T*>(t.data) + int64_t(b) * t.batch_stride + int64_t(i) * t.row_stride +
                int64_t(h) * t.head_stride;
     };
-    const auto to = [&](const fa_tensor& t) { return static_cast<T*>(t.data) + args.cache.offset(t, b, row, h); };
-    copy_row_rotated(from(args.k_new), to(args.k_cache), args.head_dim, args.rotary, row, lane);
-    copy_row_rotated(from(args.v_new), to(args.v_cache), args.head_dim, RotaryTable{}, 0, lane);
+    copy_row_rotated(from(args.k_new), k_to, args.head_dim, args.rotary, row, lane);
+    copy_row_rotated(from(args.v_new), v_to, args.head_dim, RotaryTable{}, 0, lane);
 }
 
 // Warp per (sequence b, query row i, head h): q -> q_rotated.
@@ -136,7 +149,8 @@ __global__ void __launch_bounds__(32 * kRowsPerCta) rotate_query_kernel(const __
     const int h = int(item % args.heads);
     const int i = int((item / args.heads) % args.seqlen_q);
     const int b = int(item / (int64_t(args.heads) * args.seqlen_q));
-    const int64_t position = args.cache.cached(b) + (args.position_per_row ? i : 0);
+    bool faulted = false; // (the attention reports it and writes NaN for the sequence)
+    const int64_t position = args.cache.cached(b, faulted) + (args.position_per_row ? i : 0);
     const T* src = static_cast<const T*>(args.q.data) + int64_t(b) * args.q.batch_stride + int64_t(i) * args.q.row_stride +
                    int64_t(h) * args.q.head_stride;
     T* dst = static_cast<T*>(args.q_rotated) + item * args.head_dim; // item = (b, i, h) in row-major order

@@ -177,8 +177,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const Element* k_head = static_cast<const Element*>(args.k.data) + int64_t(h_kv) * args.k.head_stride;
     const Element* v_head = static_cast<const Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride;
 
-    const PageTable page_table{paged ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
-                               uint32_t(args.page_size)};
+    PageTable page_table{paged ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
+                         uint32_t(args.page_size), args.num_blocks, args.fault, b};
     using Pages = PageSlots<decltype(size<1>(tKVc))::value>;
     // The page slots of the rows this thread copies of block n (paged K/V, any alignment).
     auto pages_of = [&](int n) __attribute__((always_inline)) {
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         if constexpr (decltype(paged_tag)::value) {
             int page, row;
             page_divmod(page, row, int(seq.k_row0) + n * kBlockN);
-            const int64_t block = page_table.table_row[page];
+            const int64_t block = page_table.block(page);
             rows.k = k_head + block * args.k.batch_stride + int64_t(row) * args.k.row_stride;
             rows.v = v_head + block * args.v.batch_stride + int64_t(row) * args.v.row_stride;
         } else {
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
             int page, row;
             page_divmod(page, row, int(seq.k_row0) + n * kBlockN);
             if (args.prefetch_pages) {
-                const int64_t block = page_table.table_row[page];
+                const int64_t block = page_table.block(page);
                 const Element* k_at = k_head + block * args.k.batch_stride + int64_t(row) * args.k.row_stride;
                 const Element* v_at = v_head + block * args.v.batch_stride + int64_t(row) * args.v.row_stride;
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(k_at));
@@ -386,7 +386,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     float* merge_lse = reinterpret_cast<float*>(smem + Warp::kSmemQElems * sizeof(Element));
     float* merge_o = merge_lse + kWarps * kBlockM;
     cp_async_wait<0>(); // (only empty groups are left)
-    __syncthreads();    // every warp is done with its ring
+    // Every warp is done with its ring; and whether any met a block table entry out of range.
+    const bool faulted = __syncthreads_or(page_table.faulted) || seq.faulted;
     {
         Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
         Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
@@ -439,6 +440,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
                 o.z += weight * part.z;
                 o.w += weight * part.w;
             }
+        }
+        if (faulted) { // an index of the sequence was out of range (device_faults.h): NaN, also in partials
+            lse = __int_as_float(0x7fffffff);
+            o = make_float4(lse, lse, lse, lse);
         }
         const int i = m0 + row;
         const int head = packed ? h + i : h, q_row = packed ? 0 : i;

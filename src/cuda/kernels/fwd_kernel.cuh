@@ -156,9 +156,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
     // K or V block n into shared memory (its ring stage): rows of the tensor, or (paged, inference
     // variant only) rows found through the block table, at `pages` (resolved by the caller).
-    const PageTable page_table{kInference && args.block_table ? args.block_table + int64_t(b) * args.block_table_stride
-                                                              : nullptr,
-                               uint32_t(args.page_size)};
+    PageTable page_table{kInference && args.block_table ? args.block_table + int64_t(b) * args.block_table_stride
+                                                        : nullptr,
+                         uint32_t(args.page_size), args.num_blocks, args.fault, b};
     auto load_kv_pages = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n, auto const& pages)
                              __attribute__((always_inline)) {
         const int rows_valid = seq.k_len - n * kBlockN;
@@ -267,6 +267,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // Epilogue: normalise, lse, O through shared memory (Q's buffer) to 16-byte global stores.
     float row_lse[decltype(size<0>(acc_o_rows))::value];
     softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
+    // A sequence with an index out of range (a block table entry: any thread may have met it) leaves NaN.
+    bool faulted = seq.faulted;
+    if constexpr (kInference) faulted = __syncthreads_or(page_table.faulted) || faulted;
+    if (faulted) poison_rows(acc_o_rows, row_lse);
 
     // (query head, query row) of tile row i.
     auto head_of = [&](int i) { return packed ? h + i : h; };

@@ -317,6 +317,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         // Epilogue: O normalised, through Q's buffer to global memory; the lse.
         float row_lse[kRows];
         softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
+        if (t.seq.faulted) poison_rows(acc_o_rows, row_lse); // an index out of range (device_faults.h)
         Tensor o = convert_fragment<Element>(acc_o);
         Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});
         auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);

@@ -17,14 +17,16 @@ namespace flashattn::cuda::kernels {
 using namespace cute;
 
 // Lengths and first rows of one sequence. cu_seqlens / seqused_k (and a KV cache's arrays) live in
-// device memory that the host never validated, so every value read is clamped: a malformed array
-// gives wrong rows of a malformed call, never an access outside q/k/v/out/lse (paged K/V: outside
-// the blocks the table names, which is the caller's contract).
+// device memory that the host never validated, so every value read is clamped into its valid range
+// (device_faults.h): a malformed array never sends an access outside q/k/v/out/lse. A value out of
+// range is recorded in the device's fault record and marks the sequence `faulted`: the forward
+// kernels then write NaN for its output and lse.
 struct SequenceBounds {
     int q_len, k_len;        // q_len: rows of the CTA's tile space (the group's heads when packed)
     int64_t q_row0, k_row0;  // k_row0: first key row (KV cache: leftpad; paged: row in the table)
     int64_t k_batch = 0;     // batch entry of k/v (KV cache: cache_batch_idx[b])
     bool rows_are_heads = false; // GQA packing (seqlen_q == 1): tile row r is query head r of the group
+    bool faulted = false;    // an index of this sequence was out of range
 
     // The mask and ALiBi are defined on query rows: with packed heads every tile row is query row 0
     // of a one-row problem.
@@ -32,31 +34,55 @@ struct SequenceBounds {
     __host__ __device__ __forceinline__ int query_len() const { return rows_are_heads ? 1 : q_len; }
 };
 
+// A faulted sequence's output: NaN in every element of O and its lse (the rows of the tile).
+template <typename AccRows, int kRows>
+__device__ __forceinline__ void poison_rows(AccRows& acc_o_rows, float (&row_lse)[kRows]) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o_rows); ++i) acc_o_rows(i) = __int_as_float(0x7fffffff);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) row_lse[r] = __int_as_float(0x7fffffff);
+}
+
+// Rows [cu[b], cu[b + 1]) of a packed tensor: cu[0] = 0, cu[b] <= cu[b + 1] <= total, at most
+// max_len rows. Returns the first row; `len` the (clamped) number of rows.
+__device__ __forceinline__ int64_t checked_rows(const int32_t* cu, int b, int64_t total, int64_t max_len,
+                                                FaultArg arg, DeviceFault* fault, bool& faulted, int64_t& len) {
+    const int64_t row0 = checked_index(fault, faulted, arg, b, b, cu[b], 0, b == 0 ? 0 : total);
+    const int64_t row1 = checked_index(fault, faulted, arg, b, b + 1, cu[b + 1], row0, min(total, row0 + max_len));
+    len = row1 - row0;
+    return row0;
+}
+
 template <bool kInference = false>
 __device__ __forceinline__ SequenceBounds sequence_bounds(const FwdArgs& args, int b) {
     SequenceBounds s{args.seqlen_q, args.seqlen_k, 0, 0};
     s.k_batch = b;
     const bool paged = kInference && args.block_table != nullptr;
     if (args.cu_seqlens_q) {
-        const int64_t q0 = min(max(int64_t(args.cu_seqlens_q[b]), int64_t(0)), args.total_q);
-        const int64_t q1 = min(max(int64_t(args.cu_seqlens_q[b + 1]), q0), args.total_q);
+        int64_t q_len, k_len;
+        s.q_row0 = checked_rows(args.cu_seqlens_q, b, args.total_q, args.seqlen_q, FaultArg::cu_seqlens_q, args.fault,
+                                s.faulted, q_len);
         // Paged: cu_seqlens_k gives only lengths (rows start at 0 of the table); total_k bounds nothing.
-        const int64_t k_bound = paged ? int64_t(INT_MAX) : args.total_k;
-        const int64_t k0 = min(max(int64_t(args.cu_seqlens_k[b]), int64_t(0)), k_bound);
-        const int64_t k1 = min(max(int64_t(args.cu_seqlens_k[b + 1]), k0), k_bound);
-        s.q_row0 = q0;
+        const int64_t k0 = checked_rows(args.cu_seqlens_k, b, paged ? int64_t(INT_MAX) : args.total_k, args.seqlen_k,
+                                        FaultArg::cu_seqlens_k, args.fault, s.faulted, k_len);
         s.k_row0 = paged ? 0 : k0;
-        s.q_len = int(min(q1 - q0, int64_t(args.seqlen_q))); // the grid covers max_seqlen_q rows
-        s.k_len = int(min(k1 - k0, int64_t(args.seqlen_k)));
+        s.q_len = int(q_len);
+        s.k_len = int(k_len);
     }
-    if (args.seqused_k) s.k_len = min(max(args.seqused_k[b], 0), s.k_len);
+    if (args.seqused_k)
+        s.k_len = int(checked_index(args.fault, s.faulted, FaultArg::seqused_k, b, 0, args.seqused_k[b], 0, s.k_len));
     if constexpr (kInference) {
         if (args.cache_seqlens) { // keys are cache rows [leftpad, c + seqlen_new) (docs/semantics.md)
-            const int c = min(max(args.cache_seqlens[b], 0), args.seqlen_k - args.seqlen_new);
-            const int pad = args.cache_leftpad ? min(max(args.cache_leftpad[b], 0), c) : 0;
+            const int c = int(checked_index(args.fault, s.faulted, FaultArg::cache_seqlens, b, 0, args.cache_seqlens[b],
+                                            0, args.seqlen_k - args.seqlen_new));
+            const int pad = args.cache_leftpad ? int(checked_index(args.fault, s.faulted, FaultArg::cache_leftpad, b, 0,
+                                                                   args.cache_leftpad[b], 0, c))
+                                               : 0;
             s.k_row0 = pad;
             s.k_len = c + args.seqlen_new - pad;
-            if (args.cache_batch_idx) s.k_batch = min(max(args.cache_batch_idx[b], 0), args.cache_entries - 1);
+            if (args.cache_batch_idx)
+                s.k_batch = checked_index(args.fault, s.faulted, FaultArg::cache_batch_idx, b, 0, args.cache_batch_idx[b],
+                                          0, args.cache_entries - 1);
         }
         if (args.pack_gqa) {
             s.q_len = args.heads_per_kv_head;

@@ -2,6 +2,8 @@
 // accumulator views and the fp32 -> 16-bit conversion.
 #pragma once
 
+#include "device_faults.h"
+
 #include <flashattn/flashattn.h>
 
 #include <cute/tensor.hpp>
@@ -125,19 +127,35 @@ struct PageSlots {
     __device__ __forceinline__ PageSlot const& operator[](int m) const { return pass[m]; }
 };
 
+// One sequence's row of the block table. Entries live in device memory the host never read: an
+// entry outside [0, num_blocks) reads block 0 instead (inside the pool), is recorded in the device's
+// fault record and sets `faulted` (device_faults.h; the kernel then writes NaN for the sequence).
 struct PageTable {
     const int32_t* table_row; // this sequence's row of the block table
     uint32_t page_size;
+    int32_t num_blocks;
+    DeviceFault* fault;
+    int sequence;
+    bool faulted = false;
+
+    // The pool block of page `page` of the sequence.
+    __device__ __forceinline__ int32_t block(uint32_t page) {
+        const int32_t entry = table_row[page];
+        if (uint32_t(entry) < uint32_t(num_blocks)) return entry;
+        faulted = true;
+        record_fault(fault, FaultArg::block_table, sequence, int(page), entry, 0, num_blocks - 1);
+        return 0;
+    }
 
     // Rows `first_row + r` for the thread's tile rows r < rows_valid (the others are not read).
     template <typename Coords>
-    __device__ __forceinline__ auto slots(Coords const& coords, int rows_valid, int64_t first_row) const {
+    __device__ __forceinline__ auto slots(Coords const& coords, int rows_valid, int64_t first_row) {
         PageSlots<decltype(size<1>(coords))::value> out;
         CUTE_UNROLL
         for (int m = 0; m < size<1>(coords); ++m) {
             const int r = get<0>(coords(0, m, 0));
             const uint32_t row = uint32_t(first_row + r);
-            out[m] = r < rows_valid ? PageSlot{table_row[row / page_size], row % page_size} : PageSlot{0, 0};
+            out[m] = r < rows_valid ? PageSlot{block(row / page_size), row % page_size} : PageSlot{0, 0};
         }
         return out;
     }
