@@ -36,8 +36,9 @@ struct DeviceFault {
 };
 
 #if defined(__CUDACC__)
-// Keep the first fault since the last check. Cold: only ever reached with a bad value.
-__device__ __noinline__ inline void record_fault(DeviceFault* fault, FaultArg arg, int sequence, int column,
+// Keep the first fault since the last check. (Inlined: a call from a lane-divergent branch could
+// leave the warp diverged at the warp-wide instructions after it.)
+__device__ __forceinline__ void record_fault(DeviceFault* fault, FaultArg arg, int sequence, int column,
                                                  int value, int64_t low, int64_t high) {
     if (fault == nullptr || atomicCAS(&fault->arg, 0, -1) != 0) return;
     fault->sequence = sequence;

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const Element* v_head = static_cast<const Element*>(args.v.data) + int64_t(h_kv) * args.v.head_stride;
 
     PageTable page_table{paged ? args.block_table + int64_t(b) * args.block_table_stride : nullptr,
-                         uint32_t(args.page_size), args.num_blocks, args.fault, b};
+                         uint32_t(args.page_size), args.num_blocks};
     using Pages = PageSlots<decltype(size<1>(tKVc))::value>;
     // The page slots of the rows this thread copies of block n (paged K/V, any alignment).
     auto pages_of = [&](int n) __attribute__((always_inline)) {
@@ -388,6 +388,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     cp_async_wait<0>(); // (only empty groups are left)
     // Every warp is done with its ring; and whether any met a block table entry out of range.
     const bool faulted = __syncthreads_or(page_table.faulted) || seq.faulted;
+    page_table.report(args.fault, b);
     {
         Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
         Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));

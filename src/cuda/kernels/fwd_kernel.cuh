@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // variant only) rows found through the block table, at `pages` (resolved by the caller).
     PageTable page_table{kInference && args.block_table ? args.block_table + int64_t(b) * args.block_table_stride
                                                         : nullptr,
-                         uint32_t(args.page_size), args.num_blocks, args.fault, b};
+                         uint32_t(args.page_size), args.num_blocks};
     auto load_kv_pages = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n, auto const& pages)
                              __attribute__((always_inline)) {
         const int rows_valid = seq.k_len - n * kBlockN;
@@ -269,7 +269,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
     // A sequence with an index out of range (a block table entry: any thread may have met it) leaves NaN.
     bool faulted = seq.faulted;
-    if constexpr (kInference) faulted = __syncthreads_or(page_table.faulted) || faulted;
+    if constexpr (kInference) {
+        faulted = __syncthreads_or(page_table.faulted) || faulted;
+        page_table.report(args.fault, b);
+    }
     if (faulted) poison_rows(acc_o_rows, row_lse);
 
     // (query head, query row) of tile row i.

@@ -128,23 +128,30 @@ struct PageSlots {
 };
 
 // One sequence's row of the block table. Entries live in device memory the host never read: an
-// entry outside [0, num_blocks) reads block 0 instead (inside the pool), is recorded in the device's
-// fault record and sets `faulted` (device_faults.h; the kernel then writes NaN for the sequence).
+// entry outside [0, num_blocks) reads block 0 instead (inside the pool) and sets `faulted`; the
+// kernel then writes NaN for the sequence and, once its main loop is done, report() records the
+// fault (device_faults.h). The lookup itself has no branch: a call or a divergent path here, between
+// a warp's ldmatrix and mma instructions, would leave the warp diverged where they need all lanes.
 struct PageTable {
     const int32_t* table_row; // this sequence's row of the block table
     uint32_t page_size;
     int32_t num_blocks;
-    DeviceFault* fault;
-    int sequence;
     bool faulted = false;
+    int32_t bad_page = 0, bad_entry = 0;
 
     // The pool block of page `page` of the sequence.
     __device__ __forceinline__ int32_t block(uint32_t page) {
         const int32_t entry = table_row[page];
-        if (uint32_t(entry) < uint32_t(num_blocks)) return entry;
-        faulted = true;
-        record_fault(fault, FaultArg::block_table, sequence, int(page), entry, 0, num_blocks - 1);
-        return 0;
+        const bool ok = uint32_t(entry) < uint32_t(num_blocks);
+        bad_page = ok ? bad_page : int32_t(page);
+        bad_entry = ok ? bad_entry : entry;
+        faulted |= !ok;
+        return ok ? entry : 0;
+    }
+
+    // Records this thread's fault, if it met one (call where the warp may diverge).
+    __device__ __forceinline__ void report(DeviceFault* fault, int sequence) const {
+        if (faulted) record_fault(fault, FaultArg::block_table, sequence, bad_page, bad_entry, 0, num_blocks - 1);
     }
 
     // Rows `first_row + r` for the thread's tile rows r < rows_valid (the others are not read).
