@@ -334,6 +334,13 @@ FA_API int fa_cuda_available(void);
 FA_API void fa_set_num_threads(int num_threads);
 FA_API int fa_get_num_threads(void);
 
+/* Debugging and benchmarking only: force choices the library otherwise makes itself, e.g.
+ * "forward_kernel=sm80,backward_kernel=sm90,inference_kernel=tile64" (keys: forward_kernel,
+ * backward_kernel, inference_kernel, cpu_isa, cpu_blocks; docs/cuda-backend.md, "Overrides").
+ * Replaces the environment variable FLASHATTN_OVERRIDES's value for the process; NULL or "" clears.
+ * A forced kernel runs only where it can (each rejection's reason is the planner's). */
+FA_API fa_status fa_set_overrides(const char* spec);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -2,6 +2,7 @@
 // escapes this file as an exception: a C caller (or a Python binding) only ever sees fa_status.
 #include "backend.h"
 #include "error.h"
+#include "overrides.h"
 #include "problem.h"
 
 #include <flashattn/flashattn.h>
@@ -302,5 +303,7 @@ int fa_cuda_available(void) { return cuda::available() ? 1 : 0; }
 
 void fa_set_num_threads(int num_threads) { cpu::set_num_threads(num_threads < 0 ? 0 : num_threads); }
 int fa_get_num_threads(void) { return cpu::num_threads(); }
+
+fa_status fa_set_overrides(const char* spec) { return guarded([&] { set_overrides(spec); }); }
 
 } // extern "C"

@@ -2,6 +2,7 @@
 // memory, run. The attention algorithm itself lives in kernels/ (see docs/cpu-backend.md).
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/overrides.h"
 #include "executor.h"
 #include "inference.h"
 #include "thread_pool.h"
@@ -26,19 +27,36 @@ namespace {
 
 // ---- ISA selection --------------------------------------------------------------------------
 
-const KernelSet* best_supported_kernels() {
+// The instruction sets this CPU runs (asked once); the kernel build used is the best of them, or
+// the one the overrides name (cpu_isa) when the CPU has it.
+struct IsaSupport {
+    bool avx2 = false, avx512 = false;
+};
+
+const IsaSupport& isa_support() {
+    static const IsaSupport support = [] {
+        IsaSupport s;
 #if defined(FLASHATTN_CPU_X86)
-    __builtin_cpu_init();
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const char* requested = std::getenv("FLASHATTN_CPU_ISA");
-    const std::string want = requested ? requested : "";
-    if (avx512 && (want.empty() || want == "avx512")) return &avx512::kernels;
-    if (avx2 && (want.empty() || want == "avx512" || want == "avx2")) return &avx2::kernels;
+        __builtin_cpu_init();
+        s.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        s.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-    return &generic::kernels;
+        return s;
+    }();
+    return support;
+}
+
+const KernelSet& kernels_for(const std::string& want) {
+#if defined(FLASHATTN_CPU_X86)
+    const IsaSupport& isa = isa_support();
+    if (isa.avx512 && (want.empty() || want == "avx512")) return avx512::kernels;
+    if (isa.avx2 && (want.empty() || want == "avx512" || want == "avx2")) return avx2::kernels;
+#else
+    (void)want;
+#endif
+    return generic::kernels;
 }
 
 // ---- thread pool ----------------------------------------------------------------------------
@@ -159,31 +177,22 @@ private:
     std::vector<void*> blocks_;
 };
 
-Tuning tuning_from_environment() {
+// The kernel build and tiles of one call (overrides: cpu_isa, cpu_blocks).
+struct CallKernels {
+    const KernelSet& kernels;
     Tuning tuning;
-    if (const char* env = std::getenv("FLASHATTN_CPU_BLOCKS")) {
-        int values[4] = {0, 0, 0, 0};
-        if (std::sscanf(env, "%d,%d,%d,%d", &values[0], &values[1], &values[2], &values[3]) >= 1) {
-            tuning.fwd_block_q = values[0];
-            tuning.fwd_block_k = values[1];
-            tuning.bwd_block_q = values[2];
-            tuning.bwd_block_k = values[3];
-        }
-    }
-    return tuning;
-}
-
-const Tuning& tuning() {
-    static const Tuning value = tuning_from_environment();
-    return value;
+};
+CallKernels call_kernels() {
+    const Overrides overrides = current_overrides();
+    Tuning tuning;
+    tuning.fwd_block_q = overrides.cpu_fwd_block_q;
+    tuning.fwd_block_k = overrides.cpu_fwd_block_k;
+    tuning.bwd_block_q = overrides.cpu_bwd_block_q;
+    tuning.bwd_block_k = overrides.cpu_bwd_block_k;
+    return {kernels_for(overrides.cpu_isa), tuning};
 }
 
 } // namespace
-
-const KernelSet& active_kernels() {
-    static const KernelSet* chosen = best_supported_kernels();
-    return *chosen;
-}
 
 void forward(const Problem& problem) {
     const fa_fwd_params& p = problem.p;
@@ -191,13 +200,15 @@ void forward(const Problem& problem) {
         std::fill_n(p.attn_probs, int64_t(p.batch) * p.num_heads * p.seqlen_q * p.seqlen_k, 0.0f);
     PoolLease lease;
     CallExecutor executor(lease.pool(), lease.workspace());
-    active_kernels().forward(problem, tuning(), executor);
+    const CallKernels call = call_kernels();
+    call.kernels.forward(problem, call.tuning, executor);
 }
 
 void backward(const BwdProblem& problem) {
     PoolLease lease;
     CallExecutor executor(lease.pool(), lease.workspace());
-    active_kernels().backward(problem, tuning(), executor);
+    const CallKernels call = call_kernels();
+    call.kernels.backward(problem, call.tuning, executor);
 }
 
 // Append, then attend: every sequence's new rows are in the cache before any sequence reads it.
@@ -207,7 +218,8 @@ void kvcache_forward(const KvCacheProblem& problem) {
     CallExecutor executor(lease.pool(), lease.workspace());
     append_to_cache(problem, executor);
     const Problem attention = attention_with_rotated_queries(problem, executor);
-    active_kernels().forward(attention, tuning(), executor);
+    const CallKernels call = call_kernels();
+    call.kernels.forward(attention, call.tuning, executor);
 }
 
 void combine(const CombineProblem& problem) {

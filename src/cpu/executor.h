@@ -51,8 +51,4 @@ namespace avx2 { extern const KernelSet kernels; }
 namespace avx512 { extern const KernelSet kernels; }
 #endif
 
-// The build the backend runs (chosen once per process from the CPU's features; FLASHATTN_CPU_ISA
-// = generic | avx2 | avx512 asks for a lower one, e.g. to test the portable path).
-const KernelSet& active_kernels();
-
 } // namespace flashattn::cpu

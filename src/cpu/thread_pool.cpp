@@ -1,5 +1,7 @@
 #include "thread_pool.h"
 
+#include "core/overrides.h"
+
 #include <chrono>
 #include <cstdlib>
 
@@ -39,11 +41,7 @@ bool spin_until(Ready&& ready) {
 } // namespace
 
 int default_num_threads() {
-    if (const char* env = std::getenv("FLASHATTN_NUM_THREADS")) {
-        char* end = nullptr;
-        const long n = std::strtol(env, &end, 10);
-        if (end != env && *end == '\0' && n > 0) return n > 1024 ? 1024 : static_cast<int>(n);
-    }
+    if (const int n = num_threads_from_environment(); n > 0) return n; // FLASHATTN_NUM_THREADS
 #if defined(__linux__)
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {

@@ -34,11 +34,11 @@
 // so one descriptor layout serves both consumers); the P/dS register -> shared copy writes each
 // register to its own (query, key); the transposed views; the producer's and the dK/dV epilogue's
 // copies.
-#include "kernels/bwd_policies.cuh"
-#include "kernels/bwd_traits.cuh"
-#include "kernels/bwd_traits_sm90.cuh"
-#include "kernels/tile_ops.cuh"
-#include "kernels/wgmma_ops.cuh"
+#include "device/bwd_policies.cuh"
+#include "kernels/backward/bwd_traits.cuh"
+#include "kernels/backward_sm90/bwd_traits_sm90.cuh"
+#include "device/tile_ops.cuh"
+#include "device/wgmma_ops.cuh"
 
 #include "host_check.h"
 #include "producer_copy_check.h"

@@ -79,7 +79,16 @@ def load_library(path=None):
     lib.fa_last_error.restype = ctypes.c_char_p
     lib.fa_cuda_available.restype = ctypes.c_int
     lib.fa_version_string.restype = ctypes.c_char_p
+    lib.fa_set_overrides.argtypes = [ctypes.c_char_p]
+    lib.fa_set_overrides.restype = ctypes.c_int
     return lib
+
+
+def set_overrides(spec):
+    """fa_set_overrides (src/core/overrides.h): force a kernel choice for the process; "" = none."""
+    status = lib().fa_set_overrides(spec.encode())
+    if status != 0:
+        raise FlashAttnError(status, lib().fa_last_error().decode())
 
 
 _lib = None

@@ -24,12 +24,12 @@
 //     split_share() and inference_work_item() cover their ranges exactly once;
 //   - the Hopper forward's producer copies (SwizzledTileCopy) of Q and K/V against CuTe's tiled
 //     copy, for every head dim (producer_copy_check.h).
-#include "kernels/fwd_decode_kernel.cuh"
-#include "kernels/fwd_traits.cuh"
-#include "kernels/fwd_traits_sm90.cuh"
-#include "kernels/score_policies.cuh"
-#include "kernels/tile_ops.cuh"
-#include "kernels/tile_order.cuh"
+#include "kernels/decode/decode_kernel.cuh"
+#include "kernels/forward/fwd_traits.cuh"
+#include "kernels/forward_sm90/fwd_traits_sm90.cuh"
+#include "device/score_policies.cuh"
+#include "device/tile_ops.cuh"
+#include "device/tile_order.cuh"
 
 #include "host_check.h"
 #include "producer_copy_check.h"

@@ -2,8 +2,8 @@
 // layout_check.cu (forward) and bwd_layout_check.cu (backward). Include after host_check.h.
 #pragma once
 
-#include "kernels/gmem_copies.cuh"
-#include "kernels/producer_copies.cuh"
+#include "device/gmem_copies.cuh"
+#include "device/producer_copies.cuh"
 
 #include <cute/tensor.hpp>
 

@@ -187,20 +187,26 @@ def test_kvcache_long_caches(page, num_splits):
     check_kvcache(kp, causal=True, num_splits=num_splits, compare_cpu=page == 16 and num_splits == 0)
 
 
-DECODE_VARIANT_CASES = [(v, page, d) for v in ("default", "tile64", "narrow", "baseline", "wave_splits",
-                                              "split_keys", "split_keys_deep")
-                        for page in (0, 16, 64) for d in ((64, 128, 256) if v.startswith("split_keys") else (64, 128))]
+DECODE_VARIANT_CASES = [(v, page, d) for v in ("auto", "tile64", "split_keys") for page in (0, 16, 64)
+                        for d in (64, 128, 256)]
+
+
+@pytest.fixture
+def overrides():
+    """Sets fa_set_overrides for one test (the planner's forced choices), cleared afterwards."""
+    yield fa.set_overrides
+    fa.set_overrides("")
 
 
 @pytest.mark.parametrize("variant,page,d", DECODE_VARIANT_CASES,
                          ids=[f"{v}-page{p}-d{d}" for v, p, d in DECODE_VARIANT_CASES])
-def test_kvcache_decode_variants(variant, page, d, monkeypatch):
-    """FLASHATTN_CUDA_DECODE (src/cuda/inference.cu): each K/V load schedule and split rule gives
-    the reference's result. Lengths cover a cache shorter than the ring of K/V stages (1 and 70
-    rows), ragged block tails and left padding (pages straddle the 64/128-key blocks). The
-    split-keys kernel (16-key blocks, 4 warps): caches shorter than one block per warp, and d256
-    (Q read from shared memory per block)."""
-    monkeypatch.setenv("FLASHATTN_CUDA_DECODE", variant)
+def test_kvcache_decode_variants(variant, page, d, overrides):
+    """Both inference kernels (overrides inference_kernel=tile64 / split_keys; auto: the planner's
+    choice) give the reference's result. Lengths cover a cache shorter than the ring of K/V stages
+    (1 and 70 rows), ragged block tails and left padding (pages straddle the 64/128-key blocks). The
+    decode kernel (16-key blocks, 4 warps): caches shorter than one block per warp, and d256 (Q read
+    from shared memory per block)."""
+    overrides(f"inference_kernel={variant}")
     torch.manual_seed(page + d)
     kp = KvProblem(batch=5, seqlen_q=1, seqlen_new=1, capacity=4096, heads=32, heads_k=8, d=d,
                    dtype=torch.bfloat16, page=page, rotary=0.0, leftpad=page != 64, batch_idx=page == 0,
@@ -210,14 +216,10 @@ def test_kvcache_decode_variants(variant, page, d, monkeypatch):
 
 
 @pytest.mark.parametrize("batch,page", [(16, 0), (11, 0), (16, 16)], ids=["contiguous", "contiguous-b11", "paged16"])
-@pytest.mark.parametrize("rule", ["default", "deep"])
-def test_kvcache_decode_fills_the_sms(batch, page, rule, monkeypatch):
+def test_kvcache_decode_fills_the_sms(batch, page):
     """Batch 16 (11) x 8 KV heads: items that fill the SMs once (0.67 x the SMs). A contiguous cache
-    runs unsplit, one CTA per item (inference.cu's rule: the 3-stage ring, or the deep ring from 0.8
-    x the SMs under FLASHATTN_CUDA_DECODE_UNSPLIT=deep), a paged one in two splits; each the
+    runs unsplit, one CTA per item (the planner's rule), a paged one in two splits; each the
     reference's result, with ragged lengths (a last block of 1 row, a cache shorter than a ring)."""
-    if rule == "deep":
-        monkeypatch.setenv("FLASHATTN_CUDA_DECODE_UNSPLIT", "deep")
     torch.manual_seed(16 + page)
     lens = [4096, 4095, 1, 70, 2049, 4000, 17, 3333, 4096, 2, 1000, 4001, 256, 255, 3071, 4094][:batch]
     kp = KvProblem(batch=batch, seqlen_q=1, seqlen_new=1, capacity=4096, heads=32, heads_k=8, d=128,

@@ -48,12 +48,9 @@ def test_forward_capture_and_replay(varlen):
 
 
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-@pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "pdl"])
-def test_decode_capture_and_replay(paged, pdl, monkeypatch):
-    """A decode step (one query token, GQA, split-KV: the split-keys kernel, then the combine, also
-    as a programmatic dependent launch on sm_90: FLASHATTN_CUDA_PDL=1) captured and replayed: the
-    same result as eager."""
-    monkeypatch.setenv("FLASHATTN_CUDA_PDL", pdl)
+def test_decode_capture_and_replay(paged):
+    """A decode step (one query token, GQA, split-KV: the decode kernel, then the combine, on sm_90
+    a programmatic dependent launch) captured and replayed: the same result as eager."""
     torch.manual_seed(3)
     batch, cache_len, heads, heads_k, d = 2, 4096, 8, 2, 128
     q = randn(batch, 1, heads, d, dtype=torch.bfloat16, device="cuda")

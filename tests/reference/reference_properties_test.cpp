@@ -524,13 +524,27 @@ TEST(ReferenceSamePrecision, Fp32IsCloseToFp64AndHalfPrecisionsAreNot) {
     }
 }
 
-TEST(ReferenceInputs, RejectsProbabilitiesForVarlenAndMalformedSequenceArrays) {
+TEST(ReferenceInputs, VarlenProbabilitiesArePaddedAndMalformedSequenceArraysRejected) {
     Case c = small();
     c.varlen = true;
     c.q_lens = {3, 4};
     c.k_lens = {5, 2};
     AttentionRun run(c);
-    EXPECT_THROW(reference::forward(run.problem(), Precision::fp64, true), flashattn::Error);
+    // (batch, heads, max_seqlen_q, max_seqlen_k): each sequence's rows sum to 1, 0 past its lengths.
+    const auto result = reference::forward(run.problem(), Precision::fp64, true);
+    const int64_t heads = c.heads, sq = 4, sk = 5;
+    ASSERT_EQ(result.probs.size(), size_t(2 * heads * sq * sk));
+    for (int64_t b = 0; b < 2; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < sq; ++i) {
+                double sum = 0.0;
+                for (int64_t j = 0; j < sk; ++j) {
+                    const double p = result.probs[size_t(((b * heads + h) * sq + i) * sk + j)];
+                    if (i >= c.q_lens[size_t(b)] || j >= c.k_lens[size_t(b)]) EXPECT_EQ(p, 0.0);
+                    sum += std::abs(p);
+                }
+                EXPECT_NEAR(sum, i < c.q_lens[size_t(b)] ? 1.0 : 0.0, 1e-12) << b << " " << h << " " << i;
+            }
     run.seqused_k = {6, 1}; // 6 > the first sequence's 5 keys
     try {
         reference::forward(run.problem(), Precision::fp64);

@@ -1,0 +1,187 @@
+// What the backward does to a block of scores besides the products: which query blocks a key block
+// meets and which of those need the mask, the score transform with its derivative (softcap), and
+// the dropout mark. Semantics come from core/problem.h and include/flashattn/philox.h, exactly as
+// in the forward (score_policies.cuh), so the backward recomputes the forward's P bit for bit.
+#pragma once
+
+#include "kernels/bwd_args.h"
+#include "device/fast_exp2.cuh"
+#include "device/score_policies.cuh"
+
+#include <flashattn/philox.h>
+
+#include <cute/tensor.hpp>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Adds a pair of neighbouring fp32 values (8-byte aligned) to global memory without a return value.
+__device__ __forceinline__ void red_add_pair(float* address, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(address), make_float2(x, y));
+#else
+    atomicAdd(address, x);
+    atomicAdd(address + 1, y);
+#endif
+}
+
+// red_add_pair as an explicit reduction on sm_90 (atomicAdd of a float2 is an atom with a result
+// that ptxas may or may not drop); used by the d256 Hopper backward's dQ adds.
+__device__ __forceinline__ void red_add_pair_v2(float* address, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(address), "f"(x), "f"(y) : "memory");
+#else
+    red_add_pair(address, x, y);
+#endif
+}
+
+// dK and dV of one key block, in fp32, to the per-query-head scratch (GQA, odd dK/dV layouts: the
+// finishing kernel sums each KV head's query heads in order). first_key_row: the block's first row
+// among all sequences' keys; rows at or past rows_valid are not written. Accumulator registers 2t,
+// 2t + 1 are neighbouring columns (tdKVc: their (row, column)).
+template <int kHeadDim, typename Acc, typename Coords>
+__device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, int64_t first_key_row, Acc const& acc_dk,
+                                                  Acc const& acc_dv, Coords const& tdKVc, int rows_valid) {
+    const int64_t row0 = (int64_t(h) * args.k_rows_total + first_key_row) * kHeadDim;
+    float* const dk_rows = args.dk_accum + row0;
+    float* const dv_rows = args.dv_accum + row0;
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dk); t += 2) {
+        const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
+        if (row < rows_valid) {
+            *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
+            *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
+        }
+    }
+}
+
+// Adds four neighbouring fp32 values (16-byte aligned) to global memory without a return value.
+__device__ __forceinline__ void red_add_quad(float* address, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(address), "f"(v.x), "f"(v.y), "f"(v.z),
+                 "f"(v.w)
+                 : "memory");
+#else
+    red_add_pair(address, v.x, v.y);
+    red_add_pair(address + 2, v.z, v.w);
+#endif
+}
+
+// Rows of sequence b that k, v, dk, dv hold: the whole stored sequence, also past seqused_k (those
+// keys get zero gradients). Clamped like sequence_bounds.
+__device__ __forceinline__ int stored_k_rows(const FwdArgs& args, int b) {
+    if (!args.cu_seqlens_k) return args.seqlen_k;
+    const int64_t k0 = min(max(int64_t(args.cu_seqlens_k[b]), int64_t(0)), args.total_k);
+    const int64_t k1 = min(max(int64_t(args.cu_seqlens_k[b + 1]), k0), args.total_k);
+    return int(min(k1 - k0, int64_t(args.seqlen_k)));
+}
+
+// The query blocks [m_begin, m_end) that key block [n0, n0 + kBlockN) meets, and the sub-range
+// [unmasked_begin, unmasked_end) in which every (row, key) pair is allowed (no mask needed; rows
+// past q_len do not count: their P is zero through lse = +inf). Visited in increasing order, the
+// masked blocks are at the two ends: the diagonal first, a local window's left edge last.
+//
+// Row i sees keys [max(0, i + off - left), min(k_len, i + off + right + 1)), off = k_len - q_len.
+// Both ends grow with i, so the rows meeting [n0, n_last] form one interval:
+//   i >= n0 - off - right (right >= 0),  i <= n_last - off + left (left >= 0);
+// and a block of rows is fully allowed on a full key block when its first row reaches
+// n0 + kBlockN - 1 and its last row does not start after n0.
+struct QBlockRange {
+    int m_begin, m_end;
+    int unmasked_begin, unmasked_end;
+};
+
+template <int kBlockM, int kBlockN>
+__host__ __device__ __forceinline__ QBlockRange q_block_range(const MaskSpec& mask, const SequenceBounds& s, int n0) {
+    QBlockRange r{0, 0, 0, 0};
+    if (s.q_len <= 0 || n0 >= s.k_len) return r;
+    const int64_t off = int64_t(s.k_len) - s.q_len;
+    const int64_t n_last = min(int64_t(n0) + kBlockN, int64_t(s.k_len)) - 1;
+    int64_t row_lo = 0, row_hi = s.q_len - 1;
+    if (mask.window_right >= 0) row_lo = max(row_lo, n0 - off - mask.window_right);
+    if (mask.window_left >= 0) row_hi = min(row_hi, n_last - off + mask.window_left);
+    if (row_lo > row_hi) return r;
+    r.m_begin = int(row_lo / kBlockM);
+    r.m_end = int(row_hi / kBlockM) + 1;
+    if (int64_t(n0) + kBlockN > s.k_len) return r; // ragged key block: keys past k_len need the mask
+    // First row allowed every key of the block, and last row allowed every key (floor/ceil in int64).
+    const int64_t first_ok = mask.window_right >= 0 ? n0 + kBlockN - 1 - off - mask.window_right : INT64_MIN / 4;
+    const int64_t last_ok = mask.window_left >= 0 ? n0 - off + mask.window_left : INT64_MAX / 4;
+    const auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+    const int64_t ub = first_ok <= 0 ? 0 : (first_ok + kBlockM - 1) / kBlockM;
+    const int64_t ue = floor_div(last_ok + 1, kBlockM);
+    r.unmasked_begin = int(max(min(ub, int64_t(r.m_end)), int64_t(r.m_begin)));
+    r.unmasked_end = int(max(min(ue, int64_t(r.m_end)), int64_t(r.unmasked_begin)));
+    return r;
+}
+
+// Multiply each probability by the softcap derivative at its score, d capped / d scaled =
+// 1 - tanh^2, recovered from P itself rather than kept in registers through dP = dO V^T:
+// log2 P + lse_log2 is the transformed score (in log2 units), adding the ALiBi term back gives the
+// capped score, and capped / softcap is the tanh. Its error (a few ulp of the lse) is far below the
+// 16-bit rounding of dS; P = 0 needs no derivative. Dropped probabilities (negated) keep their sign.
+template <int kRows, typename Probs, typename Coords>
+__device__ __forceinline__ void apply_softcap_derivative(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                                         float alibi_slope, const SequenceBounds& s, int m0,
+                                                         int n0, const float (&lse_log2)[kRows]) {
+    constexpr float kLn2 = 0.6931471805599453f;
+    const float inv_softcap = 1.0f / args.softcap;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+        const int64_t i = m0 + get<0>(coords(r, 0));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(probs); ++c) {
+            const float p = probs(r, c);
+            if (p == 0.0f) continue;
+            // transform_score of a zero score with ALiBi only is exactly the ALiBi term.
+            const float alibi = transform_score<float>(0.0f, 0.0f, alibi_slope, i, n0 + get<1>(coords(r, c)),
+                                                       s.q_len, s.k_len);
+            const float capped = (__log2f(fabsf(p)) + lse_log2[r]) * kLn2 - alibi;
+            const float tanh_value = capped * inv_softcap;
+            probs(r, c) = p * (1.0f - tanh_value * tanh_value);
+        }
+    }
+}
+
+// Mark the probabilities dropout dropped by negating them (P >= 0, so the sign is free to carry the
+// mask from the P stage to the dS stage without registers). The same words as apply_dropout: one
+// Philox call serves the neighbouring column pair (j, j+1), j even.
+template <typename Probs, typename Coords>
+__device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                               const DropoutKey& key, int b, int h, int m0, int n0) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(probs); ++r) {
+        const DropoutRow rng(key.seed, key.offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(probs); c += 2) {
+            const uint32_t j = uint32_t(n0 + get<1>(coords(r, c)));
+            const PhiloxBits bits = rng.bits_for_column_group(j >> 2);
+            const bool high_pair = (j & 2u) != 0;
+            const uint32_t w0 = high_pair ? bits.z : bits.x;
+            const uint32_t w1 = high_pair ? bits.w : bits.y;
+            if (w0 >= args.keep_threshold) probs(r, c) = -probs(r, c);
+            if (w1 >= args.keep_threshold) probs(r, c + 1) = -probs(r, c + 1);
+        }
+    }
+}
+
+// P = exp2(S * exp_scale - lse_log2) in place on a (query row, key) view of the scores, after the
+// score transform (extras kernels) and the key mask (masked blocks): the forward's probabilities,
+// recomputed from its lse (lse_log2: per row of the view, in log2 units). Both backward kernels.
+template <bool kMasked, bool kExtras, int kRows, typename Scores, typename Coords>
+__device__ __forceinline__ void recompute_probs(Scores& scores, Coords const& coords, const FwdArgs& fa,
+                                                float alibi_slope, const SequenceBounds& seq, int m0, int n0,
+                                                float exp_scale, const float (&lse_log2)[kRows]) {
+    if constexpr (kExtras) {
+        if (fa.transform_scores) apply_score_transform(scores, coords, fa, alibi_slope, seq, m0, n0);
+    }
+    if constexpr (kMasked) apply_key_mask(scores, coords, fa.mask, seq, m0, n0);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) scores(r, c) = fast_exp2(fmaf(scores(r, c), exp_scale, -lse_log2[r]));
+    }
+}
+
+} // namespace flashattn::cuda::kernels

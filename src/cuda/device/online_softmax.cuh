@@ -1,0 +1,123 @@
+// The online softmax of one thread's query rows, FlashAttention-2 style: running max and
+// unnormalised running sum per row, O rescaled only when the max grows, normalised once at the end.
+#pragma once
+
+#include "device/fast_exp2.cuh"
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// The four lanes of a quad hold the same accumulator rows (m16n8 layout), so row reductions are
+// two butterfly shuffles; no shared memory.
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+    float row_max[kRows]; // of the scores as they enter absorb(), before exp_scale
+    float row_sum[kRows]; // this thread's part of sum(exp2(score * exp_scale - max * exp_scale))
+
+    __device__ __forceinline__ OnlineSoftmax() {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            row_max[r] = -INFINITY;
+            row_sum[r] = 0.0f;
+        }
+    }
+
+    // Fold one K/V block's scores (rows x keys, masked entries -inf) into the running state:
+    // scores become the unnormalised probabilities exp2(s * exp_scale - max * exp_scale) that P.V
+    // uses, and out (rows x head_dim) is rescaled to the new max. exp_scale > 0 folds the softmax
+    // scale and log2(e) into one FFMA per score.
+    template <typename Scores, typename Out>
+    __device__ __forceinline__ void absorb(Scores& scores, Out& out, float exp_scale) {
+        static_assert(decltype(size<0>(scores))::value == kRows);
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            float block_max = row_max[r];
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
+            block_max = quad_max(block_max);
+            // A row with no allowed key so far keeps max -inf; subtracting 0 then keeps exp2 at 0
+            // instead of producing NaN from (-inf) - (-inf).
+            const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
+            const float correction = fast_exp2(row_max[r] * exp_scale - max_scaled);
+            row_max[r] = block_max;
+            row_sum[r] *= correction;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction;
+            float block_sum = 0.0f;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const float p = fast_exp2(fmaf(scores(r, c), exp_scale, -max_scaled));
+                scores(r, c) = p;
+                block_sum += p;
+            }
+            row_sum[r] += block_sum;
+        }
+    }
+
+    // The same in two halves, for kernels whose P V product of the previous block is still running
+    // when the next block's scores arrive (fwd_kernel_sm90.cuh): absorb_scores updates the state and
+    // the scores and returns each row's correction; rescale applies it to out once the product is
+    // done.
+    template <typename Scores>
+    __device__ __forceinline__ void absorb_scores(Scores& scores, float exp_scale, float (&correction)[kRows]) {
+        static_assert(decltype(size<0>(scores))::value == kRows);
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            float block_max = row_max[r];
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
+            block_max = quad_max(block_max);
+            const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
+            correction[r] = fast_exp2(row_max[r] * exp_scale - max_scaled);
+            row_max[r] = block_max;
+            float block_sum = 0.0f;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const float p = fast_exp2(fmaf(scores(r, c), exp_scale, -max_scaled));
+                scores(r, c) = p;
+                block_sum += p;
+            }
+            row_sum[r] = row_sum[r] * correction[r] + block_sum;
+        }
+    }
+    template <typename Out>
+    __device__ __forceinline__ static void rescale(Out& out, const float (&correction)[kRows]) {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction[r];
+        }
+    }
+
+    // Normalise out (times out_scale, the dropout rescale) and return each row's natural-log lse:
+    // -inf, with out = 0, for a row that saw no allowed key.
+    template <typename Out>
+    __device__ __forceinline__ void finish(Out& out, float exp_scale, float out_scale, float (&lse)[kRows]) {
+        constexpr float kLn2 = 0.6931471805599453f;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+            const float sum = quad_sum(row_sum[r]);
+            const bool empty = !(sum > 0.0f);
+            const float factor = empty ? 0.0f : out_scale / sum;
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(out); ++c) out(r, c) *= factor;
+            lse[r] = empty ? -INFINITY : (row_max[r] * exp_scale + log2f(sum)) * kLn2;
+        }
+    }
+};
+
+} // namespace flashattn::cuda::kernels

@@ -1,0 +1,253 @@
+// What the forward kernel does to a block of scores besides the softmax: the sequence bounds of a
+// CTA, which K/V blocks it visits and which of those need masking, the key mask, the score
+// transform (softcap, ALiBi) and dropout. Each is a thin device wrapper over the shared semantics
+// of core/problem.h (MaskSpec, transform_score) and include/flashattn/philox.h (DropoutRow).
+#pragma once
+
+#include "kernels/fwd_args.h"
+
+#include <flashattn/philox.h>
+
+#include <cute/tensor.hpp>
+
+#include <climits>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Lengths and first rows of one sequence. cu_seqlens / seqused_k (and a KV cache's arrays) live in
+// device memory that the host never validated, so every value read is clamped into its valid range
+// (device_faults.h): a malformed array never sends an access outside q/k/v/out/lse. A value out of
+// range is recorded in the device's fault record and marks the sequence `faulted`: the forward
+// kernels then write NaN for its output and lse.
+struct SequenceBounds {
+    int q_len, k_len;        // q_len: rows of the CTA's tile space (the group's heads when packed)
+    int64_t q_row0, k_row0;  // k_row0: first key row (KV cache: leftpad; paged: row in the table)
+    int64_t k_batch = 0;     // batch entry of k/v (KV cache: cache_batch_idx[b])
+    bool rows_are_heads = false; // GQA packing (seqlen_q == 1): tile row r is query head r of the group
+    bool faulted = false;    // an index of this sequence was out of range
+
+    // The mask and ALiBi are defined on query rows: with packed heads every tile row is query row 0
+    // of a one-row problem.
+    __host__ __device__ __forceinline__ int query_row(int row) const { return rows_are_heads ? 0 : row; }
+    __host__ __device__ __forceinline__ int query_len() const { return rows_are_heads ? 1 : q_len; }
+};
+
+// A faulted sequence's output: NaN in every element of O and its lse (the rows of the tile).
+template <typename AccRows, int kRows>
+__device__ __forceinline__ void poison_rows(AccRows& acc_o_rows, float (&row_lse)[kRows]) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o_rows); ++i) acc_o_rows(i) = __int_as_float(0x7fffffff);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) row_lse[r] = __int_as_float(0x7fffffff);
+}
+
+// Rows [cu[b], cu[b + 1]) of a packed tensor: cu[0] = 0, cu[b] <= cu[b + 1] <= total, at most
+// max_len rows. Returns the first row; `len` the (clamped) number of rows.
+__device__ __forceinline__ int64_t checked_rows(const int32_t* cu, int b, int64_t total, int64_t max_len,
+                                                FaultArg arg, DeviceFault* fault, bool& faulted, int64_t& len) {
+    const int64_t row0 = checked_index(fault, faulted, arg, b, b, cu[b], 0, b == 0 ? 0 : total);
+    const int64_t row1 = checked_index(fault, faulted, arg, b, b + 1, cu[b + 1], row0, min(total, row0 + max_len));
+    len = row1 - row0;
+    return row0;
+}
+
+template <bool kInference = false>
+__device__ __forceinline__ SequenceBounds sequence_bounds(const FwdArgs& args, int b) {
+    SequenceBounds s{args.seqlen_q, args.seqlen_k, 0, 0};
+    s.k_batch = b;
+    const bool paged = kInference && args.block_table != nullptr;
+    if (args.cu_seqlens_q) {
+        int64_t q_len, k_len;
+        s.q_row0 = checked_rows(args.cu_seqlens_q, b, args.total_q, args.seqlen_q, FaultArg::cu_seqlens_q, args.fault,
+                                s.faulted, q_len);
+        // Paged: cu_seqlens_k gives only lengths (rows start at 0 of the table); total_k bounds nothing.
+        const int64_t k0 = checked_rows(args.cu_seqlens_k, b, paged ? int64_t(INT_MAX) : args.total_k, args.seqlen_k,
+                                        FaultArg::cu_seqlens_k, args.fault, s.faulted, k_len);
+        s.k_row0 = paged ? 0 : k0;
+        s.q_len = int(q_len);
+        s.k_len = int(k_len);
+    }
+    if (args.seqused_k)
+        s.k_len = int(checked_index(args.fault, s.faulted, FaultArg::seqused_k, b, 0, args.seqused_k[b], 0, s.k_len));
+    if constexpr (kInference) {
+        if (args.cache_seqlens) { // keys are cache rows [leftpad, c + seqlen_new) (docs/semantics.md)
+            const int c = int(checked_index(args.fault, s.faulted, FaultArg::cache_seqlens, b, 0, args.cache_seqlens[b],
+                                            0, args.seqlen_k - args.seqlen_new));
+            const int pad = args.cache_leftpad ? int(checked_index(args.fault, s.faulted, FaultArg::cache_leftpad, b, 0,
+                                                                   args.cache_leftpad[b], 0, c))
+                                               : 0;
+            s.k_row0 = pad;
+            s.k_len = c + args.seqlen_new - pad;
+            if (args.cache_batch_idx)
+                s.k_batch = checked_index(args.fault, s.faulted, FaultArg::cache_batch_idx, b, 0, args.cache_batch_idx[b],
+                                          0, args.cache_entries - 1);
+        }
+        if (args.pack_gqa) {
+            s.q_len = args.heads_per_kv_head;
+            s.rows_are_heads = true;
+        }
+    }
+    return s;
+}
+
+// The K/V blocks query block [m0, m0 + kBlockM) visits, [n_begin, n_end), and the sub-range
+// [unmasked_begin, unmasked_end) whose every (row, key) pair is allowed: there the mask is skipped.
+// Blocks are visited from the last down, so the masked blocks at the diagonal and the ragged
+// tail come first and the left edge of a local window last.
+struct KvBlockRange {
+    int n_begin, n_end;
+    int unmasked_begin, unmasked_end;
+};
+
+template <int kBlockM, int kBlockN>
+__host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& mask, const SequenceBounds& s, int m0) {
+    const int64_t first_row = s.query_row(m0);
+    const int64_t last_row = s.query_row(min(m0 + kBlockM, s.q_len) - 1);
+    // Columns [begin, end) allowed for some row of the block, and for every row of the block.
+    const KeyRange first = mask.keys_for_row(first_row, s.query_len(), s.k_len);
+    const KeyRange last = mask.keys_for_row(last_row, s.query_len(), s.k_len);
+    const int64_t any_begin = max(min(first.begin, last.begin), int64_t(0)); // window edges move with the row
+    const int64_t any_end = min(max(first.end, last.end), int64_t(s.k_len));
+    const int64_t all_begin = max(first.begin, last.begin);
+    const int64_t all_end = min(first.end, last.end);
+
+    KvBlockRange r;
+    r.n_begin = int(any_begin / kBlockN);
+    r.n_end = any_end > any_begin ? int((any_end + kBlockN - 1) / kBlockN) : r.n_begin;
+    // Fully allowed blocks: the first block starting at or after all_begin, up to the last block
+    // ending at or before all_end.
+    r.unmasked_begin = all_begin <= 0 ? 0 : int((all_begin + kBlockN - 1) / kBlockN);
+    r.unmasked_end = all_end <= 0 ? 0 : int(all_end / kBlockN);
+    return r;
+}
+
+// Split-KV: split `split` of `num_splits` visits an equal share of the range's blocks (the last
+// share may be short or empty); the mask decisions stay per block.
+__host__ __device__ __forceinline__ KvBlockRange split_share(KvBlockRange range, int split, int num_splits) {
+    const int per_split = (range.n_end - range.n_begin + num_splits - 1) / num_splits;
+    const int begin = range.n_begin + split * per_split;
+    range.n_end = max(min(range.n_end, begin + per_split), begin);
+    range.n_begin = begin;
+    return range;
+}
+
+// An index range bound (64-bit, possibly "unbounded") relative to a thread's first row or column,
+// clamped into int: the fragment's offsets are small, so the clamp changes no decision.
+__host__ __device__ __forceinline__ int in_thread_frame(int64_t bound, int64_t thread_first) {
+    return int(max(min(bound - thread_first, int64_t(1) << 30), -(int64_t(1) << 30)));
+}
+
+// Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
+// Indices are compared relative to this thread's first row and column, so that each compare is
+// against a compile-time offset: absolute indices would be precomputed into one register each (and
+// spilled, in kernels at the register limit). The allowed set is a range of keys per query row
+// (MaskSpec::keys_for_row) and, the same set seen the other way, a range of query rows per key;
+// a thread's fragment takes the ranges along its shorter mode: per row in the forward's (rows x
+// keys) fragments (2 rows x 2N keys), per key in the Hopper backward's transposed views (16 query
+// rows x 2 keys), where 16 per-row ranges of 64-bit arithmetic cost ~740 instructions a masked
+// block at d128 (2.1x an unmasked one, SASS; the per-key form: 2 ranges).
+template <typename Scores, typename Coords>
+__host__ __device__ __forceinline__ void apply_key_mask_by_row(Scores& scores, Coords const& coords,
+                                                               const MaskSpec& mask, const SequenceBounds& s, int m0,
+                                                               int n0) {
+    const int col0 = get<1>(coords(0, 0));
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+        const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
+        // Bring the range into this thread's column frame; int is enough there.
+        const int64_t first = int64_t(n0) + col0;
+        const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+            const int j = get<1>(coords(r, c)) - col0; // a constant once folded
+            if (j < begin || j >= end) scores(r, c) = -INFINITY;
+        }
+    }
+}
+
+// Query rows i that may see key j (MaskSpec::keys_for_row solved for i, with d = i + k_len - q_len):
+// j < k_len, j >= d - window_left, j <= d + window_right, i.e. i in [j + q_len - k_len -
+// window_right, j + q_len - k_len + window_left] (a side unbounded where its window is), as an
+// inclusive range [first, last] of query indices; empty (first > last) when j >= k_len.
+struct QueryRange {
+    int64_t first, last;
+};
+__host__ __device__ __forceinline__ QueryRange queries_for_key(const MaskSpec& mask, int64_t j, int64_t q_len,
+                                                                int64_t k_len) {
+    constexpr int64_t kUnbounded = int64_t(1) << 40;
+    if (j >= k_len) return QueryRange{kUnbounded, -kUnbounded};
+    const int64_t diagonal_row = j + q_len - k_len; // the query row whose diagonal key is j
+    return QueryRange{mask.window_right >= 0 ? diagonal_row - mask.window_right : -kUnbounded,
+                      mask.window_left >= 0 ? diagonal_row + mask.window_left : kUnbounded};
+}
+
+template <typename Scores, typename Coords>
+__host__ __device__ __forceinline__ void apply_key_mask_by_key(Scores& scores, Coords const& coords,
+                                                               const MaskSpec& mask, const SequenceBounds& s, int m0,
+                                                               int n0) {
+    const int row0 = get<0>(coords(0, 0));
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(scores); ++c) {
+        const QueryRange rows = queries_for_key(mask, int64_t(n0) + get<1>(coords(0, c)), s.query_len(), s.k_len);
+        // Bring the range into this thread's row frame (packed heads: every row is query 0).
+        const int64_t first_row = s.rows_are_heads ? 0 : int64_t(m0) + row0;
+        const int first = in_thread_frame(rows.first, first_row), last = in_thread_frame(rows.last, first_row);
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(scores); ++r) {
+            const int i = s.rows_are_heads ? 0 : get<0>(coords(r, c)) - row0; // a constant once folded
+            if (i < first || i > last) scores(r, c) = -INFINITY;
+        }
+    }
+}
+
+template <typename Scores, typename Coords>
+__host__ __device__ __forceinline__ void apply_key_mask(Scores& scores, Coords const& coords, const MaskSpec& mask,
+                                                        const SequenceBounds& s, int m0, int n0) {
+    if constexpr (decltype(size<0>(scores))::value > decltype(size<1>(scores))::value) {
+        apply_key_mask_by_key(scores, coords, mask, s, m0, n0);
+    } else {
+        apply_key_mask_by_row(scores, coords, mask, s, m0, n0);
+    }
+}
+
+// Scores in natural units: scale, then softcap, then ALiBi, exactly core/problem.h's transform_score.
+template <typename Scores, typename Coords>
+__device__ __forceinline__ void apply_score_transform(Scores& scores, Coords const& coords, const FwdArgs& args,
+                                                 float alibi_slope, const SequenceBounds& s, int m0, int n0) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+        const int64_t i = s.query_row(m0 + get<0>(coords(r, 0)));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c) {
+            const int64_t j = n0 + get<1>(coords(r, c));
+            scores(r, c) = transform_score<float>(scores(r, c) * args.scale, args.softcap, alibi_slope, i, j,
+                                                  s.query_len(), s.k_len);
+        }
+    }
+}
+
+// Zero the dropped probabilities (the 1/(1-p) rescale is folded into the final normalisation).
+// The accumulator holds neighbouring column pairs (j, j+1), j even, so one Philox call (four
+// columns) serves a pair; the choice of its words follows DropoutRow::bits_for_column.
+template <typename Probs, typename Coords>
+__device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                              const DropoutKey& key, int b, int h, int m0, int n0) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(probs); ++r) {
+        const DropoutRow rng(key.seed, key.offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(probs); c += 2) {
+            const uint32_t j = uint32_t(n0 + get<1>(coords(r, c)));
+            const PhiloxBits bits = rng.bits_for_column_group(j >> 2);
+            const bool high_pair = (j & 2u) != 0;
+            const uint32_t w0 = high_pair ? bits.z : bits.x;
+            const uint32_t w1 = high_pair ? bits.w : bits.y;
+            if (w0 >= args.keep_threshold) probs(r, c) = 0.0f;
+            if (w1 >= args.keep_threshold) probs(r, c + 1) = 0.0f;
+        }
+    }
+}
+
+} // namespace flashattn::cuda::kernels

@@ -1,0 +1,263 @@
+// Small tile operations of the forward kernel: predicated tile loads, the two register GEMMs, the
+// accumulator views and the fp32 -> 16-bit conversion.
+#pragma once
+
+#include "device/device_faults.h"
+
+#include <flashattn/flashattn.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Rows [row0, row0 + rows) of one head of t, as a (rows, kHeadDim) global tensor with 64-bit
+// offsets: t is (batch, rows, heads, d) with batch entry `batch`, or varlen (total rows, heads, d)
+// with row0 counted from its first row. Consecutive rows lie row_stride apart: t's row stride, or
+// its head stride where a tile's rows are the heads of a group (packed GQA).
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ auto head_rows(const fa_tensor& t, bool varlen, int64_t batch, int64_t row0, int head,
+                                          int rows, int64_t row_stride) {
+    const int64_t offset = (varlen ? 0 : batch * t.batch_stride) + row0 * row_stride + head * t.head_stride;
+    return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset), make_shape(rows, Int<kHeadDim>{}),
+                       make_stride(row_stride, _1{}));
+}
+// The same where a dense sequence starts at row 0 of its batch entry (no KV cache, no packed heads):
+// one offset product fewer.
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ auto head_rows(const fa_tensor& t, bool varlen, int64_t batch, int64_t row0, int head,
+                                          int rows) {
+    const int64_t offset = (varlen ? row0 * t.row_stride : batch * t.batch_stride) + head * t.head_stride;
+    return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset), make_shape(rows, Int<kHeadDim>{}),
+                       make_stride(t.row_stride, _1{}));
+}
+
+// An m16n8 accumulator fragment ((2 columns, 2 rows), MMA_M, MMA_N) seen as (rows, columns), so
+// that row-wise softmax code can index it as a matrix.
+template <typename Layout>
+__device__ __forceinline__ constexpr auto rows_cols(Layout layout) {
+    static_assert(decltype(rank(layout))::value == 3);
+    static_assert(decltype(size<0>(layout))::value == 4);
+    return make_layout(make_layout(get<0, 1>(layout), get<1>(layout)),
+                       make_layout(get<0, 0>(layout), get<2>(layout)));
+}
+
+// The accumulator of S (MMA_N n8 tiles) reused as the A operand of P.V: two neighbouring n8
+// accumulator tiles hold exactly the registers of one k16 A fragment, so P never leaves registers.
+template <typename Layout>
+__device__ __forceinline__ constexpr auto accumulator_as_a_operand(Layout layout) {
+    static_assert(decltype(size<2>(layout))::value % 2 == 0);
+    auto split = logical_divide(layout, Shape<Underscore, Underscore, _2>{}); // ((2,2), MMA_M, (2, MMA_N/2))
+    return make_layout(make_layout(get<0>(split), get<2, 0>(split)), get<1>(split), get<2, 1>(split));
+}
+
+// fp32 fragment -> 16-bit fragment of the same layout (packed cvt, two values per instruction).
+template <typename To, typename Engine, typename Layout>
+__device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& from) {
+    using From = typename Engine::value_type;
+    constexpr int kSize = decltype(size(from))::value;
+    Tensor to = make_tensor<To>(from.layout());
+    cutlass::NumericArrayConverter<To, From, kSize> convert;
+    *reinterpret_cast<cutlass::Array<To, kSize>*>(to.data()) =
+        convert(*reinterpret_cast<cutlass::Array<From, kSize> const*>(from.data()));
+    return to;
+}
+
+// Which of one thread's 16-byte column chunks (mode 2 of a partitioned (row, column) identity
+// tensor) hold real head-dim columns: the tile's head dim is the compiled one, at least head_dim.
+template <typename Coords>
+__device__ __forceinline__ auto head_dim_chunks(Coords const& coords, int head_dim) {
+    Tensor ok = make_tensor<bool>(make_shape(size<2>(coords)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(ok); ++k) ok(k) = get<1>(coords(0, 0, k)) < head_dim;
+    return ok;
+}
+
+// Visits one thread's 16-byte chunks of a global -> shared tile copy: chunk(m, k, in_bounds), where
+// in_bounds says the chunk's row is before `rows_valid` and its columns are real head-dim columns
+// (column_ok(k)). Rows are compared relative to this thread's first row: compile-time offsets
+// (see apply_key_mask).
+template <typename Dst, typename Coords, typename ColumnOk, typename Chunk>
+__device__ __forceinline__ void for_each_tile_chunk(Dst const& dst, Coords const& coords, ColumnOk const& column_ok,
+                                                    int rows_valid, Chunk&& chunk) {
+    const int row0 = get<0>(coords(0, 0, 0));
+    const int rows_left = rows_valid - row0;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(dst); ++m) {
+        const bool row_ok = get<0>(coords(0, m, 0)) - row0 < rows_left;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(dst); ++k) chunk(m, k, row_ok && column_ok(k));
+    }
+}
+
+// Global -> shared copy of one tile, 16 bytes per cp.async. Rows at or past `rows_valid` and
+// chunks whose columns lie past the real head dim are zero-filled with plain shared stores and
+// never addressed in global memory: the ragged tail of a sequence reads nothing out of bounds,
+// and zero K/V rows and columns keep NaN garbage out of Q.K^T and P.V.
+template <typename TiledCopy, typename Src, typename Dst, typename Coords, typename ColumnOk>
+__device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const& src, Dst&& dst, Coords const& coords,
+                                          ColumnOk const& column_ok, int rows_valid) {
+    for_each_tile_chunk(dst, coords, column_ok, rows_valid, [&](int m, int k, bool in_bounds) {
+        if (in_bounds) {
+            copy(tiled_copy, src(_, m, k), dst(_, m, k));
+        } else {
+            clear(dst(_, m, k));
+        }
+    });
+}
+
+// Where a row of one sequence's K or V lives in a paged pool: row r (counted from the sequence's
+// first table entry) is row r % page_size of block table_row[r / page_size].
+struct PageSlot {
+    int32_t block;
+    uint32_t row; // within the block
+};
+
+// The page slots of the rows one thread copies in a tile load: one per row pass (the tiled copy
+// spreads a pass's 16 or 32 rows over the CTA, one row per thread). A tile of 64 or 128 keys can
+// span pages (page sizes are multiples of 16, and left padding shifts the rows), so every pass
+// looks its row up; K and V of one block share the lookups (the same rows, the same table).
+template <int kPasses>
+struct PageSlots {
+    PageSlot pass[kPasses];
+    __device__ __forceinline__ PageSlot& operator[](int m) { return pass[m]; }
+    __device__ __forceinline__ PageSlot const& operator[](int m) const { return pass[m]; }
+};
+
+// One sequence's row of the block table. Entries live in device memory the host never read: an
+// entry outside [0, num_blocks) reads block 0 instead (inside the pool) and sets `faulted`; the
+// kernel then writes NaN for the sequence and, once its main loop is done, report() records the
+// fault (device_faults.h). The lookup itself has no branch: a call or a divergent path here, between
+// a warp's ldmatrix and mma instructions, would leave the warp diverged where they need all lanes.
+struct PageTable {
+    const int32_t* table_row; // this sequence's row of the block table
+    uint32_t page_size;
+    int32_t num_blocks;
+    bool faulted = false;
+    int32_t bad_page = 0, bad_entry = 0;
+
+    // The pool block of page `page` of the sequence.
+    __device__ __forceinline__ int32_t block(uint32_t page) {
+        const int32_t entry = table_row[page];
+        const bool ok = uint32_t(entry) < uint32_t(num_blocks);
+        bad_page = ok ? bad_page : int32_t(page);
+        bad_entry = ok ? bad_entry : entry;
+        faulted |= !ok;
+        return ok ? entry : 0;
+    }
+
+    // Records this thread's fault, if it met one (call where the warp may diverge).
+    __device__ __forceinline__ void report(DeviceFault* fault, int sequence) const {
+        if (faulted) record_fault(fault, FaultArg::block_table, sequence, bad_page, bad_entry, 0, num_blocks - 1);
+    }
+
+    // Rows `first_row + r` for the thread's tile rows r < rows_valid (the others are not read).
+    template <typename Coords>
+    __device__ __forceinline__ auto slots(Coords const& coords, int rows_valid, int64_t first_row) {
+        PageSlots<decltype(size<1>(coords))::value> out;
+        CUTE_UNROLL
+        for (int m = 0; m < size<1>(coords); ++m) {
+            const int r = get<0>(coords(0, m, 0));
+            const uint32_t row = uint32_t(first_row + r);
+            out[m] = r < rows_valid ? PageSlot{block(row / page_size), row % page_size} : PageSlot{0, 0};
+        }
+        return out;
+    }
+};
+
+// load_tile for a paged pool, the rows' page slots resolved beforehand (PageTable::slots). Tile
+// rows r < rows_valid are copied; the rest and the columns past the head dim are zero-filled, as
+// in load_tile.
+template <typename TiledCopy, typename Dst, typename Coords, typename ColumnOk, typename Element, int kPasses>
+__device__ __forceinline__ void load_tile_paged(TiledCopy const& tiled_copy, Dst&& dst, Coords const& coords,
+                                                ColumnOk const& column_ok, int rows_valid, Element* head_base,
+                                                int64_t block_stride, int64_t row_stride,
+                                                PageSlots<kPasses> const& slots) {
+    static_assert(kPasses == decltype(size<1>(dst))::value);
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(dst); ++m) {
+        const bool row_ok = get<0>(coords(0, m, 0)) < rows_valid;
+        const int64_t offset = int64_t(slots[m].block) * block_stride + int64_t(slots[m].row) * row_stride;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(dst); ++k) {
+            if (row_ok && column_ok(k)) {
+                Tensor src = make_tensor(make_gmem_ptr(head_base + offset + get<1>(coords(0, m, k))),
+                                         make_layout(shape(dst(_, m, k))));
+                copy(tiled_copy, src, dst(_, m, k));
+            } else {
+                clear(dst(_, m, k));
+            }
+        }
+    }
+}
+
+// Shared -> global copy of one output tile (both kernels stage O in shared memory so that the
+// global stores are whole 16-byte chunks): rows at or past `rows_valid` and chunks past the real
+// head dim are never written.
+template <typename GmemStore, typename SmemTile, typename GmemTile, typename ColumnOk>
+__device__ __forceinline__ void store_tile(int tid, SmemTile const& smem_tile, GmemTile&& gmem_tile,
+                                           ColumnOk const& column_ok, int rows_valid) {
+    GmemStore gmem_store;
+    auto store_thr = gmem_store.get_thread_slice(tid);
+    Tensor src = store_thr.partition_S(smem_tile);
+    Tensor dst = store_thr.partition_D(gmem_tile);
+    Tensor coords = store_thr.partition_D(make_identity_tensor(product_each(shape(smem_tile))));
+    Tensor staged = make_tensor<typename SmemTile::value_type>(shape(src));
+    copy(gmem_store, src, staged);
+    const int row0 = get<0>(coords(0, 0, 0)); // rows relative to it: compile-time offsets
+    const int rows_left = rows_valid - row0;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(staged); ++m) {
+        if (get<0>(coords(0, m, 0)) - row0 >= rows_left) continue;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(staged); ++k) {
+            if (column_ok(k)) copy(gmem_store, staged(_, m, k), dst(_, m, k));
+        }
+    }
+}
+
+// acc += A.B with both operands in shared memory: ldmatrix of the next k slice is issued before
+// the MMAs of the current one.
+template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemA, typename SmemB,
+          typename CopyA, typename CopyB, typename ThrCopyA, typename ThrCopyB>
+__device__ __forceinline__ void gemm_smem(TiledMma& mma, Acc& acc, FragA& frag_a, FragB& frag_b, SmemA const& smem_a,
+                                          SmemB const& smem_b, CopyA const& copy_a, CopyB const& copy_b,
+                                          ThrCopyA const& thr_copy_a, ThrCopyB const& thr_copy_b) {
+    CUTE_STATIC_ASSERT_V(size<1>(frag_a) == size<1>(acc));
+    CUTE_STATIC_ASSERT_V(size<1>(frag_b) == size<2>(acc));
+    CUTE_STATIC_ASSERT_V(size<2>(frag_a) == size<2>(frag_b));
+    Tensor a_view = thr_copy_a.retile_D(frag_a);
+    Tensor b_view = thr_copy_b.retile_D(frag_b);
+    copy(copy_a, smem_a(_, _, _0{}), a_view(_, _, _0{}));
+    copy(copy_b, smem_b(_, _, _0{}), b_view(_, _, _0{}));
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(frag_a); ++k) {
+        if (k + 1 < size<2>(frag_a)) {
+            copy(copy_a, smem_a(_, _, k + 1), a_view(_, _, k + 1));
+            copy(copy_b, smem_b(_, _, k + 1), b_view(_, _, k + 1));
+        }
+        gemm(mma, frag_a(_, _, k), frag_b(_, _, k), acc);
+    }
+}
+
+// acc += A.B with A already in registers (P) and B in shared memory (V^T).
+template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemB, typename CopyB,
+          typename ThrCopyB>
+__device__ __forceinline__ void gemm_regs_smem(TiledMma& mma, Acc& acc, FragA const& frag_a, FragB& frag_b,
+                                               SmemB const& smem_b, CopyB const& copy_b, ThrCopyB const& thr_copy_b) {
+    CUTE_STATIC_ASSERT_V(size<1>(frag_a) == size<1>(acc));
+    CUTE_STATIC_ASSERT_V(size<1>(frag_b) == size<2>(acc));
+    CUTE_STATIC_ASSERT_V(size<2>(frag_a) == size<2>(frag_b));
+    Tensor b_view = thr_copy_b.retile_D(frag_b);
+    copy(copy_b, smem_b(_, _, _0{}), b_view(_, _, _0{}));
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(frag_a); ++k) {
+        if (k + 1 < size<2>(frag_a)) copy(copy_b, smem_b(_, _, k + 1), b_view(_, _, k + 1));
+        gemm(mma, frag_a(_, _, k), frag_b(_, _, k), acc);
+    }
+}
+
+} // namespace flashattn::cuda::kernels

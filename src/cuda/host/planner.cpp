@@ -1,0 +1,454 @@
+// The planner (planner.h). Plain C++: no CUDA header, so that it builds and is tested everywhere.
+#include "host/planner.h"
+
+#include "core/error.h"
+#include "kernels/tiles.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+namespace flashattn::cuda {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// The kernels read and write 16-byte chunks: base addresses 16-byte aligned, strides and the head
+// dim multiples of 8 elements.
+bool chunk_aligned(const fa_tensor& t, bool has_batch) {
+    const auto aligned = [](int64_t stride) { return stride % 8 == 0; };
+    return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && aligned(t.row_stride) && aligned(t.head_stride) &&
+           (!has_batch || aligned(t.batch_stride));
+}
+
+// Index of a compiled tile dim in DeviceInfo's per-tile-dim tables.
+int occupancy(const std::vector<int>& table, const DeviceInfo& device, int tile_dim) {
+    for (size_t i = 0; i < device.tile_dims.size() && i < table.size(); ++i)
+        if (device.tile_dims[i] == tile_dim) return std::max(table[i], 1);
+    return 1;
+}
+
+void require_runnable(const DeviceInfo& device, const fa_fwd_params& p) {
+    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
+    if (device.cc_major < 8)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA backend needs compute capability 8.0 or newer; this device is ",
+             device.cc_major, ".", device.cc_minor);
+    // Row indices inside the kernels are 32-bit (offsets are 64-bit); keep a block's worth of headroom.
+    if (p.seqlen_q > INT_MAX - 256 || p.seqlen_k > INT_MAX - 256)
+        fail(FA_ERROR_UNSUPPORTED, "seqlen_q/seqlen_k above 2^31-257 are not supported by the CUDA backend");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: the training kernels.
+
+// The order of a masked forward's tiles (kernels/tile_order.cuh): sections of (sequence, head) pairs
+// whose K/V takes about 16 MB of L2, heaviest query blocks first within a section (H200: 4-12% on
+// causal shapes over per-pair heaviest-first; 8 and 32 MB sections measured about the same).
+int section_heads(const Problem& problem, int head_dim, int block_m) {
+    const fa_fwd_params& p = problem.p;
+    const int64_t pairs = int64_t(p.batch) * p.num_heads;
+    if (!problem.mask.is_local() || p.seqlen_q <= block_m || pairs <= 1) return 0; // equal work per block
+    constexpr double kSectionBytes = 16.0 * 1024 * 1024;
+    const double kv_bytes = 2.0 * double(p.seqlen_k) * double(head_dim) * 2.0 / double(problem.group);
+    const double heads = kSectionBytes / (kv_bytes > 1.0 ? kv_bytes : 1.0);
+    return int(heads < 1.0 ? 1 : heads > double(pairs) ? double(pairs) : heads);
+}
+
+// On compute capability 9.0 the Hopper kernel, except at d <= 64 with at most 512 keys, where the
+// mma.sync kernel (two CTAs per SM, one's prologue under the other's loop) measured 5-10% faster.
+void plan_training_forward(const Problem& problem, const DeviceInfo& device, const Overrides& overrides,
+                           ForwardPlan& plan) {
+    const fa_fwd_params& p = problem.p;
+    bool sm90 = false;
+    if (!device.hopper()) {
+        plan.rejected.add(Kernel::forward_sm90, "needs compute capability 9.0");
+    } else if (!device.sm90_kernels) {
+        plan.rejected.add(Kernel::forward_sm90, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHS)");
+    } else if (overrides.forward_kernel == KernelChoice::sm80) {
+        plan.rejected.add(Kernel::forward_sm90, "overrides: forward_kernel=sm80");
+    } else if (overrides.forward_kernel == KernelChoice::automatic && plan.tile_dim <= 64 && p.seqlen_k <= 512) {
+        plan.rejected.add(Kernel::forward_sm90, "d <= 64 with <= 512 keys: the mma.sync kernel measured faster");
+    } else {
+        sm90 = true;
+    }
+    if (sm90) plan.rejected.add(Kernel::forward_sm80, "the sm90 kernel serves this call");
+    plan.kernel = sm90 ? Kernel::forward_sm90 : Kernel::forward_sm80;
+    if (sm90) {
+        const tiles::ForwardSm90 tile = tiles::forward_sm90(plan.tile_dim);
+        plan.block_m = tile.block_m, plan.block_n = tile.block_n;
+    } else {
+        const tiles::ForwardSm80 tile = tiles::forward_sm80(plan.tile_dim);
+        plan.block_m = tile.block_m, plan.block_n = tile.block_n;
+    }
+    plan.num_m_blocks = int(ceil_div(p.seqlen_q, plan.block_m));
+    plan.section_heads = section_heads(problem, plan.head_dim, plan.block_m);
+    const int64_t tiles_total = int64_t(plan.num_m_blocks) * p.batch * p.num_heads;
+    plan.ctas = tiles_total;
+    if (sm90) {
+        // Persistent (a CTA per SM looping over tiles: the next tile's K/V arrive under the epilogue)
+        // measured 1-8% faster without a mask. Under a causal or local mask the tiles do unequal work
+        // and a grid stride hands some SMs twice the others' (d256 causal 16k: 342 against 533
+        // TFLOP/s), so there one CTA per tile, dispatched by the hardware as SMs free up; except at
+        // d <= 64, where persistence measured equal or faster. The extras kernel (softcap, ALiBi,
+        // dropout) is compiled in the looping form only, up to d128.
+        const bool can_persist = tiles::forward_sm90(plan.tile_dim).can_persist;
+        const bool extras = problem.has_dropout() || p.softcap > 0.0f || p.alibi_slopes || !(problem.scale > 0.0f);
+        plan.sm90_persistent_grid = can_persist && !(problem.mask.is_local() && plan.tile_dim > 64);
+        plan.sm90_persistent_form = plan.sm90_persistent_grid || (can_persist && extras);
+        if (plan.sm90_persistent_grid) plan.ctas = std::min<int64_t>(tiles_total, device.sm_count);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: the inference kernels (paged K/V, a KV cache, split-KV).
+
+// FlashAttention-2's split rule: split only when the items fill less than 80% of the CTA slots,
+// then take the fewest splits whose last wave is at least 85% as full as the best choice's. Split
+// counts that give every split as many blocks as one split fewer would are skipped.
+bool even_shares(int64_t n_blocks, int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); }
+
+double wave_efficiency(int64_t items, int s, int64_t slots) {
+    const double waves = double(items * s) / double(slots);
+    return waves / double(ceil_div(items * s, slots));
+}
+
+int fa2_splits(int64_t items, int64_t n_blocks, int64_t slots) {
+    if (items <= 0 || n_blocks <= 1 || double(items) >= 0.8 * double(slots)) return 1;
+    const int max_splits = int(std::min<int64_t>({128, n_blocks, slots}));
+    double best = 0.0;
+    for (int s = 1; s <= max_splits; ++s)
+        if (even_shares(n_blocks, s)) best = std::max(best, wave_efficiency(items, s, slots));
+    for (int s = 1; s <= max_splits; ++s)
+        if (even_shares(n_blocks, s) && wave_efficiency(items, s, slots) >= 0.85 * best) return s;
+    return 1;
+}
+
+// The decode kernel's rule: split only when the items fill less than 80% of the CTA slots (of the
+// SMs, when a split would hold fewer than kLongSplitKeys keys: on short caches the combine costs
+// more than a second CTA per SM gains), then as many splits as fill one wave (the combine loads many
+// splits at once, so extra splits cost little), each split at least kSplitKeysMinBlocks blocks (one
+// per warp), equal shares.
+constexpr int64_t kSplitKeysMinBlocks = 4;
+constexpr int64_t kLongSplitKeys = 4096;
+
+int one_wave_splits(int64_t items, int64_t n_blocks, int64_t slots, double split_below) {
+    if (items <= 0 || n_blocks <= 1 || double(items) >= split_below) return 1;
+    int s = int(std::clamp<int64_t>(std::min(slots / items, n_blocks / kSplitKeysMinBlocks), 1, 128));
+    while (s > 1 && !even_shares(n_blocks, s)) --s;
+    return s;
+}
+
+// Contiguous KV caches whose items fill 0.6-1.0 x the SMs read faster unsplit, one CTA per item on
+// the decode kernel's ring, than in two splits (H200: 96 items 3.76 -> 4.14 TB/s at 8k; cuDNN's
+// rates at 80-128 items); paged caches measured slower unsplit and keep their splits.
+constexpr double kUnsplitFromSms = 0.6;
+
+// The partials of all splits, at most this large (fewer splits beyond).
+constexpr int64_t kMaxPartialBytes = int64_t(1) << 30;
+
+DecodeLoads decode_loads(const Problem& problem, int head_dim, int tile_dim, int block_n) {
+    if (tile_dim > 128 || head_dim != tile_dim) return DecodeLoads::predicated;
+    if (!problem.kv.paged()) return DecodeLoads::whole_contiguous;
+    // (Left padding may start a sequence inside a block.)
+    const bool whole_pages = problem.kv.page_size % block_n == 0 && !problem.kv.cache_leftpad;
+    return whole_pages ? DecodeLoads::whole_paged : DecodeLoads::predicated;
+}
+
+// Whether the inference kernels serve the call (paged K/V, a KV cache, or a split of the keys) and
+// how; false: the training kernels do.
+bool plan_inference(const Problem& problem, const DeviceInfo& device, const Overrides& overrides, ForwardPlan& plan) {
+    const fa_fwd_params& p = problem.p;
+    const KvLayout& kv = problem.kv;
+    const bool kvcache = kv.cache_seqlens != nullptr;
+    const bool special_layout = kv.paged() || kvcache;
+    if (!special_layout && p.num_splits == 1) return false;
+
+    // GQA packing: one query row per sequence, so the tile's rows are the heads sharing a KV head.
+    // Per-head ALiBi slopes and dropout's per-(head, row) stream would need a head per row.
+    const bool pack_gqa = !problem.varlen && p.seqlen_q == 1 && problem.group > 1 && !p.alibi_slopes &&
+                          !problem.has_dropout();
+    const int64_t tile_rows = pack_gqa ? problem.group : p.seqlen_q;
+    // Decode tiles (at most 16 rows) run the decode kernel, which measured 1.2-1.45x the 64-row tile;
+    // it has no dropout (~200 predicated instructions per block in a kernel bound by instruction issue).
+    bool decode = tile_rows <= tiles::kDecodeRows;
+    const bool forced = overrides.inference_kernel != InferenceChoice::automatic;
+    if (overrides.inference_kernel == InferenceChoice::tile64) decode = false;
+    if (overrides.inference_kernel == InferenceChoice::split_keys) decode = true;
+    const char* why_not_other = forced ? (decode ? "overrides: inference_kernel=split_keys" : "overrides: inference_kernel=tile64")
+                                       : (decode ? "a decode tile (<= 16 rows): the decode kernel serves it"
+                                                 : "tiles taller than 16 rows");
+    if (decode && problem.has_dropout()) {
+        decode = false;
+        why_not_other = "dropout: the decode kernel has none";
+    }
+    int block_m, block_n, ctas_per_sm;
+    if (decode) {
+        const tiles::Decode tile = tiles::decode(plan.tile_dim);
+        block_m = tile.block_m, block_n = tile.block_n;
+        ctas_per_sm = occupancy(device.decode_ctas_per_sm, device, plan.tile_dim);
+    } else {
+        const tiles::Inference tile = tiles::inference(plan.tile_dim);
+        block_m = tile.block_m, block_n = tile.block_n;
+        ctas_per_sm = occupancy(device.inference_ctas_per_sm, device, plan.tile_dim);
+    }
+    const int64_t grid_heads = pack_gqa ? p.num_heads_k : p.num_heads;
+    const int64_t items = ceil_div(tile_rows, block_m) * p.batch * grid_heads; // CTAs of one split
+    const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;          // output rows, each split's partials
+
+    // Splits serve dense queries (varlen batches have many rows; attn_probs is for tests). The
+    // heuristic (num_splits 0) keeps dropout unsplit, as flash_attn does.
+    int splits = 1;
+    if (!problem.varlen && !p.attn_probs && p.num_splits != 1 && !(p.num_splits == 0 && problem.has_dropout())) {
+        const int64_t n_blocks = ceil_div(p.seqlen_k, block_n); // the longest a sequence can be
+        if (p.num_splits > 1) {
+            splits = int(std::clamp<int64_t>(p.num_splits, 1, std::clamp<int64_t>(n_blocks, 1, 128)));
+        } else {
+            const int sms = device.sm_count;
+            const int64_t slots = int64_t(sms) * ctas_per_sm;
+            if (decode) {
+                const int64_t one_wave = std::max<int64_t>(1, slots / std::max<int64_t>(1, items));
+                const bool long_splits = p.seqlen_k / one_wave >= kLongSplitKeys;
+                splits = one_wave_splits(items, n_blocks, slots, 0.8 * double(long_splits ? slots : sms));
+                if (!forced && kvcache && !kv.paged() && splits > 1 && double(items) >= kUnsplitFromSms * sms &&
+                    items <= sms)
+                    splits = 1;
+            } else {
+                splits = fa2_splits(items, n_blocks, slots);
+            }
+        }
+        while (splits > 1 && splits * rows * (plan.head_dim + 1) * int64_t(sizeof(float)) > kMaxPartialBytes) --splits;
+    }
+    if (!special_layout && splits == 1) {
+        plan.rejected.add(Kernel::inference, "plain K/V in one split: the training kernels serve it");
+        plan.rejected.add(Kernel::decode, "plain K/V in one split: the training kernels serve it");
+        return false;
+    }
+    plan.rejected.add(decode ? Kernel::inference : Kernel::decode, why_not_other);
+
+    plan.kernel = decode ? Kernel::decode : Kernel::inference;
+    plan.block_m = block_m, plan.block_n = block_n;
+    plan.splits = splits;
+    plan.pack_gqa = pack_gqa;
+    plan.num_m_blocks = int(ceil_div(tile_rows, block_m));
+    plan.ctas = items * splits;
+    if (decode) {
+        plan.decode_loads = decode_loads(problem, plan.head_dim, plan.tile_dim, block_n);
+        // Paged caches on grids of at most one CTA per SM: each warp starts the DRAM reads of its
+        // first blocks early (H200: 1k x 16 paged 2.55 -> 2.68 TB/s; on fuller grids it cost up to 5%).
+        plan.prefetch_pages = kv.paged() && plan.ctas <= device.sm_count;
+        plan.dependent_combine = splits > 1 && device.cc_major >= 9;
+    }
+    plan.rejected.add(Kernel::forward_sm80, special_layout ? "paged K/V or a KV cache: the inference kernels"
+                                                           : "split-KV: the inference kernels");
+    plan.rejected.add(Kernel::forward_sm90, special_layout ? "paged K/V or a KV cache: the inference kernels"
+                                                           : "split-KV: the inference kernels");
+    return true;
+}
+
+Staging forward_staging(const Problem& problem) {
+    const fa_fwd_params& p = problem.p;
+    const bool varlen = problem.varlen, paged = problem.kv.paged();
+    Staging s;
+    s.dense_batch = varlen ? 1 : p.batch;
+    s.q_rows = varlen ? problem.total_q : p.seqlen_q;
+    s.kv_batch = paged ? p.num_blocks : problem.kv.cache_entries ? problem.kv.cache_entries : s.dense_batch;
+    s.k_rows = paged ? p.page_size : varlen ? p.total_k : p.seqlen_k;
+    s.kv_has_batch = paged || !varlen;
+    s.pad_head_dim = p.head_dim % 8 != 0;
+    s.padded_dim = int(round_up8(p.head_dim));
+    s.q = s.pad_head_dim || !chunk_aligned(p.q, !varlen);
+    s.k = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.k, s.kv_has_batch));
+    s.v = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.v, s.kv_has_batch));
+    s.out = s.pad_head_dim || !chunk_aligned(p.out, !varlen);
+    return s;
+}
+
+size_t staged_bytes(int64_t batch, int64_t rows, int64_t heads, int padded_dim) {
+    return size_t(batch * rows * heads * padded_dim * 2);
+}
+
+} // namespace
+
+const char* kernel_name(Kernel kernel) {
+    switch (kernel) {
+        case Kernel::forward_sm80: return "forward_sm80";
+        case Kernel::forward_sm90: return "forward_sm90";
+        case Kernel::inference: return "inference";
+        case Kernel::decode: return "decode";
+        case Kernel::backward_sm80: return "backward_sm80";
+        case Kernel::backward_sm90: return "backward_sm90";
+    }
+    return "?";
+}
+
+int tile_head_dim(const DeviceInfo& device, int head_dim) {
+    for (const int compiled : device.tile_dims)
+        if (head_dim <= compiled) return compiled;
+    std::string built;
+    for (const int compiled : device.tile_dims) built += (built.empty() ? "" : ";") + std::to_string(compiled);
+    fail(FA_ERROR_UNSUPPORTED, "head_dim ", head_dim, " has no CUDA kernel in this build (FLASHATTN_HEADDIMS=", built,
+         "); rebuild with a head dim >= ", head_dim);
+}
+
+ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device, const Overrides& overrides) {
+    const fa_fwd_params& p = problem.p;
+    ForwardPlan plan;
+    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
+    if (problem.total_q == 0) {
+        plan.empty = true;
+        return plan;
+    }
+    require_runnable(device, p);
+    plan.staging = forward_staging(problem);
+    const Staging& s = plan.staging;
+    plan.head_dim = s.pad_head_dim ? s.padded_dim : p.head_dim;
+    plan.tile_dim = tile_head_dim(device, plan.head_dim);
+
+    WorkspaceLayout& w = plan.workspace;
+    w.add(Piece::q, s.q ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
+    w.add(Piece::k, s.k ? staged_bytes(s.kv_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
+    w.add(Piece::v, s.v ? staged_bytes(s.kv_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
+    w.add(Piece::out, s.out ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
+    w.add(Piece::lse, p.attn_probs && !p.softmax_lse ? size_t(p.num_heads) * problem.total_q * sizeof(float) : 0);
+
+    if (plan_inference(problem, device, overrides, plan)) {
+        if (problem.kv.paged() && p.attn_probs)
+            fail(FA_ERROR_UNSUPPORTED, "attn_probs with a block_table is not supported by the CUDA backend");
+        if (p.seqlen_k > INT32_MAX - 4 * plan.block_n)
+            fail(FA_ERROR_UNSUPPORTED, "seqlen_k ", p.seqlen_k, " is too large for the CUDA inference kernels");
+        const int64_t rows = int64_t(p.batch) * p.seqlen_q * p.num_heads;
+        const bool partials = plan.splits > 1;
+        w.add(Piece::partial_out, partials ? size_t(plan.splits * rows * plan.head_dim) * sizeof(float) : 0);
+        w.add(Piece::partial_lse, partials ? size_t(plan.splits * rows) * sizeof(float) : 0);
+    } else {
+        plan_training_forward(problem, device, overrides, plan);
+    }
+    if (plan.ctas > INT_MAX)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA forward needs ", plan.ctas, " thread blocks (query blocks of ",
+             plan.block_m, " rows x splits ", plan.splits, " x batch ", p.batch, " x heads ", p.num_heads,
+             "), more than the 2^31-1 a grid holds");
+    return plan;
+}
+
+Problem kvcache_attention(const KvCacheProblem& problem, void* q_rotated) {
+    const fa_fwd_params& f = problem.p.fwd;
+    Problem attention = problem.attention;
+    if (problem.rotary())
+        attention.p.q = fa_tensor{q_rotated, int64_t(f.seqlen_q) * f.num_heads * f.head_dim,
+                                  int64_t(f.num_heads) * f.head_dim, f.head_dim};
+    return attention;
+}
+
+ForwardPlan plan_kvcache(const KvCacheProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
+    const fa_fwd_params& f = problem.p.fwd;
+    const size_t rotated_q = problem.rotary() ? size_t(int64_t(f.batch) * f.seqlen_q * f.num_heads * f.head_dim) * 2 : 0;
+    // Only the rotated copy's alignment reaches the attention's plan: an aligned placeholder stands
+    // in for its address (a workspace piece is 256-byte aligned from a 16-byte aligned base).
+    ForwardPlan plan = plan_forward(kvcache_attention(problem, reinterpret_cast<void*>(uintptr_t(256))), device,
+                                    overrides);
+    WorkspaceLayout attention = plan.workspace;
+    plan.workspace = WorkspaceLayout{};
+    plan.workspace.add(Piece::rotated_q, rotated_q);
+    for (size_t i = 0; i < size_t(Piece::count); ++i)
+        if (Piece(i) != Piece::rotated_q) plan.workspace.add(Piece(i), attention.bytes[i]);
+    return plan;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward.
+
+// Deterministic dQ scratch is bounded: fewer chunks (less parallelism) beyond this. 512 MB measured
+// too tight on the H200 (d256, 8 heads, 16k: 3 chunks, 46 TFLOP/s against 187); 4 GB fills the
+// device at the benchmark shapes. A fixed bound, not free memory, so that the size query agrees.
+constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
+
+BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
+    const Problem& pr = problem.fwd;
+    const fa_fwd_params& p = pr.p;
+    const bool varlen = pr.varlen;
+    BackwardPlan plan;
+    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
+    require_runnable(device, p);
+    Staging& s = plan.staging;
+    s.pad_head_dim = p.head_dim % 8 != 0;
+    s.padded_dim = int(round_up8(p.head_dim));
+    s.dense_batch = varlen ? 1 : p.batch;
+    s.q_rows = varlen ? pr.total_q : p.seqlen_q; // per batch entry of the tensors
+    s.k_rows = varlen ? p.total_k : p.seqlen_k;
+    s.kv_batch = s.dense_batch;
+    s.kv_has_batch = !varlen;
+    s.q = s.q_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.q, !varlen));
+    s.dout = s.q_rows > 0 && (s.pad_head_dim || !chunk_aligned(problem.p.dout, !varlen));
+    s.k = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.k, !varlen));
+    s.v = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.v, !varlen));
+    plan.tile_dim = tile_head_dim(device, s.padded_dim);
+    plan.q_rows_total = varlen ? pr.total_q : int64_t(p.batch) * p.seqlen_q;
+    plan.k_rows_total = varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
+    plan.dkv_scratch = pr.group > 1 || s.pad_head_dim || !chunk_aligned(problem.p.dk, !varlen) ||
+                       !chunk_aligned(problem.p.dv, !varlen);
+    const tiles::Backward tile = tiles::backward(plan.tile_dim);
+    plan.block_n = tile.block_n;
+    plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
+
+    const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);
+    size_t chunks = 1;
+    if (problem.p.deterministic) {
+        // (sequence, head, chunk) CTAs that fill the device in one wave, within the memory bound:
+        // rounding up gave 1.2-1.5 waves (d64 16k: 160 CTAs on 132 SMs, 150 TFLOP/s against 237
+        // with 3 chunks), so round down.
+        const int64_t items = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
+        chunks = size_t(std::clamp<int64_t>(device.sm_count / items, 1, std::max<int64_t>(plan.num_n_blocks, 1)));
+        while (chunks > 1 && chunks * dq_buffer > kMaxDeterministicDqBytes) --chunks;
+        plan.num_chunks = int(chunks);
+        plan.dq_chunk_stride = int64_t(dq_buffer / sizeof(float));
+    }
+    // CTA c of a (sequence, head) visits key blocks c, c + num_chunks, ...: one per key block unless
+    // deterministic.
+    if (plan.num_chunks <= 0 || plan.num_chunks > plan.num_n_blocks) plan.num_chunks = plan.num_n_blocks;
+    plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads;
+    if (plan.ctas > INT_MAX)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA backward needs ", plan.ctas, " thread blocks (key blocks of ",
+             plan.block_n, " rows x batch ", p.batch, " x heads ", p.num_heads, "), more than the 2^31-1 a grid holds");
+
+    // The Hopper kernel (FlashAttention-3's scheme) at its tile dims without dropout, where it
+    // measured faster than the mma.sync kernel on the H200: d64 and d256 everywhere, d128 from 512
+    // queries (1.32x at 512); not for d256 in deterministic mode, where a CTA walks several key
+    // blocks and it measured 0.71-0.85x.
+    const bool deterministic = plan.dq_chunk_stride != 0;
+    bool sm90 = false;
+    if (!device.hopper()) {
+        plan.rejected.add(Kernel::backward_sm90, "needs compute capability 9.0");
+    } else if (!device.sm90_kernels) {
+        plan.rejected.add(Kernel::backward_sm90, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHS)");
+    } else if (!tiles::backward_sm90_has(plan.tile_dim)) {
+        plan.rejected.add(Kernel::backward_sm90, "tile head dims 64, 128 and 256 only");
+    } else if (pr.has_dropout()) {
+        plan.rejected.add(Kernel::backward_sm90, "dropout: its registers hold query pairs, Philox words come in key pairs");
+    } else if (overrides.backward_kernel == KernelChoice::sm80) {
+        plan.rejected.add(Kernel::backward_sm90, "overrides: backward_kernel=sm80");
+    } else if (overrides.backward_kernel == KernelChoice::automatic && plan.tile_dim == 128 && p.seqlen_q < 512) {
+        plan.rejected.add(Kernel::backward_sm90, "d128 below 512 queries: not measured faster");
+    } else if (overrides.backward_kernel == KernelChoice::automatic && plan.tile_dim == 256 && deterministic) {
+        plan.rejected.add(Kernel::backward_sm90, "d256 deterministic: the mma.sync kernel measured faster");
+    } else {
+        sm90 = true;
+    }
+    if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
+    plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
+
+    WorkspaceLayout& w = plan.workspace;
+    w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));
+    w.add(Piece::dq_accum, chunks * dq_buffer);
+    const size_t dkv_bytes = plan.dkv_scratch ? size_t(p.num_heads) * plan.k_rows_total * plan.tile_dim * 4 : 0;
+    w.add(Piece::dk_accum, dkv_bytes);
+    w.add(Piece::dv_accum, dkv_bytes);
+    w.add(Piece::q, s.q ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
+    w.add(Piece::dout, s.dout ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
+    w.add(Piece::k, s.k ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
+    w.add(Piece::v, s.v ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
+    return plan;
+}
+
+} // namespace flashattn::cuda

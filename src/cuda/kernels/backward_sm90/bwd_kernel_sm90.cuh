@@ -1,0 +1,238 @@
+// The Hopper backward (sm_90a, wgmma, warp-specialised; FLASHATTN_CUDA_BWD_KERNEL=sm90): the same
+// algorithm, work items, scratch and policies as bwd_kernel.cuh, with FlashAttention-3's schedule.
+//
+//   warpgroup 0 (producer)      K, V of the key block once (kv_full), then for every query block
+//                               that meets it Q, dO, lse, dsum into a ring of kQStages stages
+//                               (q_full[s]); a stage is refilled once both consumers released it
+//                               (q_empty[s]), K/V once they finished the key block (kv_empty).
+//                               After loading query block u it adds the consumers' dQ of block u-1
+//                               from shared memory to the fp32 scratch (dq_full / dq_empty)
+//   warpgroups 1, 2 (consumer)  64 keys each; per query block (bwd_traits_sm90.cuh for the shapes):
+//     S^T = K Q^T, dP^T = V dO^T          issued together; the softmax work runs under dP^T
+//     P^T = exp2(S^T * scale_log2 - lse_log2[query])     [transform] [mask]
+//     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
+//     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
+//     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns
+//     each) -> shared, for the producer to add to the fp32 scratch with red.add (per-chunk buffers
+//     when deterministic, as bwd_kernel.cuh: every address is added by one producer thread, in order)
+//   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
+//   per-query-head fp32 scratch.
+//
+// Dropout is not supported here (the launcher runs the mma.sync kernel for it): its Philox words
+// come in key pairs (j, j+1) per query row, and this kernel's registers hold query pairs.
+//
+// Memory model (as fwd_kernel_sm90.cuh): the producer writes shared memory only with cp.async
+// (zero-fill past the tensor), tracked by cp.async.mbarrier.arrive; consumers run fence.proxy.async
+// after waiting, before wgmma reads. dS^T is written with ordinary stores, so each writer fences
+// (generic -> async proxy) before the named barrier that hands it to the other consumer's wgmma.
+// dS is double-buffered: a consumer writes dS[m] only after passing block m-1's barrier, which the
+// other consumer reaches only after its dQ wgmma of block m-2 (the same buffer) completed. The dQ
+// buffer is single: consumers write block u's once the producer has read block u-1's (dq_empty),
+// which it does right after loading block u, so the wait is normally long over.
+// tests/gpu/bwd_sm90_protocol_check.py models all of it.
+//
+// Index bookkeeping: accumulators of S^T / dP^T are (key row, query column) per warpgroup; the
+// policies of the mma.sync kernel take (query row, key column) tensors, which are the transposed
+// views `scores_qk` / `coords_qk` below (coordinates generated as (query, key) directly).
+//
+// The work item, shared-memory carve-up, producer, recomputed P / dS and the dK/dV epilogue are
+// bwd_sm90_common.cuh's, shared with the d256 schedule (bwd_kernel_sm90_pds.cuh).
+#pragma once
+
+#include "kernels/bwd_args.h"
+#include "kernels/backward_sm90/bwd_sm90_common.cuh"
+#include "kernels/backward_sm90/bwd_traits_sm90.cuh"
+#include "device/wgmma_ops.cuh"
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+template <typename Traits, bool kExtras>
+__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ BwdArgs args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kQStages = Traits::kQStages;
+    const FwdArgs& fa = args.fwd;
+
+    const Sm90BwdWork w(args);
+    const SequenceBounds& seq = w.seq;
+    const int chunk = w.chunk, b = w.b, h = w.h;
+    const int k_stored = w.k_stored;
+    if (chunk * kBlockN >= k_stored) return; // the whole CTA, before any barrier
+
+    // Shared memory (bwd_traits_sm90.cuh, bwd_sm90_common.cuh).
+    extern __shared__ __align__(1024) char smem[];
+    const Sm90BwdSmem<Traits> sm(smem);
+    Element* const smem_k = sm.k;
+    Element* const smem_v = sm.v;
+    Element* const smem_ds = sm.scores; // dS^T [kDsBuffers]
+    auto ds_buffer = [&](int buffer) {
+        return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdS{});
+    };
+    auto dst_buffer = [&](int buffer) {
+        return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdSt{});
+    };
+
+    if (sm90_bwd_ran_producer<Traits>(args, w, sm)) return;
+
+    // ---------------- consumers ----------------
+    const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
+    constexpr uint32_t kDsReadyBarrier = 0; // cutlass::arch::NamedBarrier adds its reserved offset
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaKV mma_kv;
+    typename Traits::TiledMmaDq mma_dq;
+    auto sdp_thr = mma_sdp.get_thread_slice(tid);
+    auto kv_thr = mma_kv.get_thread_slice(tid);
+    auto dq_thr = mma_dq.get_thread_slice(tid);
+
+    Tensor acc_dk = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+    Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    // P^T and dS^T in 16 bits: the register A operands of dV, dK (wgmma_ops.cuh).
+    Tensor p_storage = make_tensor<Element>(acc_s.layout());
+    Tensor ds_storage = make_tensor<Element>(acc_dp.layout());
+    Tensor tdVrPt = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
+    Tensor tdKrdSt = make_tensor(ds_storage.data(), wgmma_accumulator_as_a_operand(acc_dp.layout()));
+
+    // (query, key) views of the keys x queries accumulators, for the policies.
+    Tensor tScS = sdp_thr.partition_C(transposed_identity_tensor<kBlockN, kBlockM>());
+    Tensor coords_qk = make_tensor(tScS.data(), transposed(wgmma_rows_cols(tScS.layout())));
+    Tensor scores_qk = make_tensor(acc_s.data(), transposed(wgmma_rows_cols(acc_s.layout())));
+    Tensor grads_qk = make_tensor(acc_dp.data(), transposed(wgmma_rows_cols(acc_dp.layout())));
+    constexpr int kQueries = decltype(size<0>(coords_qk))::value; // query columns per thread (16)
+    // dS^T registers -> shared: neighbouring queries in a register pair, 4-byte stores.
+    auto copy_ds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    auto copy_ds_thr = copy_ds.get_thread_slice(tid);
+    Tensor tdSr = copy_ds_thr.retile_S(ds_storage);
+    // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns.
+    Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+    float alibi_slope = 0.0f;
+    if constexpr (kExtras) {
+        if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(b) * fa.alibi_batch_stride + h];
+    }
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
+
+    int q_uses = 0, kv_uses = 0;
+    for (int n = chunk; n * kBlockN < k_stored; n += args.num_chunks) {
+        const int n0 = n * kBlockN;
+        const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
+        clear(acc_dk);
+        clear(acc_dv);
+
+        auto process_block = [&](int m, auto masked_tag) __attribute__((always_inline)) {
+            constexpr bool kMasked = decltype(masked_tag)::value;
+            const int m0 = m * kBlockM;
+            const int s = q_uses % kQStages;
+            cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
+            cutlass::arch::fence_view_async_shared();
+
+            // Descriptors of K, V (loop-invariant) are rebuilt per block from a base the compiler
+            // cannot see through: hoisted out of the loop they held ~30 registers (ptxas: spills
+            // 412 -> 312 B at d128).
+            Element* k_base = smem_k;
+            Element* v_base = smem_v;
+            asm volatile("" : "+l"(k_base), "+l"(v_base));
+            Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
+            Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
+            Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+            Element* const q_base = sm.q;
+            Element* const do_base = sm.d_o;
+            Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
+            Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.q_stage(do_base, s));
+            // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
+            // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
+            // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
+            // resources": each k step waited for the previous one), and clear(acc_dp) after S's
+            // issue cost an injected wait (C7517) between S and dP at every head dim.
+            wgmma_issue<true>(mma_sdp, tSrK, tSrQ, acc_s);
+            wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO, acc_dp);
+
+            float lse_log2[kQueries];
+            sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
+
+            warpgroup_wait<1>(); // S^T (dP^T may still run)
+            warpgroup_fence_operand(acc_s);
+            recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+            {
+                Tensor p16 = convert_fragment<Element>(acc_s);
+                CUTE_UNROLL
+                for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
+            }
+            // dV += P^T dO runs under the dS arithmetic.
+            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(do_base, s));
+            wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
+            if constexpr (kExtras) {
+                if (fa.softcap > 0.0f)
+                    apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
+            }
+
+            warpgroup_wait<1>(); // dP^T (dV may still run)
+            warpgroup_fence_operand(acc_dp);
+            sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
+            {
+                Tensor ds16 = convert_fragment<Element>(acc_dp);
+                CUTE_UNROLL
+                for (int t = 0; t < size(ds16); ++t) ds_storage(t) = ds16(t);
+            }
+
+            // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
+            Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));
+            wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+            const int ds_buf = q_uses % Traits::kDsBuffers;
+            copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
+            cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
+            cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
+            // dQ queues behind dK on the tensor cores (no wait in between).
+            Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
+            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+            warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
+            warpgroup_fence_operand(acc_dq);
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
+            // dQ -> shared memory, once the producer has read the previous block's.
+            if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dq); t += 2) {
+                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+                *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
+            }
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+            ++q_uses;
+        };
+
+        if (range.m_end > range.m_begin) {
+            cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
+            cutlass::arch::fence_view_async_shared();
+            // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
+            for (int m = range.m_begin; m < range.m_end;) {
+                for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
+                    process_block(m, cute::true_type{});
+                for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
+                    process_block(m, cute::false_type{});
+            }
+            cutlass::arch::ClusterBarrier::arrive(sm.kv_empty); // every wgmma reading K, V has completed
+            ++kv_uses;
+        }
+
+        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
+        if (kv_uses == 1 && range.m_end > range.m_begin) { // the first key block with work
+        }
+    }
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+} // namespace flashattn::cuda::kernels

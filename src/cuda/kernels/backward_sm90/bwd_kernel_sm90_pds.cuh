@@ -1,0 +1,220 @@
+// The Hopper backward at head dim 256 (sm_90a, wgmma, warp-specialised; opt-in through
+// FLASHATTN_CUDA_BWD_KERNEL=sm90, backend.cu): FlashAttention-3's schedule for its largest head dim,
+// with P and dS through shared memory. Same work items, scratch, producer, policies and epilogue as
+// bwd_kernel_sm90.cuh (bwd_sm90_common.cuh); the consumers' products differ (the shapes and why:
+// Sm90BwdPdSTraits in bwd_traits_sm90.cuh).
+//
+//   warpgroup 0 (producer)      as bwd_kernel_sm90.cuh's, without the dQ hand-off: K, V once per key
+//                               block (kv_full / kv_empty), Q, dO, lse, dsum per query block into a
+//                               ring of two stages (q_full / q_empty)
+//   warpgroups 1, 2 (consumer)  per query block, consumer c:
+//     S = Q K^T, dP = dO V^T         keys [32c, 32c + 32), issued together; the softmax under dP
+//     P = exp2(S * scale_log2 - lse_log2[query])          [transform] [mask]
+//     P -> shared (16-bit); [softcap derivative]; dS = P (dP - dsum[query]) -> shared
+//     named barrier: both consumers' P and dS of the block are in shared memory
+//     dQ = dS K, dV += P^T dO, dK += dS^T Q   columns [128c, 128c + 128) of the head dim; dQ first,
+//     so that its adds to the fp32 scratch (red.global.add, one consumer thread per address) are
+//     issued while dV and dK still run
+//   epilogue: bwd_sm90_store_dkdv (each consumer its 128 columns of the 64 keys).
+//
+// Dropout is not supported here (the launcher runs the mma.sync kernel for it). Unlike the d128
+// schedule, the registers here hold key pairs per query row, as apply_dropout's Philox words come,
+// so it could be added as a policy; not done because nothing has run on a GPU yet.
+//
+// Why each consumer adds its own dQ: the 64 KB fp32 hand-off buffer of bwd_kernel_sm90.cuh fits
+// beside one Q and one dO stage only (traits, kSmemBytes), and one stage would stall the consumers
+// on every block's 64 KB copy. Deterministic mode keeps its property: each address of a chunk's dQ
+// buffer is owned by one consumer thread (the dQ partition covers the tile once, the same thread
+// for every query block of the walk) and its adds are in that thread's program order.
+//
+// Memory model (as bwd_kernel_sm90.cuh): the producer writes shared memory only with cp.async,
+// tracked by cp.async.mbarrier.arrive; consumers run fence.proxy.async after waiting, before wgmma
+// reads. P and dS are ordinary stores, so each writer fences (generic -> async proxy) before the
+// named barrier that hands them to the other consumer's wgmmas. P and dS are double-buffered: a
+// consumer writes buffer m % 2 only after passing block m-1's barrier, which the other consumer
+// reaches only after its wgmmas of block m-2 (the same buffer) completed.
+// tests/gpu/bwd_sm90_protocol_check.py models it (run_pds).
+#pragma once
+
+#include "kernels/bwd_args.h"
+#include "kernels/backward_sm90/bwd_sm90_common.cuh"
+#include "kernels/backward_sm90/bwd_traits_sm90.cuh"
+#include "device/wgmma_ops.cuh"
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+template <typename Traits, bool kExtras>
+__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const __grid_constant__ BwdArgs args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(Traits::kPdSSchedule && !Traits::kDqHandoff);
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kQStages = Traits::kQStages;
+    constexpr int kPdSBuffers = Traits::kPdSBuffers;
+    const FwdArgs& fa = args.fwd;
+
+    const Sm90BwdWork w(args);
+    const SequenceBounds& seq = w.seq;
+    if (w.chunk * kBlockN >= w.k_stored) return; // the whole CTA, before any barrier
+
+    extern __shared__ __align__(1024) char smem[];
+    const Sm90BwdSmem<Traits> sm(smem);
+    Element* const smem_p = sm.scores;                                     // P [kPdSBuffers]
+    Element* const smem_ds = sm.scores + kPdSBuffers * Traits::kSmemPdSElems; // dS [kPdSBuffers]
+    // (queries, keys) and its (keys, queries) view, of buffer `buffer` of P or dS.
+    auto pds_buffer = [&](Element* base, int buffer) {
+        return make_tensor(make_smem_ptr(base + buffer * Traits::kSmemPdSElems), typename Traits::SmemLayoutPdS{});
+    };
+    auto pdst_buffer = [&](Element* base, int buffer) {
+        return make_tensor(make_smem_ptr(base + buffer * Traits::kSmemPdSElems), typename Traits::SmemLayoutPdSt{});
+    };
+
+    if (sm90_bwd_ran_producer<Traits>(args, w, sm)) return;
+
+    // ---------------- consumers ----------------
+    const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
+    constexpr uint32_t kPdSReadyBarrier = 0; // cutlass::arch::NamedBarrier adds its reserved offset
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaKV mma_kv;
+    typename Traits::TiledMmaDq mma_dq;
+    auto sdp_thr = mma_sdp.get_thread_slice(tid);
+    auto kv_thr = mma_kv.get_thread_slice(tid);
+    auto dq_thr = mma_dq.get_thread_slice(tid);
+
+    Tensor acc_dk = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+    Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+
+    // Queries are the rows of S and dP here: the policies see the accumulators as they are.
+    Tensor tScS = sdp_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor coords_qk = make_tensor(tScS.data(), wgmma_rows_cols(tScS.layout()));
+    Tensor scores_qk = make_tensor(acc_s.data(), wgmma_rows_cols(acc_s.layout()));
+    Tensor grads_qk = make_tensor(acc_dp.data(), wgmma_rows_cols(acc_dp.layout()));
+    constexpr int kRows = decltype(size<0>(coords_qk))::value; // query rows per thread (2)
+    // P, dS registers -> shared: neighbouring keys in a register pair, 4-byte stores.
+    auto copy_pds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    auto copy_pds_thr = copy_pds.get_thread_slice(tid);
+    // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns.
+    Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+    float alibi_slope = 0.0f;
+    if constexpr (kExtras) {
+        if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(w.b) * fa.alibi_batch_stride + w.h];
+    }
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
+    float* const dq_rows = w.template dq_rows<kHeadDim>(args);
+
+    int q_uses = 0, kv_uses = 0;
+    for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
+        const int n0 = n * kBlockN;
+        const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
+        clear(acc_dk);
+        clear(acc_dv);
+
+        auto process_block = [&](int m, auto masked_tag) __attribute__((always_inline)) {
+            constexpr bool kMasked = decltype(masked_tag)::value;
+            const int m0 = m * kBlockM;
+            const int s = q_uses % kQStages;
+            const int buf = q_uses % kPdSBuffers;
+            cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
+            cutlass::arch::fence_view_async_shared();
+
+            // K, V descriptors are rebuilt per block from a base the compiler cannot see through,
+            // as in bwd_kernel_sm90.cuh (hoisted out of the loop, the loop-invariant ones stay live).
+            Element* k_base = sm.k;
+            Element* v_base = sm.v;
+            asm volatile("" : "+l"(k_base), "+l"(v_base));
+            Tensor tSrQ = sdp_thr.partition_fragment_A(sm.q_stage(sm.q, s));
+            Tensor tSrK = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
+            Tensor tdPrdO = sdp_thr.partition_fragment_A(sm.q_stage(sm.d_o, s));
+            Tensor tdPrV = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
+            // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
+            wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
+            wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
+
+            float lse_log2[kRows];
+            sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
+
+            warpgroup_wait<1>(); // S (dP may still run)
+            warpgroup_fence_operand(acc_s);
+            recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+            {
+                Tensor p16 = convert_fragment<Element>(acc_s);
+                copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));
+            }
+            if constexpr (kExtras) {
+                if (fa.softcap > 0.0f)
+                    apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
+            }
+
+            warpgroup_wait<0>(); // dP
+            warpgroup_fence_operand(acc_dp);
+            sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
+            {
+                Tensor ds16 = convert_fragment<Element>(acc_dp);
+                copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(pds_buffer(smem_ds, buf)));
+            }
+            cutlass::arch::fence_view_async_shared(); // P, dS (generic stores) -> the wgmmas below
+            cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSReadyBarrier);
+
+            // dQ first: its result leaves while dV and dK run.
+            Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
+            Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+            Tensor tdVrPt = kv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
+            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(sm.d_o, s));
+            wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
+            Tensor tdKrdSt = kv_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
+            Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
+            wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+
+            warpgroup_wait<2>(); // dQ (dV, dK may still run)
+            warpgroup_fence_operand(acc_dq);
+            // Rows past the sequence belong to other sequences' rows (or to none).
+            const int rows_valid = seq.q_len - m0;
+            float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dq); t += 2) {
+                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+                if (row < rows_valid) red_add_pair_v2(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+            }
+
+            warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
+            ++q_uses;
+        };
+
+        if (range.m_end > range.m_begin) {
+            cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
+            cutlass::arch::fence_view_async_shared();
+            // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
+            for (int m = range.m_begin; m < range.m_end;) {
+                for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
+                    process_block(m, cute::true_type{});
+                for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
+                    process_block(m, cute::false_type{});
+            }
+            cutlass::arch::ClusterBarrier::arrive(sm.kv_empty); // every wgmma reading K, V has completed
+            ++kv_uses;
+        }
+
+        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
+    }
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+} // namespace flashattn::cuda::kernels

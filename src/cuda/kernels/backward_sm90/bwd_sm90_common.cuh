@@ -1,0 +1,357 @@
+// What the two Hopper backward schedules share (bwd_kernel_sm90.cuh: keys as rows, P^T / dS^T from
+// registers, d64 and d128; bwd_kernel_sm90_pds.cuh: P and dS through shared memory, d256): the work
+// item, the carve-up of shared memory and its mbarriers, the CTA start and the producer warpgroup,
+// the recomputed dS on a (query, key) view, and the dK/dV epilogue (the recomputed P is bwd_policies.cuh's
+// recompute_probs, shared with the mma.sync kernel). The consumers' products are
+// not shared: which operand lives where, and so which warpgroup computes which slice, is what
+// distinguishes the schedules (a traits switch inside one kernel body would leave two interleaved
+// kernels in one function, each condition a place for the other's bug).
+//
+// A schedule's traits provide: Element, kHeadDim, kBlockM, kBlockN, kQStages, kProducerThreads,
+// kConsumerThreads, kSmemQElems, kSmemKVElems, kSmemScoreElems (the schedule's own P/dS buffers),
+// kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqChunksPerRow,
+// SmemLayoutQ, SmemLayoutQt, SmemLayoutKV (the producer copies with SwizzledTileCopy).
+#pragma once
+
+#include "kernels/bwd_args.h"
+#include "device/bwd_policies.cuh"
+#include "device/fast_exp2.cuh"
+#include "device/producer_copies.cuh"
+#include "device/score_policies.cuh"
+#include "device/tile_ops.cuh"
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+// Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh).
+struct Sm90BwdWork {
+    int chunk, b, h, h_kv;
+    SequenceBounds seq;
+    int k_stored;             // rows of k/v/dk/dv of the sequence (past seqused_k too)
+    bool varlen;
+    int64_t q_global_row0;    // first row of the sequence in the dQ scratch of a head
+    int64_t k_global_row0;    // ... in the dK/dV scratch of a head
+    int64_t row_stat0;        // lse / dsum of query row 0 of this (sequence, head); row i at + i
+
+    __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args) {
+        const FwdArgs& fa = args.fwd;
+        chunk = int(blockIdx.x % unsigned(args.num_chunks));
+        const int bh = int(blockIdx.x / unsigned(args.num_chunks));
+        b = bh / fa.num_heads;
+        h = bh - b * fa.num_heads;
+        h_kv = h / fa.heads_per_kv_head;
+        seq = sequence_bounds(fa, b);
+        k_stored = stored_k_rows(fa, b);
+        varlen = fa.cu_seqlens_q != nullptr;
+        q_global_row0 = varlen ? seq.q_row0 : int64_t(b) * fa.seqlen_q;
+        k_global_row0 = varlen ? seq.k_row0 : int64_t(b) * fa.seqlen_k;
+        row_stat0 = varlen ? int64_t(h) * fa.total_q + seq.q_row0 : (int64_t(b) * fa.num_heads + h) * fa.seqlen_q;
+    }
+
+    // Rows [row0, row0 + rows) of one head of t, (rows, kHeadDim).
+    template <typename Element, int kHeadDim>
+    __device__ __forceinline__ auto rows_of(const fa_tensor& t, int64_t row0, int head, int rows) const {
+        return head_rows<Element, kHeadDim>(t, varlen, b, row0, head, rows);
+    }
+
+    // fp32 dQ scratch rows of this (sequence, head) in this chunk's buffer: row i at + i * kHeadDim.
+    template <int kHeadDim>
+    __device__ __forceinline__ float* dq_rows(const BwdArgs& args) const {
+        return args.dq_accum + chunk * args.dq_chunk_stride + (int64_t(h) * args.q_rows_total + q_global_row0) * kHeadDim;
+    }
+};
+
+// Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
+// 1024-byte aligned: whole swizzle periods), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the
+// dQ hand-off buffer (if any), the mbarriers.
+template <typename Traits>
+struct Sm90BwdSmem {
+    using Element = typename Traits::Element;
+    static constexpr int kQStages = Traits::kQStages;
+    static constexpr int kTileBytes =
+        (2 * kQStages * Traits::kSmemQElems + 2 * Traits::kSmemKVElems + Traits::kSmemScoreElems) * int(sizeof(Element));
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty (used with the hand-off only).
+    static constexpr int kBarriers = 2 * kQStages + 4;
+    static constexpr int kBytes = kTileBytes + Traits::kSmemRowStatsBytes + Traits::kSmemDqBytes + kBarriers * 8;
+    static_assert(kBytes == Traits::kSmemBytes && kTileBytes == Traits::kSmemTileBytes,
+                  "the traits' shared-memory budget describes this carve-up");
+
+    Element* q;
+    Element* d_o;
+    Element* k;
+    Element* v;
+    Element* scores; // the schedule's P / dS buffers
+    float* lse;      // [stage][kBlockM]
+    float* dsum;
+    float* dq;       // (kBlockM, kDqRowStride) with the hand-off
+    uint64_t* q_full;   // [kQStages] Q, dO, lse, dsum of the stage landed
+    uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
+    uint64_t* kv_full;
+    uint64_t* kv_empty;
+    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
+    uint64_t* dq_empty; // the producer has read it
+
+    __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
+        q = reinterpret_cast<Element*>(smem);
+        d_o = q + kQStages * Traits::kSmemQElems;
+        k = d_o + kQStages * Traits::kSmemQElems;
+        v = k + Traits::kSmemKVElems;
+        scores = v + Traits::kSmemKVElems;
+        lse = reinterpret_cast<float*>(smem + kTileBytes);
+        dsum = lse + kQStages * Traits::kBlockM;
+        dq = dsum + kQStages * Traits::kBlockM;
+        uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + kTileBytes + Traits::kSmemRowStatsBytes +
+                                                          Traits::kSmemDqBytes);
+        q_full = bar;
+        q_empty = bar + kQStages;
+        kv_full = bar + 2 * kQStages;
+        kv_empty = bar + 2 * kQStages + 1;
+        dq_full = bar + 2 * kQStages + 2;
+        dq_empty = bar + 2 * kQStages + 3;
+    }
+
+    // By thread 0, before the CTA's one __syncthreads.
+    __device__ __forceinline__ void init_barriers() const {
+        for (int s = 0; s < kQStages; ++s) {
+            cutlass::arch::ClusterBarrier::init(q_full + s, Traits::kProducerThreads);
+            cutlass::arch::ClusterBarrier::init(q_empty + s, Traits::kConsumerThreads);
+        }
+        cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
+        cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kProducerThreads);
+        cutlass::arch::fence_barrier_init();
+    }
+
+    // Stage s of the Q or dO ring as (rows, head dim), and as the (head dim, rows) view.
+    __device__ __forceinline__ auto q_stage(Element* base, int s) const {
+        return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQ{});
+    }
+    __device__ __forceinline__ auto qt_stage(Element* base, int s) const {
+        return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQt{});
+    }
+};
+
+// The producer warpgroup (the caller has lowered its registers): K, V of a key block once
+// (kv_full; refilled once both consumers finished the block, kv_empty), then for every query block
+// that meets it Q, dO, lse, dsum into stage q_uses % kQStages (q_full; refilled once both consumers
+// released it, q_empty). Both roles walk the same sequence: key blocks n of the chunk, and for each
+// the query blocks of q_block_range (empty ranges skip the loads); q_uses counts query blocks over
+// the whole walk, kv_uses key blocks with work. With the dQ hand-off (Traits::kDqHandoff) it adds
+// the consumers' dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty),
+// and the last one after the loop.
+template <typename Traits>
+__device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm90BwdWork& w,
+                                                  const Sm90BwdSmem<Traits>& sm) {
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kQStages = Traits::kQStages;
+    const FwdArgs& fa = args.fwd;
+    const SequenceBounds& seq = w.seq;
+    const int ptid = int(threadIdx.x);
+    using KVCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>;
+    using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>;
+    const KVCopy copy_kv(ptid);
+    const QCopy copy_q(ptid);
+    // Row 0 of this head's rows of each input (the K/V rows at seq.k_row0, the Q/dO rows at seq.q_row0).
+    const auto first_row = [&](const fa_tensor& t, int64_t row0, int head) {
+        return w.template rows_of<Element, kHeadDim>(t, row0, head, 1).data().get();
+    };
+    const Element* const k_rows = first_row(fa.k, seq.k_row0, w.h_kv);
+    const Element* const v_rows = first_row(fa.v, seq.k_row0, w.h_kv);
+    const Element* const q_rows = first_row(fa.q, seq.q_row0, w.h);
+    const Element* const do_rows = first_row(args.dout, seq.q_row0, w.h);
+    const int64_t k_stride = fa.k.row_stride, v_stride = fa.v.row_stride;
+    const int64_t q_stride = fa.q.row_stride, do_stride = args.dout.row_stride;
+    const uint32_t smem_k = cast_smem_ptr_to_uint(sm.k), smem_v = cast_smem_ptr_to_uint(sm.v);
+    const uint32_t smem_q = cast_smem_ptr_to_uint(sm.q), smem_do = cast_smem_ptr_to_uint(sm.d_o);
+    constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
+    // One lse or dsum value per producer thread and stage.
+    static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
+    const bool loads_lse = ptid < kBlockM;
+    const int stat_row = loads_lse ? ptid : ptid - kBlockM;
+    const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + w.row_stat0;
+    float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
+
+    // The dQ of query-block use `use` (first row m0): a warp per row of kHeadDim floats, added
+    // with 16-byte reductions; rows past the sequence belong to other sequences' rows (or to none).
+    float* const dq_rows = Traits::kDqHandoff ? w.template dq_rows<kHeadDim>(args) : nullptr;
+    // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid % kDqChunksPerRow) of
+    // pass j: one base address and compile-time offsets per pass (see SwizzledTileCopy for why).
+    auto add_dq = [&](int use, int m0) {
+        if constexpr (Traits::kDqHandoff) {
+            constexpr int kDqChunksPerRow = Traits::kDqChunksPerRow;
+            constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
+            static_assert(Traits::kProducerThreads % kDqChunksPerRow == 0 && kBlockM % kDqRowsPerPass == 0);
+            const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
+            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
+            const int rows_left = seq.q_len - m0 - dq_row;
+            const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
+            float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
+            asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (SwizzledTileCopy)
+            CUTE_UNROLL
+            for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
+                if (j * kDqRowsPerPass < rows_left) {
+                    const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
+                    red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
+                }
+            }
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
+        }
+    };
+
+    int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
+        const int n0 = n * kBlockN;
+        const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
+        if (range.m_end <= range.m_begin) continue;
+        const Element* safe = k_rows; // k_len > n0 >= 0 whenever the range is not empty
+        if (kv_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.kv_empty, (kv_uses - 1) & 1);
+        copy_kv.load_async(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
+        copy_kv.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, fa.head_dim, safe);
+        cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
+        ++kv_uses;
+        for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
+            const int s = q_uses % kQStages;
+            const int m0 = m * kBlockM;
+            if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
+            copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
+            copy_q.load_async(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
+            const bool row_ok = m0 + stat_row < seq.q_len;
+            cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
+            cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
+            if (q_uses > 0) add_dq(q_uses - 1, last_m0);
+            last_m0 = m0;
+        }
+    }
+    if (q_uses > 0) add_dq(q_uses - 1, last_m0);
+    cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
+}
+
+// The CTA's start in both schedules, after the work item's early return: thread 0 initialises the
+// mbarriers before the CTA's only __syncthreads; then warpgroup 0 lowers its registers and runs the
+// producer to its end (true: the caller returns), while the consumers raise theirs (false).
+template <typename Traits>
+__device__ __forceinline__ bool sm90_bwd_ran_producer(const BwdArgs& args, const Sm90BwdWork& w,
+                                                      const Sm90BwdSmem<Traits>& sm) {
+    if (threadIdx.x == 0) sm.init_barriers();
+    __syncthreads(); // the last CTA-wide barrier
+    if (int(threadIdx.x) / 128 == 0) {
+        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+        sm90_bwd_producer<Traits>(args, w, sm);
+        return true;
+    }
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+    return false;
+}
+
+// lse of the query rows a thread holds (natural log; -inf: the row saw no key) in log2 units, +inf
+// so that P = 0 there and for rows past the sequence (their Q rows are zeros, their S 0).
+// coords_qk: the thread's (query, key) coordinates, one query per row of the view.
+template <int kRows, typename Coords>
+__device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], Coords const& coords_qk,
+                                                  const float* stage_lse, int m0, int q_len) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    CUTE_UNROLL
+    for (int q = 0; q < kRows; ++q) {
+        const int i = get<0>(coords_qk(q, 0));
+        const float lse = stage_lse[i];
+        lse_log2[q] = m0 + i < q_len && lse != -INFINITY ? lse * kLog2e : INFINITY;
+    }
+}
+
+// dS = P (dP - dsum[query]) in place on dP's (query, key) view (P already carries the softcap
+// derivative where the extras kernel applies one).
+template <typename Grads, typename Probs, typename Coords>
+__device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& probs_qk, Coords const& coords_qk,
+                                                 const float* stage_dsum) {
+    CUTE_UNROLL
+    for (int q = 0; q < size<0>(grads_qk); ++q) {
+        const float dsum = stage_dsum[get<0>(coords_qk(q, 0))];
+        CUTE_UNROLL
+        for (int k = 0; k < size<1>(grads_qk); ++k) grads_qk(q, k) = probs_qk(q, k) * (grads_qk(q, k) - dsum);
+    }
+}
+
+// Epilogue of key block n: dK = scale * dS^T Q, dV = (P keep)^T dO / (1-p), from the consumers'
+// registers (tdKVc: the (key, column) of each register, 2t and 2t+1 neighbours) to dk/dv (16-bit)
+// or to the per-query-head fp32 scratch. Rows past k_len hold zeros: their keys were masked, which
+// is what keys beyond seqused_k receive.
+// To dk/dv, the CTA's last key block goes through shared memory: K's and V's tiles are free then
+// (the first barrier: every consumer's wgmmas on them have completed; the producer loads no
+// further key block), each thread puts its 16-bit pairs there, and the consumers store whole
+// 16-byte chunks, full rows of a warp at a time. Straight from the registers a warp's 4-byte stores
+// fall on 8 rows, 16 bytes each, and the timeline build measured the epilogue at ~6.5 us of a
+// ~50 us CTA (d128, 1k tokens). Earlier key blocks (deterministic mode's CTAs walk several) store
+// from the registers, as the producer may be refilling K and V for the next one.
+template <typename Traits, typename Acc, typename Coords>
+__device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const Sm90BwdWork& w,
+                                                    const Sm90BwdSmem<Traits>& sm, int n, Acc& acc_dk, Acc& acc_dv,
+                                                    Coords const& tdKVc) {
+    using Element = typename Traits::Element;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    const int n0 = n * kBlockN;
+    const int rows_valid = w.k_stored - n0;
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dk); ++t) {
+        acc_dk(t) *= args.dk_scale;
+        acc_dv(t) *= args.dv_scale;
+    }
+    if (args.dk_accum) {
+        store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKVc, rows_valid);
+        return;
+    }
+    // Written only without GQA (the host gives GQA the scratch), so h_kv == h.
+    Tensor mdK = w.template rows_of<Element, kHeadDim>(args.dk, w.seq.k_row0, w.h_kv, w.k_stored);
+    Tensor mdV = w.template rows_of<Element, kHeadDim>(args.dv, w.seq.k_row0, w.h_kv, w.k_stored);
+    Tensor dk16 = convert_fragment<Element>(acc_dk);
+    Tensor dv16 = convert_fragment<Element>(acc_dv);
+    Tensor dk_pairs = recast<uint32_t>(dk16);
+    Tensor dv_pairs = recast<uint32_t>(dv16);
+    const bool last_key_block = int64_t(n + args.num_chunks) * kBlockN >= w.k_stored;
+    if (last_key_block) {
+        constexpr uint32_t kEpilogueBarrier = 1; // cutlass::arch::NamedBarrier adds its reserved offset
+        using Out = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>;
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
+        // The pairs' swizzled addresses from the thread's first (row, column), made opaque so that
+        // they are computed here rather than hoisted in front of the main loop (and spilled).
+        int row0 = get<0>(tdKVc(0)), col0 = get<1>(tdKVc(0));
+        asm volatile("" : "+r"(row0), "+r"(col0));
+        const uint32_t k_at = cast_smem_ptr_to_uint(sm.k), v_at = cast_smem_ptr_to_uint(sm.v);
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dk); t += 2) {
+            const int row = row0 + (get<0>(tdKVc(t)) - get<0>(tdKVc(0))); // offsets: constants once folded
+            const int col = col0 + (get<1>(tdKVc(t)) - get<1>(tdKVc(0)));
+            const uint32_t offset = Out::byte_offset(row, col);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(k_at + offset), "r"(dk_pairs(t / 2)));
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
+        }
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
+        const Out out(int(threadIdx.x) - Traits::kProducerThreads);
+        const int64_t dk_stride = args.dk.row_stride, dv_stride = args.dv.row_stride;
+        out.store(cast_smem_ptr_to_uint(sm.k), mdK.data().get() + n0 * dk_stride, dk_stride, rows_valid,
+                  args.fwd.head_dim);
+        out.store(cast_smem_ptr_to_uint(sm.v), mdV.data().get() + n0 * dv_stride, dv_stride, rows_valid,
+                  args.fwd.head_dim);
+        return;
+    }
+    Tensor gdK = local_tile(mdK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
+    Tensor gdV = local_tile(mdV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dk); t += 2) {
+        const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
+        if (row < rows_valid && col < args.fwd.head_dim) {
+            *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
+            *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+        }
+    }
+}
+
+} // namespace flashattn::cuda::kernels

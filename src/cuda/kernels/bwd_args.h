@@ -1,0 +1,50 @@
+// What the backward's kernels need, by value (the main kernel's only parameter, __grid_constant__).
+//
+// Built on the host from a validated BwdProblem (backend.cu). The forward part (q, k, v, out, lse,
+// sizes, varlen arrays, mask, score transform, dropout) is a FwdArgs, so the score policies of the
+// forward (kernels/score_policies.cuh) serve the backward unchanged.
+//
+// fp32 scratch, all in one workspace (backend.cu's BwdPlan); "tile d" is the compiled head dim the
+// kernel runs with (>= the real head dim), rows are global rows (varlen: the packed row; dense:
+// b * seqlen_q + i, resp. b * seqlen_k + j):
+//   dsum      [lse index]                                  rowsum(dO * O), indexed like softmax_lse
+//   dq_accum  [chunk][query head][q row][tile d]          sum of dS K over the chunk's key blocks
+//   dk_accum  [query head][k row][tile d]                  per query head, only when the kernel cannot
+//   dv_accum  [query head][k row][tile d]                  write dk/dv itself (GQA, odd layouts)
+#pragma once
+
+#include "kernels/fwd_args.h"
+
+#include <flashattn/flashattn.h>
+
+#include <cstdint>
+
+namespace flashattn::cuda {
+
+struct BwdArgs {
+    FwdArgs fwd;            // the forward as it was run (its q/k/v may be staged copies)
+
+    fa_tensor dout;         // dO as the kernel reads it (16-byte chunks; maybe a staged copy)
+    fa_tensor dq, dk, dv;   // the caller's outputs; dk/dv are written by the main kernel only when
+                            // dk_accum is null, else by the finishing kernel (any layout)
+    int32_t num_heads_k;
+    int32_t out_head_dim;   // the real head dim (fwd.head_dim may be rounded up to 8 by staging)
+    int32_t accum_cols;     // columns per row of the fp32 scratch: the tile head dim
+
+    float* dsum;
+    float* dq_accum;
+    int64_t dq_chunk_stride; // elements between the chunks' dQ buffers; 0: one buffer, atomics
+    int32_t num_chunks;      // CTAs per (sequence, head) along the keys: CTA c visits key blocks
+                             // c, c + num_chunks, ...; == key blocks unless deterministic
+    int32_t num_n_blocks;    // key blocks of the longest sequence; set by the launcher
+    float* dk_accum;         // null: the main kernel writes dk/dv (scaled, converted) itself
+    float* dv_accum;
+    int64_t q_rows_total;    // rows of the dQ scratch per head: varlen ? total_q : batch * seqlen_q
+    int64_t k_rows_total;    // rows of the dK/dV scratch per head: varlen ? total_k : batch * seqlen_k
+
+    float dq_scale;          // softmax scale (dS is in units of the scaled score)
+    float dk_scale;          // softmax scale
+    float dv_scale;          // 1 / (1 - dropout_p): the kernel accumulates (P * keep)^T dO
+};
+
+} // namespace flashattn::cuda

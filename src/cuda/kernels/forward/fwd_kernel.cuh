@@ -1,0 +1,338 @@
+// The FlashAttention-2 forward kernel: one CTA per (query block, sequence, head).
+//
+//   Q block -> shared (once); for each K/V block, last to first:
+//     S = Q K^T                         tensor cores, ldmatrix from swizzled shared memory
+//     [scale/softcap/ALiBi] [mask]      mask only on blocks that need it
+//     online softmax                    running max/sum in registers, quad shuffles, exp2
+//     [dropout]                         Philox, the same elements as every backend
+//     O += P V                          P stays in registers as the A operand
+//   O /= sum, lse = max + log(sum)      once, at the end; O leaves through shared memory
+//
+// Loads overlap compute (cp.async), in one of two schedules (Traits::kKvStages, fwd_traits.cuh):
+//   one K and one V buffer: V[n] is fetched while S = Q K[n]^T runs, K[n-1] while the softmax and
+//     P V[n] run (compute-bound tiles: this is enough, and it costs the least shared memory);
+//   a ring of kKvStages (K, V) pairs: K and V of block n - (kKvStages - 1) are fetched while block n
+//     is computed (the inference variant, bound by reading the KV cache: several blocks in flight).
+//
+// Compile-time policies: kExtras. The plain kernel (the common case) folds the scale into exp2 and
+// carries no transform or dropout code; the extras kernel switches softcap, ALiBi and dropout at
+// run time. Masking, ragged sequence ends and head dims below the tile width are run-time
+// decisions that cost nothing where they do not apply (uniform branches, per-block phases).
+// kInference (with kExtras, its own tile: InferenceTileConfig) adds, switched at run time, what
+// serving needs (inference.cu): K/V rows found through a block table (paged) or a KV cache's
+// arrays (cache_seqlens, cache_batch_idx, cache_leftpad); split-KV, where CTA `split` visits only
+// its share of the K/V blocks and writes its normalised O and lse in fp32 for combine.cu; and GQA
+// packing, where the tile's rows are the query heads sharing a KV head (seqlen_q == 1).
+#pragma once
+
+#include "kernels/fwd_args.h"
+#include "kernels/forward/fwd_traits.cuh"
+#include "device/online_softmax.cuh"
+#include "device/score_policies.cuh"
+#include "device/tile_ops.cuh"
+#include "device/tile_order.cuh"
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+template <typename Traits, bool kExtras, bool kInference = false>
+__global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
+    static_assert(kExtras || !kInference, "the inference variant switches the extras at run time");
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    const int tid = threadIdx.x;
+
+    // Work item: (query block, [split,] sequence, head) in tile_order.cuh's order, heaviest query
+    // blocks first (the inference variant: the query block fastest, then the split). Packed GQA:
+    // the "head" is a KV head and h the first query head of its group (tile row r is query head h + r).
+    InferenceWorkItem item;
+    if constexpr (kInference) {
+        item = inference_work_item(blockIdx.x, args);
+    } else {
+        const TileCoord tile =
+            tile_of_block(blockIdx.x, args.num_m_blocks, args.batch * args.num_heads, args.section_heads);
+        const int b = tile.bh / args.num_heads, h = tile.bh - b * args.num_heads;
+        item = InferenceWorkItem{tile.m_block, 0, b, h, h / args.heads_per_kv_head, false};
+    }
+    const int m_block = item.m_block, split = item.split, b = item.b, h = item.h, h_kv = item.h_kv;
+    const bool packed = item.packed;
+
+    const SequenceBounds seq = sequence_bounds<kInference>(args, b);
+    const int m0 = m_block * kBlockM;
+    if (m0 >= seq.q_len) return;
+    KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
+    const bool write_partials = kInference && args.num_splits > 1;
+    if (write_partials) range = split_share(range, split, args.num_splits);
+
+    // Global tensors of this (sequence, head), 64-bit offsets. The column extent is the tile's
+    // head dim; columns at or past args.head_dim are never touched (load_tile / the store below).
+    // Packed heads: the rows of Q and O are the group's heads, head_stride apart.
+    const bool varlen = args.cu_seqlens_q != nullptr;
+    auto rows_of = [&](const fa_tensor& t, int64_t batch, int64_t row0, int head, int rows, int64_t row_stride) {
+        return head_rows<Element, kHeadDim>(t, varlen, batch, row0, head, rows, row_stride);
+    };
+    Tensor mQ = rows_of(args.q, b, seq.q_row0, h, seq.q_len, packed ? args.q.head_stride : args.q.row_stride);
+    Tensor mK = rows_of(args.k, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.k.row_stride);
+    Tensor mV = rows_of(args.v, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.v.row_stride);
+    Tensor mO = rows_of(args.out, b, seq.q_row0, h, seq.q_len, packed ? args.out.head_stride : args.out.row_stride);
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+    Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, 0));
+    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0)); // (N, D, n_blocks)
+    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, 0));
+
+    // Shared memory: Q, then kKvStages K blocks, then kKvStages V blocks. sK and sV are stage 0;
+    // stage s lies s * kSmemKVElems further (a multiple of the swizzle period, so every view and
+    // partition below stays valid when shifted: in_stage).
+    constexpr int kStages = Traits::kKvStages;
+    constexpr bool kRing = kStages > 1;
+    extern __shared__ __align__(128) char smem[];
+    Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(sK.data() + kStages * size(sK), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
+
+    // Global -> shared partitions, with (row, column) coordinates for the predicates.
+    typename Traits::GmemLoad gmem_load;
+    auto load_thr = gmem_load.get_thread_slice(tid);
+    Tensor tQg = load_thr.partition_S(gQ);
+    Tensor tQs = load_thr.partition_D(sQ);
+    Tensor tKg = load_thr.partition_S(gK);
+    Tensor tKs = load_thr.partition_D(sK);
+    Tensor tVg = load_thr.partition_S(gV);
+    Tensor tVs = load_thr.partition_D(sV);
+    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    // Which of this thread's 16-byte column chunks hold real head-dim columns (same for Q, K, V, O).
+    Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
+
+    // Tensor-core partitions.
+    typename Traits::TiledMma tiled_mma;
+    auto mma_thr = tiled_mma.get_thread_slice(tid);
+    Tensor tSrQ = mma_thr.partition_fragment_A(sQ);
+    Tensor tSrK = mma_thr.partition_fragment_B(sK);
+    Tensor tOrVt = mma_thr.partition_fragment_B(sVt);
+    Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    clear(acc_o);
+
+    auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQK{}, tiled_mma);
+    auto copy_q_thr = copy_q.get_thread_slice(tid);
+    Tensor tSsQ = copy_q_thr.partition_S(sQ);
+    auto copy_k = make_tiled_copy_B(typename Traits::SmemCopyQK{}, tiled_mma);
+    auto copy_k_thr = copy_k.get_thread_slice(tid);
+    Tensor tSsK = copy_k_thr.partition_S(sK);
+    auto copy_v = make_tiled_copy_B(typename Traits::SmemCopyVt{}, tiled_mma);
+    auto copy_v_thr = copy_v.get_thread_slice(tid);
+    Tensor tOsVt = copy_v_thr.partition_S(sVt);
+
+    // (row, key) coordinates of this thread's S accumulator, as (rows, cols) like the scores.
+    Tensor tScS = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
+
+    Tensor acc_o_rows = make_tensor(acc_o.data(), rows_cols(acc_o.layout()));
+    OnlineSoftmax<decltype(size<0>(acc_o_rows))::value> softmax;
+
+    float exp_scale = args.scale_log2;
+    float alibi_slope = 0.0f;
+    DropoutKey dropout_key{};
+    if constexpr (kExtras) {
+        if (args.transform_scores) exp_scale = 1.4426950408889634f; // scores already carry the scale
+        if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(b) * args.alibi_batch_stride + h];
+        if (args.dropout) dropout_key = args.dropout_key();
+    }
+
+    // A shared-memory tile (or a partition of one) of K or V moved to the ring stage of block n.
+    // Single buffers: the tile itself (by reference: the plain kernel's code does not change).
+    auto in_stage = [&](auto&& t, int n) __attribute__((always_inline)) -> decltype(auto) {
+        if constexpr (kRing) {
+            return make_tensor(t.data() + (n % kStages) * Traits::kSmemKVElems, t.layout());
+        } else {
+            (void)n;
+            return t;
+        }
+    };
+
+    // K or V block n into shared memory (its ring stage): rows of the tensor, or (paged, inference
+    // variant only) rows found through the block table, at `pages` (resolved by the caller).
+    PageTable page_table{kInference && args.block_table ? args.block_table + int64_t(b) * args.block_table_stride
+                                                        : nullptr,
+                         uint32_t(args.page_size), args.num_blocks};
+    auto load_kv_pages = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n, auto const& pages)
+                             __attribute__((always_inline)) {
+        const int rows_valid = seq.k_len - n * kBlockN;
+        if constexpr (kInference) {
+            if (args.block_table) {
+                load_tile_paged(gmem_load, in_stage(tXs, n), tKVc, column_ok, rows_valid,
+                                static_cast<Element*>(t.data) + int64_t(h_kv) * t.head_stride, t.batch_stride,
+                                t.row_stride, pages);
+                return;
+            }
+        }
+        load_tile(gmem_load, tXg(_, _, _, n), in_stage(tXs, n), tKVc, column_ok, rows_valid);
+    };
+    // The page slots of block n's rows: one table read per row pass of this thread, none unpaged.
+    auto pages_of = [&](int n) __attribute__((always_inline)) {
+        PageSlots<decltype(size<1>(tKVc))::value> pages{};
+        if constexpr (kInference) {
+            if (args.block_table) pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
+        }
+        return pages;
+    };
+    // Single buffers: K and V load at different times, each resolves its own pages. The ring loads
+    // K and V of a block together and resolves the pages once for both.
+    auto load_kv = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n) __attribute__((always_inline)) {
+        load_kv_pages(t, tXg, tXs, n, pages_of(n));
+    };
+    auto load_kv_block = [&](int n) __attribute__((always_inline)) {
+        const auto pages = pages_of(n);
+        load_kv_pages(args.k, tKg, tKs, n, pages);
+        load_kv_pages(args.v, tVg, tVs, n, pages);
+    };
+
+    if (range.n_end > range.n_begin) {
+        load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
+        if constexpr (kRing) { // blocks n_end - 1 .. n_end - (kStages - 1), one cp.async group each
+            CUTE_UNROLL
+            for (int i = 0; i < kStages - 1; ++i) {
+                if (range.n_end - 1 - i >= range.n_begin) load_kv_block(range.n_end - 1 - i);
+                cp_async_fence();
+            }
+        } else {
+            load_kv(args.k, tKg, tKs, range.n_end - 1);
+            cp_async_fence();
+        }
+    }
+
+    // One K/V block. kMasked is a compile-time tag, so the unmasked blocks run code without any
+    // mask instructions (a run-time flag would be if-converted into predicated instructions that
+    // every block issues). always_inline: its two call sites below must not become calls.
+    auto process_block = [&](int n, auto masked_tag) __attribute__((always_inline)) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
+        const int n0 = n * kBlockN;
+        Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+        clear(acc_s);
+
+        if constexpr (kRing) {
+            cp_async_wait<kStages - 2>(); // block n (and Q) have landed ...
+            __syncthreads(); // ... for every thread, and everyone is done with block n+1, whose stage
+                             // block n - (kStages - 1) takes (one group per block, empty or not)
+            if (n - (kStages - 1) >= range.n_begin) load_kv_block(n - (kStages - 1));
+            cp_async_fence();
+        } else {
+            cp_async_wait<0>(); // K[n] (and Q) have landed ...
+            __syncthreads();    // ... for every thread, and everyone is done reading V[n+1]
+            load_kv(args.v, tVg, tVs, n);
+            cp_async_fence();
+        }
+
+        gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, n), copy_q, copy_k, copy_q_thr, copy_k_thr);
+
+        Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
+        if constexpr (kExtras) {
+            if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, seq, m0, n0);
+        }
+        if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
+
+        if constexpr (!kRing) {
+            cp_async_wait<0>(); // V[n] has landed ...
+            __syncthreads();    // ... for every thread, and everyone is done reading K[n]
+            if (n > range.n_begin) {
+                load_kv(args.k, tKg, tKs, n - 1);
+                cp_async_fence();
+            }
+        }
+
+        softmax.absorb(scores, acc_o_rows, exp_scale);
+        if constexpr (kExtras) {
+            if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, b, h, m0, n0);
+        }
+
+        Tensor p = convert_fragment<Element>(acc_s);
+        Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
+        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, n), copy_v, copy_v_thr);
+    };
+
+    // K/V blocks from the last to the first. The ones that need the key mask (the diagonal, the
+    // ragged tail, a local window's edges) sit at the two ends of the range, so this runs masked,
+    // unmasked, then masked again (local windows only): two copies of the block code, not three.
+    for (int n = range.n_end - 1; n >= range.n_begin;) {
+        for (; n >= range.n_begin && (n >= range.unmasked_end || n < range.unmasked_begin); --n)
+            process_block(n, cute::true_type{});
+        for (; n >= range.n_begin && n >= range.unmasked_begin && n < range.unmasked_end; --n)
+            process_block(n, cute::false_type{});
+    }
+
+    // Epilogue: normalise, lse, O through shared memory (Q's buffer) to 16-byte global stores.
+    float row_lse[decltype(size<0>(acc_o_rows))::value];
+    softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
+    // A sequence with an index out of range (a block table entry: any thread may have met it) leaves NaN.
+    bool faulted = seq.faulted;
+    if constexpr (kInference) {
+        faulted = __syncthreads_or(page_table.faulted) || faulted;
+        page_table.report(args.fault, b);
+    }
+    if (faulted) poison_rows(acc_o_rows, row_lse);
+
+    // (query head, query row) of tile row i.
+    auto head_of = [&](int i) { return packed ? h + i : h; };
+    auto row_of = [&](int i) { return packed ? 0 : i; };
+
+    if constexpr (kInference) {
+        if (write_partials) { // fp32 O and lse of this split, straight from registers (dense q only)
+            Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+            Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+            const int64_t split_row0 = (int64_t(split) * args.batch + b) * args.seqlen_q;
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(o_coords); ++r) {
+                const int i = m0 + get<0>(o_coords(r, 0));
+                if (i >= seq.q_len) continue;
+                const int head = head_of(i), row = row_of(i);
+                if (get<1>(o_coords(r, 0)) == 0)
+                    args.lse_accum[((int64_t(split) * args.batch + b) * args.num_heads + head) * args.seqlen_q + row] =
+                        row_lse[r];
+                float* o_row = args.out_accum + ((split_row0 + row) * args.num_heads + head) * args.head_dim;
+                CUTE_UNROLL
+                for (int c = 0; c < size<1>(o_coords); c += 2) { // neighbouring column pairs
+                    const int col = get<1>(o_coords(r, c));
+                    if (col < args.head_dim)
+                        *reinterpret_cast<float2*>(o_row + col) = make_float2(acc_o_rows(r, c), acc_o_rows(r, c + 1));
+                }
+            }
+            return;
+        }
+    }
+
+    Tensor o = convert_fragment<Element>(acc_o);
+    Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});
+    auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, tiled_mma);
+    auto copy_o_thr = copy_o.get_thread_slice(tid);
+    Tensor tOrO_view = copy_o_thr.retile_S(o);
+    Tensor tOsO = copy_o_thr.partition_D(sO);
+    cp_async_wait<0>();
+    __syncthreads(); // every warp is done with sQ / sV
+    copy(copy_o, tOrO_view, tOsO);
+
+    if (args.lse) {
+        Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+        if (get<1>(o_coords(0, 0)) == 0) { // one lane of each quad writes its rows
+            CUTE_UNROLL
+            for (int r = 0; r < size<0>(o_coords); ++r) {
+                const int i = m0 + get<0>(o_coords(r, 0));
+                if (i < seq.q_len) {
+                    const int head = head_of(i), row = row_of(i);
+                    const int64_t index = varlen ? int64_t(head) * args.total_q + seq.q_row0 + row
+                                                 : (int64_t(b) * args.num_heads + head) * args.seqlen_q + row;
+                    args.lse[index] = row_lse[r];
+                }
+            }
+        }
+    }
+
+    __syncthreads();
+    store_tile<typename Traits::GmemStore>(tid, sO, gO, column_ok, seq.q_len - m0);
+}
+
+} // namespace flashattn::cuda::kernels

@@ -1,0 +1,362 @@
+// The Hopper (sm_90a) forward: FlashAttention-2's algorithm with wgmma products, scheduled
+// FlashAttention-3's way (warp specialisation). Tiles and the CuTe objects: fwd_traits_sm90.cuh.
+//
+//   warpgroup 0 (producer)     cp.async of Q once, then K[j] and V[j] into a ring of stages; each
+//                              stage's arrival is signalled on an mbarrier (cp.async.mbarrier.arrive),
+//                              its reuse waits for both consumers to release it (another mbarrier)
+//   warpgroups 1, 2 (consumer) 64 query rows each: S = Q K^T, softmax, O += P V (wgmma)
+//
+// Nothing in the main loop synchronises the whole CTA, so the two consumers can drift apart, and a
+// pair of named barriers makes them alternate ("ping-pong"): one issues its two products while the
+// other runs its softmax, so the tensor cores are busy during the exp2s (the softmax of one
+// warpgroup is a third of its block time at d128, half at d64).
+//
+// Persistent grid (kPersistent; else one tile per CTA, the loop's state folded away): a CTA computes tiles blockIdx.x, blockIdx.x + gridDim.x, ...
+// (the launcher makes the grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
+// the consumers still normalise and store this tile's O, and the per-CTA start-up (launch, barrier
+// set-up, register reconfiguration) is paid once per SM instead of once per tile. The stage
+// counters run on across tiles. Q's buffer (which also stages O) has an mbarrier for each direction
+// (q_full, q_empty), and every tile passes through both, also one without K/V blocks, so neither
+// side can get two phases ahead.
+//
+// Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
+// size of 0 where rows or columns lie outside the tensor), so the mbarrier that tracks its cp.asyncs
+// covers every byte. A consumer that waited on it runs fence.proxy.async before its wgmma reads the
+// stage (cp.async writes through the generic proxy, wgmma reads through the async proxy).
+#pragma once
+
+#include "kernels/fwd_args.h"
+#include "kernels/forward_sm90/fwd_traits_sm90.cuh"
+#include "device/online_softmax.cuh"
+#include "device/producer_copies.cuh"
+#include "device/score_policies.cuh"
+#include "device/tile_ops.cuh"
+#include "device/tile_order.cuh"
+#include "device/wgmma_ops.cuh"
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+namespace flashattn::cuda::kernels {
+
+using namespace cute;
+
+template <typename Traits, bool kExtras, bool kPersistent>
+__global__ void __launch_bounds__(Traits::kCtaThreads, 1)
+    fwd_kernel_sm90(const __grid_constant__ FwdArgs args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Element = typename Traits::Element;
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kStages = Traits::kStages;
+    static_assert(!kPersistent || Traits::kCanPersist, "see Sm90FwdTraits::kCanPersist");
+    constexpr int kConsumerThreads = Traits::kThreads; // two warpgroups
+    const int warpgroup = int(threadIdx.x) / 128;
+    const bool varlen = args.cu_seqlens_q != nullptr;
+
+    // Shared memory: Q, kStages K blocks, kStages V blocks, then the barriers.
+    extern __shared__ __align__(1024) char smem[];
+    constexpr int kKvElems = cosize(typename Traits::SmemLayoutKV{});
+    Element* smem_q = reinterpret_cast<Element*>(smem);
+    Element* smem_k = smem_q + cosize(typename Traits::SmemLayoutQ{});
+    Element* smem_v = smem_k + kStages * kKvElems;
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kKvElems);
+    // K and V have separate rings, so a K stage is refilled as soon as S = Q K^T is done with it,
+    // a full P V earlier than its V.
+    uint64_t* q_full = bar;                     // Q landed (producer threads)
+    uint64_t* q_empty = bar + 1;                // both consumers are done with Q's buffer (and O in it)
+    uint64_t* k_full = bar + 2;                 // [kStages] K[j] landed
+    uint64_t* v_full = bar + 2 + kStages;       // [kStages] V[j] landed
+    uint64_t* k_empty = bar + 2 + 2 * kStages;  // [kStages] both consumers are done with K[j]
+    uint64_t* v_empty = bar + 2 + 3 * kStages;  // [kStages] ... with V[j]
+    Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+    auto k_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_k + s * kKvElems), typename Traits::SmemLayoutKV{}); };
+    auto v_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutKV{}); };
+    auto vt_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutVt{}); };
+
+    if (threadIdx.x == 0) {
+        cutlass::arch::ClusterBarrier::init(q_full, 128);
+        cutlass::arch::ClusterBarrier::init(q_empty, kConsumerThreads);
+        for (int s = 0; s < kStages; ++s) {
+            cutlass::arch::ClusterBarrier::init(k_full + s, 128);
+            cutlass::arch::ClusterBarrier::init(v_full + s, 128);
+            cutlass::arch::ClusterBarrier::init(k_empty + s, kConsumerThreads);
+            cutlass::arch::ClusterBarrier::init(v_empty + s, kConsumerThreads);
+        }
+        cutlass::arch::fence_barrier_init();
+    }
+    __syncthreads(); // the last CTA-wide barrier
+
+    // The tiles of this CTA, the same sequence for the producer and the consumers. A tile whose
+    // query block starts past its sequence's end (varlen) is skipped by both.
+    const int total_tiles = args.num_m_blocks * args.batch * args.num_heads;
+    struct Tile {
+        int m_block, b, h, m0, e, num_blocks;
+        SequenceBounds seq;
+        KvBlockRange range;
+    };
+    auto tile_at = [&](unsigned index) __attribute__((always_inline)) {
+        const TileCoord coord = tile_of_block(index, args.num_m_blocks, args.batch * args.num_heads,
+                                              args.section_heads);
+        Tile t;
+        t.m_block = coord.m_block;
+        t.b = coord.bh / args.num_heads;
+        t.h = coord.bh - t.b * args.num_heads;
+        t.seq = sequence_bounds(args, t.b);
+        t.m0 = t.m_block * kBlockM;
+        t.range = kv_block_range<kBlockM, kBlockN>(args.mask, t.seq, t.m0);
+        t.e = t.range.n_end;
+        t.num_blocks = max(t.e - t.range.n_begin, 0);
+        return t;
+    };
+    auto rows_of = [&](const Tile& t, const fa_tensor& x, int64_t row0, int head, int rows) {
+        return head_rows<Element, kHeadDim>(x, varlen, t.b, row0, head, rows);
+    };
+
+    // K/V ring position r (counted over all tiles of this CTA): stage r % kStages, the
+    // (r / kStages)-th use of that stage (the parity its barriers complete with). Within a tile,
+    // block j of the visit order (e - 1 down to n_begin) is at position ring_base + (e - 1 - j).
+    if (warpgroup == 0) {
+        // ---------------- producer ----------------
+        cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+        const int ptid = int(threadIdx.x);
+        // One base address and compile-time offsets per chunk (producer_copies.cuh says why).
+        using KVCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads,
+                                        Traits::kSwizzleCols>;
+        using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads,
+                                       Traits::kSwizzleCols>;
+        const KVCopy copy_kv(ptid);
+        const QCopy copy_q(ptid);
+        constexpr uint32_t kKvStageBytes = kKvElems * sizeof(Element);
+        const uint32_t smem_q_at = cast_smem_ptr_to_uint(smem_q);
+        const uint32_t smem_k_at = cast_smem_ptr_to_uint(smem_k), smem_v_at = cast_smem_ptr_to_uint(smem_v);
+        const int64_t q_stride = args.q.row_stride, k_stride = args.k.row_stride, v_stride = args.v.row_stride;
+
+        int ring_base = 0, tiles_done = 0;
+        for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
+            const Tile t = tile_at(index);
+            if (t.m0 >= t.seq.q_len) {
+                if constexpr (kPersistent) continue;
+                break;
+            }
+            // Row 0 of this tile's sequence and head in Q, K, V.
+            const int h_kv = t.h / args.heads_per_kv_head;
+            const Element* q_rows = rows_of(t, args.q, t.seq.q_row0, t.h, t.seq.q_len).data().get();
+            const Element* k_rows = rows_of(t, args.k, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
+            const Element* v_rows = rows_of(t, args.v, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
+            // A readable address for the zero-filled chunks: Q has rows (m0 < q_len); K may not.
+            const Element* safe = q_rows;
+            auto produce_block = [&](int idx, const Element* rows, int64_t stride, uint32_t smem_at, uint64_t* full,
+                                     uint64_t* empty) __attribute__((always_inline)) {
+                const int r = ring_base + idx;
+                const int s = r % kStages;
+                const int j = t.e - 1 - idx;
+                if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
+                copy_kv.load_async(smem_at + s * kKvStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
+                        t.seq.k_len - j * kBlockN, args.head_dim, safe);
+                cutlass::arch::cpasync_barrier_arrive_noinc(full + s);
+            };
+            // The first K block goes before Q: it needs no more than a free stage, while Q's buffer
+            // is free only once the consumers have stored the previous tile's O from it.
+            if (t.num_blocks > 0) produce_block(0, k_rows, k_stride, smem_k_at, k_full, k_empty);
+            if (tiles_done > 0) cutlass::arch::ClusterBarrier::wait(q_empty, (tiles_done - 1) & 1);
+            copy_q.load_async(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, t.seq.q_len - t.m0, args.head_dim, safe);
+            cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
+            if (t.num_blocks > 0) produce_block(0, v_rows, v_stride, smem_v_at, v_full, v_empty);
+            for (int idx = 1; idx < t.num_blocks; ++idx) {
+                produce_block(idx, k_rows, k_stride, smem_k_at, k_full, k_empty);
+                produce_block(idx, v_rows, v_stride, smem_v_at, v_full, v_empty);
+            }
+            ring_base += t.num_blocks;
+            ++tiles_done;
+            if constexpr (!kPersistent) break; // one tile: the loop's state folds to constants
+        }
+        cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
+        return;
+    }
+
+    // ---------------- consumers ----------------
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+    const int tid = int(threadIdx.x) - 128; // 0..255 over the two consumer warpgroups
+    const int consumer = warpgroup - 1;
+    // Named barriers (cutlass::arch::NamedBarrier adds its reserved offset): the ping-pong pair,
+    // and one for the two consumers' epilogue.
+    constexpr uint32_t kTurnBarrier0 = 0, kEpilogueBarrier = 2;
+
+    typename Traits::TiledMmaS mma_s;
+    typename Traits::TiledMmaO mma_o;
+    auto mma_s_thr = mma_s.get_thread_slice(tid);
+    auto mma_o_thr = mma_o.get_thread_slice(tid);
+    Tensor tSrQ = mma_s_thr.partition_fragment_A(sQ);
+    Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor p_storage = make_tensor<Element>(acc_s.layout());
+    Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
+    auto issue_s = [&](int s) {
+        Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
+        wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
+    };
+    auto issue_pv = [&](int s) {
+        Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
+        wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o);
+    };
+    auto wait_full = [&](uint64_t* barrier, int r) {
+        cutlass::arch::ClusterBarrier::wait(barrier + r % kStages, (r / kStages) & 1);
+        cutlass::arch::fence_view_async_shared();
+    };
+    auto release = [&](uint64_t* barrier, int r) { cutlass::arch::ClusterBarrier::arrive(barrier + r % kStages); };
+
+    Tensor tScS = mma_s_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor s_coords = make_tensor(tScS.data(), wgmma_rows_cols(tScS.layout()));
+    Tensor acc_o_rows = make_tensor(acc_o.data(), wgmma_rows_cols(acc_o.layout()));
+    constexpr int kRows = decltype(size<0>(acc_o_rows))::value;
+    auto scores_to_p = [&]() {
+        Tensor p = convert_fragment<Element>(acc_s);
+        CUTE_UNROLL
+        for (int i = 0; i < size(p); ++i) p_storage(i) = p(i);
+    };
+
+    int ring_base = 0, tiles_done = 0;
+    for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
+        const Tile t = tile_at(index);
+        if (t.m0 >= t.seq.q_len) {
+            if constexpr (kPersistent) continue;
+            break;
+        }
+        const int e = t.e, m0 = t.m0, num_blocks = t.num_blocks;
+        clear(acc_o);
+        OnlineSoftmax<kRows> softmax;
+
+        float exp_scale = args.scale_log2;
+        float alibi_slope = 0.0f;
+        DropoutKey dropout_key{};
+        if constexpr (kExtras) {
+            if (args.transform_scores) exp_scale = 1.4426950408889634f;
+            if (args.alibi_slopes) alibi_slope = args.alibi_slopes[int64_t(t.b) * args.alibi_batch_stride + t.h];
+            if (args.dropout) dropout_key = args.dropout_key();
+        }
+        auto softmax_block = [&](int j, auto masked_tag, auto& correction) __attribute__((always_inline)) {
+            constexpr bool kMasked = decltype(masked_tag)::value;
+            const int n0 = j * kBlockN;
+            Tensor scores = make_tensor(acc_s.data(), wgmma_rows_cols(acc_s.layout()));
+            if constexpr (kExtras) {
+                if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, t.seq, m0, n0);
+            }
+            if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, t.seq, m0, n0);
+            softmax.absorb_scores(scores, exp_scale, correction);
+            if constexpr (kExtras) {
+                if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, t.b, t.h, m0, n0);
+            }
+        };
+
+        // Ping-pong: consumer c issues its products after the other has issued its own (barrier
+        // kTurnBarrier0 + c: 128 threads wait, the other warpgroup's 128 arrive). Consumer 0 goes
+        // first. Every wait is matched by exactly one arrive within the tile: consumer 1 opens the
+        // first turn and skips its last arrive.
+        const int steps = num_blocks - 1; // loop iterations, each with one turn per consumer
+        auto take_turn = [&]() { cutlass::arch::NamedBarrier::sync(2 * 128, kTurnBarrier0 + consumer); };
+        auto pass_turn = [&](int step) {
+            if (consumer == 0 || step + 1 < steps)
+                cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 1 - consumer);
+        };
+
+        // Every tile waits for its Q, also one without K/V blocks (whose epilogue writes O into Q's
+        // buffer): that keeps q_full and q_empty in step with the producer.
+        cutlass::arch::ClusterBarrier::wait(q_full, tiles_done & 1);
+        if (num_blocks > 0) {
+            if (consumer == 1 && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
+            wait_full(k_full, ring_base);
+            issue_s(ring_base % kStages);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_s);
+            release(k_empty, ring_base);
+            float unused[kRows];
+            softmax_block(e - 1, cute::true_type{}, unused);
+            scores_to_p();
+        }
+
+        // Step idx (block j = e - 1 - idx): S = Q K[j]^T and O += P[j+1] V[j+1] in one turn, then
+        // the softmax of S while P V runs. K[j]'s stage is released once S is done, V[j+1]'s once
+        // P V is.
+        auto step = [&](int idx, auto masked_tag) __attribute__((always_inline)) {
+            const int j = e - 1 - idx;
+            const int r = ring_base + idx;
+            wait_full(k_full, r);
+            wait_full(v_full, r - 1);
+            take_turn();
+            issue_s(r % kStages);
+            issue_pv((r - 1) % kStages);
+            pass_turn(idx - 1);
+            warpgroup_wait<1>();
+            warpgroup_fence_operand(acc_s);
+            release(k_empty, r);
+            float correction[kRows];
+            softmax_block(j, masked_tag, correction);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_o);
+            release(v_empty, r - 1);
+            OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
+            scores_to_p();
+        };
+        for (int j = e - 2; j >= t.range.n_begin;) {
+            for (; j >= t.range.n_begin && (j >= t.range.unmasked_end || j < t.range.unmasked_begin); --j)
+                step(e - 1 - j, cute::true_type{});
+            for (; j >= t.range.n_begin && j >= t.range.unmasked_begin && j < t.range.unmasked_end; --j)
+                step(e - 1 - j, cute::false_type{});
+        }
+        if (num_blocks > 0) { // the last block's P V
+            const int r = ring_base + num_blocks - 1;
+            wait_full(v_full, r);
+            issue_pv(r % kStages);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_o);
+            release(v_empty, r);
+        }
+
+        // Epilogue: O normalised, through Q's buffer to global memory; the lse.
+        float row_lse[kRows];
+        softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
+        if (t.seq.faulted) poison_rows(acc_o_rows, row_lse); // an index out of range (device_faults.h)
+        Tensor o = convert_fragment<Element>(acc_o);
+        Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});
+        auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);
+        auto copy_o_thr = copy_o.get_thread_slice(tid);
+        Tensor tOrO_view = copy_o_thr.retile_S(o);
+        Tensor tOsO = copy_o_thr.partition_D(sO);
+        cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier); // both consumers are done with sQ
+        copy(copy_o, tOrO_view, tOsO);
+
+        if (args.lse) {
+            Tensor tOcO = mma_o_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+            Tensor o_coords = make_tensor(tOcO.data(), wgmma_rows_cols(tOcO.layout()));
+            if (get<1>(o_coords(0, 0)) == 0) {
+                CUTE_UNROLL
+                for (int r = 0; r < kRows; ++r) {
+                    const int i = m0 + get<0>(o_coords(r, 0));
+                    if (i < t.seq.q_len) {
+                        const int64_t index = varlen ? int64_t(t.h) * args.total_q + t.seq.q_row0 + i
+                                                     : (int64_t(t.b) * args.num_heads + t.h) * args.seqlen_q + i;
+                        args.lse[index] = row_lse[r];
+                    }
+                }
+            }
+        }
+        cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier);
+        Tensor mO = rows_of(t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
+        Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(t.m_block, 0));
+        // The store's column predicate: chunks whose first column is past the real head dim.
+        typename Traits::GmemStore gmem_store;
+        auto store_thr = gmem_store.get_thread_slice(tid);
+        Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        Tensor store_column_ok = head_dim_chunks(tOc, args.head_dim);
+        store_tile<typename Traits::GmemStore>(tid, sO, gO, store_column_ok, t.seq.q_len - m0);
+        cutlass::arch::ClusterBarrier::arrive(q_empty); // this thread has read its part of O
+        ring_base += num_blocks;
+        ++tiles_done;
+        if constexpr (!kPersistent) break;
+    }
+#endif // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+} // namespace flashattn::cuda::kernels

@@ -1,0 +1,82 @@
+// The tile of every CUDA kernel family per tile head dim, in plain C++ (no CuTe, no CUDA headers):
+// the planner (host/planner.cpp, which is also built without nvcc for its tests) and the kernels'
+// traits read these same numbers, so a plan's grid and split counts always match the kernel that
+// runs it. The reasons behind each choice, and their measurements, are in docs/perf-log.md.
+#pragma once
+
+namespace flashattn::cuda::tiles {
+
+// The tile head dims a build can compile (CMake FLASHATTN_HEADDIMS picks a subset).
+constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
+
+// Forward, mma.sync (kernels/fwd_kernel.cuh): query rows per CTA, keys per K/V block, warps stacked
+// along the query rows (each warp owns whole rows of S: its softmax needs no shared memory).
+struct ForwardSm80 {
+    int block_m, block_n, warps;
+};
+constexpr ForwardSm80 forward_sm80(int head_dim) {
+    return head_dim <= 64    ? ForwardSm80{128, 128, 4}
+           : head_dim <= 128 ? ForwardSm80{128, 64, 4}
+                             : ForwardSm80{128, 64, 8};
+}
+
+// Forward, wgmma (kernels/fwd_kernel_sm90.cuh): two consumer warpgroups of 64 query rows; 128 keys
+// per block where two stages of K and V fit beside Q (with 64-key blocks wgmma's reads of K alone
+// would saturate shared memory), else 64. The persistent form (a CTA loops over tiles) is compiled
+// up to d128: above, its loop state does not fit beside O's accumulator.
+struct ForwardSm90 {
+    int block_m, block_n;
+    bool can_persist;
+};
+constexpr ForwardSm90 forward_sm90(int head_dim) { return {128, head_dim <= 128 ? 128 : 64, head_dim <= 128}; }
+
+// The forward's inference variant (kernels/fwd_kernel.cuh with kInference): taller query tiles
+// against a KV cache, paged K/V, split-KV. 64 query rows, long K/V blocks, and the deepest ring of
+// (K, V) stages with which two CTAs still share an SM at d <= 128 (16 KB of Q + 3 x 32 KB at d128).
+struct Inference {
+    int block_m, block_n, warps, kv_stages;
+};
+constexpr Inference inference(int head_dim) {
+    return {64, head_dim <= 64 ? 128 : 64, 4, head_dim <= 128 ? 3 : 2};
+}
+
+// The split-keys decode kernel (kernels/fwd_decode_kernel.cuh): tiles of at most 16 query rows (one
+// query row, or the query heads of one KV head packed), the CTA's K/V blocks split across its warps,
+// each warp with its own ring of stages: as many as fit in ~110 KB (two CTAs per SM), 3 to 6.
+struct Decode {
+    int block_m, block_n, warps, kv_stages;
+};
+constexpr Decode decode(int head_dim) {
+    const int warps = 4, block_n = head_dim <= 64 ? 32 : 16;
+    const int q_bytes = 16 * head_dim * 2, stage_bytes = 2 * block_n * head_dim * 2;
+    const int fit = (110 * 1024 - q_bytes) / (warps * stage_bytes);
+    return {16, block_n, warps, fit < 3 ? 3 : fit > 6 ? 6 : fit};
+}
+// Query rows a decode tile holds: calls whose tiles fit run the split-keys kernel.
+constexpr int kDecodeRows = 16;
+
+// Backward, mma.sync (kernels/bwd_kernel.cuh): query rows per Q block, keys per CTA, warps, the M
+// extent (in warps) of each of the three warp grids (S/dP, dK/dV, dQ) and the column slabs dQ is
+// computed in (at d256 a whole 64 x 256 dQ tile would be 64 more fp32 registers per thread beside
+// dK's and dV's). FlashAttention-2's sm80/sm90 tiles and warp grids, plus dQ slabs at d256.
+struct Backward {
+    int block_m, block_n, warps, atom_m_sdp, atom_n_kv, atom_m_q, dq_slabs;
+};
+constexpr Backward backward(int head_dim) {
+    return head_dim <= 64    ? Backward{128, 128, 8, 4, 4, 4, 1}
+           : head_dim <= 96  ? Backward{64, 128, 8, 2, 4, 4, 1}
+           : head_dim <= 128 ? Backward{64, 128, 8, 2, 4, 2, 1}
+           : head_dim <= 192 ? Backward{64, 64, 8, 4, 2, 2, 1}
+                             : Backward{64, 64, 8, 4, 2, 2, 2};
+}
+
+// Backward, wgmma (kernels/bwd_kernel_sm90.cuh): tile head dims 64, 128 and 256, the same key blocks
+// as the mma.sync kernel (so the deterministic chunk plan holds for both). d256 runs the schedule
+// that passes P and dS through shared memory (kernels/bwd_kernel_sm90_pds.cuh): keeping dK and dV of
+// 64 keys x 256 columns in registers would take 256 per consumer thread.
+constexpr bool backward_sm90_has(int tile_head_dim) {
+    return tile_head_dim == 64 || tile_head_dim == 128 || tile_head_dim == 256;
+}
+constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return tile_head_dim == 256; }
+
+} // namespace flashattn::cuda::tiles

@@ -1,0 +1,539 @@
+// The CUDA backend's planner (src/cuda/host/planner.h) on described devices: every kernel it can
+// choose, why it rejects the others, the grid and split rules, and every piece of scratch memory.
+// Pure host code: these run in every build, CI's included, without a GPU. Tensor pointers are
+// addresses that are never dereferenced (the planner reads strides and alignment only).
+#include "host/planner.h"
+
+#include "core/error.h"
+#include "core/overrides.h"
+#include "core/problem.h"
+
+#include <flashattn/flashattn.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace flashattn::cuda {
+namespace {
+
+DeviceInfo h200() {
+    DeviceInfo d;
+    d.cc_major = 9, d.cc_minor = 0, d.sm_count = 132;
+    d.sm90_kernels = true;
+    d.tile_dims = {32, 64, 96, 128, 192, 256};
+    d.decode_ctas_per_sm = {2, 2, 2, 2, 2, 2};
+    d.inference_ctas_per_sm = {2, 2, 2, 2, 1, 1};
+    return d;
+}
+DeviceInfo a100() {
+    DeviceInfo d = h200();
+    d.cc_major = 8, d.sm_count = 108;
+    return d;
+}
+
+// A fake device address, 256-byte aligned unless told otherwise.
+void* at(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// A dense (batch, seqlen, heads, head_dim) forward problem with contiguous tensors.
+struct Dense {
+    int batch = 2, seqlen_q = 1024, seqlen_k = 1024, heads = 16, heads_k = 16, head_dim = 128;
+    bool causal = false;
+    float softcap = 0.0f, dropout = 0.0f;
+    int num_splits = 1;
+    bool attn_probs = false, lse = true;
+
+    fa_fwd_params params() const {
+        fa_fwd_params p;
+        fa_fwd_params_init(&p);
+        p.dtype = FA_BFLOAT16;
+        p.batch = batch, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k;
+        p.num_heads = heads, p.num_heads_k = heads_k, p.head_dim = head_dim;
+        const auto view = [&](uintptr_t base, int rows, int h) {
+            return fa_tensor{at(base), int64_t(rows) * h * head_dim, int64_t(h) * head_dim, head_dim};
+        };
+        p.q = view(0x10000000, seqlen_q, heads);
+        p.k = view(0x20000000, seqlen_k, heads_k);
+        p.v = view(0x30000000, seqlen_k, heads_k);
+        p.out = view(0x40000000, seqlen_q, heads);
+        p.softmax_lse = lse ? static_cast<float*>(at(0x50000000)) : nullptr;
+        p.causal = causal;
+        p.softcap = softcap;
+        p.dropout_p = dropout;
+        p.num_splits = num_splits;
+        p.attn_probs = attn_probs ? static_cast<float*>(at(0x60000000)) : nullptr;
+        p.backend = FA_BACKEND_CUDA;
+        return p;
+    }
+    Problem problem() const {
+        const fa_fwd_params p = params();
+        return make_problem(&p, false);
+    }
+};
+
+ForwardPlan plan(const Dense& d, const DeviceInfo& device = h200(), const Overrides& o = {}) {
+    return plan_forward(d.problem(), device, o);
+}
+
+std::string rejection(const Rejections& r, Kernel kernel) {
+    for (int i = 0; i < r.count; ++i)
+        if (r.items[size_t(i)].kernel == kernel) return r.items[size_t(i)].reason;
+    return "";
+}
+
+Overrides overrides(const char* spec) { return parse_overrides(spec); }
+
+// ---------------------------------------------------------------------------------------------
+// The training forward.
+
+TEST(PlannerForward, HopperRunsTheWgmmaKernelPersistentWithoutAMask) {
+    const ForwardPlan p = plan(Dense{});
+    EXPECT_EQ(p.kernel, Kernel::forward_sm90);
+    EXPECT_EQ(p.tile_dim, 128);
+    EXPECT_EQ(p.block_m, 128);
+    EXPECT_EQ(p.block_n, 128);
+    EXPECT_EQ(p.num_m_blocks, 8);
+    EXPECT_TRUE(p.sm90_persistent_grid);
+    EXPECT_TRUE(p.sm90_persistent_form);
+    EXPECT_EQ(p.ctas, 132); // min(8 x 2 x 16 tiles, the SMs)
+    EXPECT_EQ(p.section_heads, 0);
+    EXPECT_EQ(p.workspace.total, 0u);
+    EXPECT_NE(rejection(p.rejected, Kernel::forward_sm80), "");
+    EXPECT_EQ(rejection(p.rejected, Kernel::forward_sm90), "");
+}
+
+TEST(PlannerForward, ShortD64ProblemsRunTheMmaSyncKernel) {
+    Dense d;
+    d.head_dim = 64, d.seqlen_q = d.seqlen_k = 512;
+    const ForwardPlan p = plan(d);
+    EXPECT_EQ(p.kernel, Kernel::forward_sm80);
+    EXPECT_EQ(p.block_m, 128);
+    EXPECT_EQ(p.block_n, 128);
+    EXPECT_EQ(p.ctas, 4 * 2 * 16);
+    EXPECT_NE(rejection(p.rejected, Kernel::forward_sm90).find("512 keys"), std::string::npos);
+    d.seqlen_k = 513;
+    EXPECT_EQ(plan(d).kernel, Kernel::forward_sm90);
+}
+
+TEST(PlannerForward, WithoutHopperOrItsKernelsTheMmaSyncKernel) {
+    const ForwardPlan ampere = plan(Dense{}, a100());
+    EXPECT_EQ(ampere.kernel, Kernel::forward_sm80);
+    EXPECT_EQ(ampere.block_n, 64);
+    EXPECT_EQ(ampere.ctas, 8 * 2 * 16);
+    EXPECT_NE(rejection(ampere.rejected, Kernel::forward_sm90).find("compute capability 9.0"), std::string::npos);
+    DeviceInfo no_sm90 = h200();
+    no_sm90.sm90_kernels = false;
+    const ForwardPlan p = plan(Dense{}, no_sm90);
+    EXPECT_EQ(p.kernel, Kernel::forward_sm80);
+    EXPECT_NE(rejection(p.rejected, Kernel::forward_sm90).find("FLASHATTN_CUDA_ARCHS"), std::string::npos);
+}
+
+TEST(PlannerForward, OverridesPickAmongTheKernelsThatCanRun) {
+    EXPECT_EQ(plan(Dense{}, h200(), overrides("forward_kernel=sm80")).kernel, Kernel::forward_sm80);
+    EXPECT_NE(rejection(plan(Dense{}, h200(), overrides("forward_kernel=sm80")).rejected, Kernel::forward_sm90)
+                  .find("overrides"),
+              std::string::npos);
+    Dense short_d64;
+    short_d64.head_dim = 64, short_d64.seqlen_k = 256;
+    EXPECT_EQ(plan(short_d64, h200(), overrides("forward_kernel=sm90")).kernel, Kernel::forward_sm90);
+    EXPECT_EQ(plan(Dense{}, a100(), overrides("forward_kernel=sm90")).kernel, Kernel::forward_sm80);
+}
+
+TEST(PlannerForward, MaskedTilesRunOneCtaPerTileInHeavyFirstSections) {
+    Dense d;
+    d.causal = true;
+    const ForwardPlan p = plan(d);
+    EXPECT_EQ(p.kernel, Kernel::forward_sm90);
+    EXPECT_FALSE(p.sm90_persistent_grid);
+    EXPECT_FALSE(p.sm90_persistent_form);
+    EXPECT_EQ(p.ctas, 8 * 2 * 16);
+    // 16 MB sections of K/V: 2 x 1024 keys x 128 x 2 bytes = 512 KB a pair -> 32 pairs, all of them.
+    EXPECT_EQ(p.section_heads, 32);
+    d.seqlen_k = d.seqlen_q = 32768, d.batch = 1;
+    EXPECT_EQ(plan(d).section_heads, 1); // 16 MB of K/V a pair
+    d.softcap = 30.0f; // the extras kernel exists in the looping form only, up to d128
+    const ForwardPlan extras = plan(d);
+    EXPECT_FALSE(extras.sm90_persistent_grid);
+    EXPECT_TRUE(extras.sm90_persistent_form);
+    Dense d64;
+    d64.causal = true, d64.head_dim = 64;
+    EXPECT_TRUE(plan(d64).sm90_persistent_grid); // short tiles: persistent measured as fast
+    Dense d256;
+    d256.head_dim = 256;
+    const ForwardPlan wide = plan(d256);
+    EXPECT_FALSE(wide.sm90_persistent_grid); // no looping form above d128
+    EXPECT_EQ(wide.block_n, 64);
+    EXPECT_EQ(wide.ctas, 8 * 2 * 16);
+}
+
+TEST(PlannerForward, UnsupportedDevicesAndBuildsSayWhy) {
+    DeviceInfo turing = a100();
+    turing.cc_major = 7, turing.cc_minor = 5;
+    try {
+        plan(Dense{}, turing);
+        FAIL() << "compute capability 7.5 must be refused";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), FA_ERROR_UNSUPPORTED);
+        EXPECT_NE(std::string(e.what()).find("8.0 or newer"), std::string::npos) << e.what();
+    }
+    DeviceInfo only_d128 = h200();
+    only_d128.tile_dims = {128};
+    Dense d256;
+    d256.head_dim = 256;
+    try {
+        plan(d256, only_d128);
+        FAIL() << "a head dim the build lacks must be refused";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), FA_ERROR_UNSUPPORTED);
+        EXPECT_NE(std::string(e.what()).find("FLASHATTN_HEADDIMS=128"), std::string::npos) << e.what();
+    }
+    Dense d40;
+    d40.head_dim = 40;
+    EXPECT_EQ(plan(d40, only_d128).tile_dim, 128); // the smallest compiled tile that holds it
+}
+
+TEST(PlannerForward, EmptyProblemsPlanNothing) {
+    Dense d;
+    d.seqlen_q = 0;
+    const ForwardPlan p = plan(d);
+    EXPECT_TRUE(p.empty);
+    EXPECT_EQ(p.workspace.total, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Staging and the forward's scratch pieces.
+
+TEST(PlannerForward, OddLayoutsAreStagedIntoWorkspacePieces) {
+    Dense d;
+    d.head_dim = 36; // not a multiple of 8: every tensor is staged, padded to 40
+    const ForwardPlan p = plan(d);
+    EXPECT_TRUE(p.staging.pad_head_dim);
+    EXPECT_EQ(p.staging.padded_dim, 40);
+    EXPECT_EQ(p.head_dim, 40);
+    EXPECT_EQ(p.tile_dim, 64);
+    EXPECT_TRUE(p.staging.q && p.staging.k && p.staging.v && p.staging.out);
+    const size_t q_bytes = size_t(2) * 1024 * 16 * 40 * 2;
+    EXPECT_EQ(p.workspace.size(Piece::q), q_bytes);
+    EXPECT_EQ(p.workspace.size(Piece::k), q_bytes);
+    EXPECT_EQ(p.workspace.size(Piece::v), q_bytes);
+    EXPECT_EQ(p.workspace.size(Piece::out), q_bytes);
+    EXPECT_EQ(p.workspace.size(Piece::lse), 0u);
+    size_t expected_total = 0;
+    for (size_t i = 0; i < size_t(Piece::count); ++i) {
+        EXPECT_EQ(p.workspace.offset[i] % 256, 0u);
+        expected_total += WorkspaceLayout::rounded(p.workspace.bytes[i]);
+    }
+    EXPECT_EQ(p.workspace.total, expected_total);
+
+    // A misaligned view stages only that tensor; attn_probs without an lse gets one.
+    Dense aligned;
+    aligned.attn_probs = true, aligned.lse = false;
+    fa_fwd_params params = aligned.params();
+    params.k.data = at(0x20000008);
+    const ForwardPlan one = plan_forward(make_problem(&params, false), h200(), {});
+    EXPECT_FALSE(one.staging.q);
+    EXPECT_TRUE(one.staging.k);
+    EXPECT_FALSE(one.staging.v);
+    EXPECT_EQ(one.workspace.size(Piece::k), size_t(2) * 1024 * 16 * 128 * 2);
+    EXPECT_EQ(one.workspace.size(Piece::lse), size_t(16) * 2 * 1024 * 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The inference kernels: decode tiles, KV caches, paged K/V, split-KV.
+
+struct KvCache {
+    int batch = 1, seqlen_q = 1, capacity = 8192, heads = 32, heads_k = 8, head_dim = 128, seqlen_new = 0;
+    int page_size = 0; // > 0: paged
+    bool leftpad = false, rotary = false, causal = false;
+    int num_splits = 0;
+    int32_t lengths[64] = {};
+    int32_t table[64] = {};
+
+    KvCacheProblem problem() {
+        fa_kvcache_params kv;
+        fa_kvcache_params_init(&kv);
+        fa_fwd_params& p = kv.fwd;
+        p.dtype = FA_BFLOAT16;
+        p.batch = batch, p.seqlen_q = seqlen_q, p.seqlen_k = capacity;
+        p.num_heads = heads, p.num_heads_k = heads_k, p.head_dim = head_dim;
+        p.q = fa_tensor{at(0x10000000), int64_t(seqlen_q) * heads * head_dim, int64_t(heads) * head_dim, head_dim};
+        p.out = fa_tensor{at(0x40000000), int64_t(seqlen_q) * heads * head_dim, int64_t(heads) * head_dim, head_dim};
+        const int64_t rows = page_size ? page_size : capacity;
+        p.k = fa_tensor{at(0x20000000), rows * heads_k * head_dim, int64_t(heads_k) * head_dim, head_dim};
+        p.v = fa_tensor{at(0x30000000), rows * heads_k * head_dim, int64_t(heads_k) * head_dim, head_dim};
+        p.softmax_lse = static_cast<float*>(at(0x50000000));
+        p.causal = causal;
+        p.num_splits = num_splits;
+        p.backend = FA_BACKEND_CUDA;
+        if (page_size) {
+            p.block_table = table;
+            p.max_blocks_per_seq = capacity / page_size;
+            p.block_table_batch_stride = p.max_blocks_per_seq;
+            p.page_size = page_size;
+            p.num_blocks = batch * p.max_blocks_per_seq;
+        }
+        kv.batch_cache = batch;
+        kv.cache_seqlens = lengths;
+        kv.cache_leftpad = leftpad ? lengths : nullptr;
+        if (seqlen_new) {
+            kv.k_new = fa_tensor{at(0x70000000), int64_t(seqlen_new) * heads_k * head_dim, int64_t(heads_k) * head_dim,
+                                 head_dim};
+            kv.v_new = kv.k_new;
+            kv.v_new.data = at(0x78000000);
+            kv.seqlen_new = seqlen_new;
+        }
+        if (rotary) {
+            kv.rotary_cos = at(0x80000000);
+            kv.rotary_sin = at(0x88000000);
+            kv.rotary_dim = head_dim;
+            kv.seqlen_rotary = capacity + seqlen_q;
+        }
+        return make_kvcache_problem(&kv);
+    }
+};
+
+ForwardPlan plan(KvCache c, const DeviceInfo& device = h200(), const Overrides& o = {}) {
+    return plan_kvcache(c.problem(), device, o);
+}
+
+TEST(PlannerInference, BatchOneDecodeSplitsTheKeysToFillOneWave) {
+    const ForwardPlan p = plan(KvCache{});
+    EXPECT_EQ(p.kernel, Kernel::decode);
+    EXPECT_TRUE(p.pack_gqa); // 4 query heads per KV head in one tile
+    EXPECT_EQ(p.block_m, 16);
+    EXPECT_EQ(p.block_n, 16);
+    // 8 items, 264 CTA slots: 33 splits fill the wave, 32 give every split its own share of 512 blocks.
+    EXPECT_EQ(p.splits, 32);
+    EXPECT_EQ(p.ctas, 8 * 32);
+    EXPECT_EQ(p.decode_loads, DecodeLoads::whole_contiguous);
+    EXPECT_TRUE(p.dependent_combine);
+    EXPECT_EQ(p.workspace.size(Piece::partial_out), size_t(32) * 32 * 128 * 4);
+    EXPECT_EQ(p.workspace.size(Piece::partial_lse), size_t(32) * 32 * 4);
+    EXPECT_NE(rejection(p.rejected, Kernel::inference), "");
+    EXPECT_NE(rejection(p.rejected, Kernel::forward_sm90), "");
+    EXPECT_FALSE(plan(KvCache{}, a100()).dependent_combine); // programmatic launch needs sm_90
+}
+
+TEST(PlannerInference, ContiguousCachesThatFillTheSmsRunUnsplitPagedOnesInTwo) {
+    KvCache contiguous;
+    contiguous.batch = 16; // 128 items: 0.97 x the SMs
+    const ForwardPlan p = plan(contiguous);
+    EXPECT_EQ(p.splits, 1);
+    EXPECT_EQ(p.ctas, 128);
+    EXPECT_EQ(p.workspace.total, 0u);
+    KvCache paged = contiguous;
+    paged.page_size = 16;
+    const ForwardPlan q = plan(paged);
+    EXPECT_EQ(q.splits, 2);
+    EXPECT_EQ(q.decode_loads, DecodeLoads::whole_paged);
+    EXPECT_FALSE(q.prefetch_pages); // 256 CTAs: more than one a SM
+    paged.capacity = 1024; // 1k x 16: unsplit, 128 CTAs, each warp starts its first pages early
+    const ForwardPlan short_paged = plan(paged);
+    EXPECT_EQ(short_paged.splits, 1);
+    EXPECT_TRUE(short_paged.prefetch_pages);
+    KvCache short_cache = contiguous;
+    short_cache.batch = 4, short_cache.capacity = 1024; // 32 items on a short cache: split by the SMs
+    EXPECT_GT(plan(short_cache).splits, 1);
+}
+
+TEST(PlannerInference, DecodeCopyKinds) {
+    KvCache c;
+    c.page_size = 48, c.capacity = 48 * 200; // pages of 3 blocks of 16: whole blocks
+    EXPECT_EQ(plan(c).decode_loads, DecodeLoads::whole_paged);
+    c.leftpad = true; // a sequence may start inside a block
+    EXPECT_EQ(plan(c).decode_loads, DecodeLoads::predicated);
+    KvCache d80;
+    d80.head_dim = 80; // runs on the d96 tile: partial blocks
+    EXPECT_EQ(plan(d80).decode_loads, DecodeLoads::predicated);
+    KvCache d256;
+    d256.head_dim = 256;
+    EXPECT_EQ(plan(d256).decode_loads, DecodeLoads::predicated);
+}
+
+TEST(PlannerInference, TallTilesRunTheInferenceVariantUnderFlashAttentionTwosSplitRule) {
+    KvCache c;
+    c.seqlen_q = 64, c.heads = 8, c.heads_k = 8, c.causal = true;
+    const ForwardPlan p = plan(c);
+    EXPECT_EQ(p.kernel, Kernel::inference);
+    EXPECT_FALSE(p.pack_gqa);
+    EXPECT_EQ(p.block_m, 64);
+    EXPECT_EQ(p.block_n, 64);
+    EXPECT_GT(p.splits, 1);
+    EXPECT_EQ(p.ctas, int64_t(8) * p.splits);
+    EXPECT_FALSE(p.dependent_combine);
+    EXPECT_NE(rejection(p.rejected, Kernel::decode).find("taller"), std::string::npos);
+}
+
+TEST(PlannerInference, OverridesChooseTheInferenceKernel) {
+    const ForwardPlan tile64 = plan(KvCache{}, h200(), overrides("inference_kernel=tile64"));
+    EXPECT_EQ(tile64.kernel, Kernel::inference);
+    EXPECT_EQ(tile64.block_m, 64);
+    KvCache tall;
+    tall.seqlen_q = 64;
+    EXPECT_EQ(plan(tall, h200(), overrides("inference_kernel=split_keys")).kernel, Kernel::decode);
+    // A forced kernel keeps its splits: the unsplit rule is the automatic choice's.
+    KvCache sixteen;
+    sixteen.batch = 16;
+    EXPECT_EQ(plan(sixteen, h200(), overrides("inference_kernel=split_keys")).splits, 2);
+}
+
+TEST(PlannerInference, ExplicitSplitsAreClampedToTheBlocks) {
+    KvCache c;
+    c.num_splits = 5;
+    EXPECT_EQ(plan(c).splits, 5);
+    c.num_splits = 1000;
+    EXPECT_EQ(plan(c).splits, 128);
+    c.capacity = 64, c.num_splits = 16; // 4 blocks of 16 keys
+    EXPECT_EQ(plan(c).splits, 4);
+    c.num_splits = 1;
+    const ForwardPlan one = plan(c);
+    EXPECT_EQ(one.splits, 1);
+    EXPECT_EQ(one.kernel, Kernel::decode); // a KV cache: still the inference kernels
+}
+
+TEST(PlannerInference, RotaryQueriesComeFirstInTheWorkspace) {
+    KvCache c;
+    c.rotary = true, c.seqlen_new = 1;
+    const ForwardPlan p = plan(c);
+    EXPECT_EQ(p.workspace.at(Piece::rotated_q), 0u);
+    EXPECT_EQ(p.workspace.size(Piece::rotated_q), size_t(32) * 128 * 2);
+    EXPECT_EQ(p.workspace.at(Piece::partial_out) % 256, 0u);
+    EXPECT_GE(p.workspace.at(Piece::partial_out), WorkspaceLayout::rounded(size_t(32) * 128 * 2));
+}
+
+TEST(PlannerInference, PlainForwardsSplitOnlyWhenAsked) {
+    Dense decode;
+    decode.batch = 1, decode.seqlen_q = 1, decode.seqlen_k = 32768, decode.heads = 32, decode.heads_k = 8;
+    decode.num_splits = 0; // the heuristic: one query row against a long cache splits
+    const ForwardPlan split = plan(decode);
+    EXPECT_EQ(split.kernel, Kernel::decode);
+    EXPECT_GT(split.splits, 1);
+    decode.num_splits = 1;
+    EXPECT_EQ(plan(decode).kernel, Kernel::forward_sm90);
+    decode.num_splits = 0, decode.dropout = 0.1f; // the heuristic keeps dropout unsplit, as flash_attn
+    EXPECT_EQ(plan(decode).kernel, Kernel::forward_sm90);
+    Dense training;
+    training.num_splits = 0; // 256 tiles fill the GPU: one split, the training kernels
+    const ForwardPlan t = plan(training);
+    EXPECT_EQ(t.kernel, Kernel::forward_sm90);
+    EXPECT_NE(rejection(t.rejected, Kernel::inference).find("one split"), std::string::npos);
+    Dense probs = decode;
+    probs.dropout = 0.0f, probs.attn_probs = true; // attn_probs never splits
+    EXPECT_EQ(plan(probs).kernel, Kernel::forward_sm90);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backward.
+
+struct Backward {
+    Dense fwd;
+    bool deterministic = false;
+    BwdProblem problem() const {
+        fa_bwd_params b;
+        fa_bwd_params_init(&b);
+        b.fwd = fwd.params();
+        const int64_t rows = fwd.seqlen_q, h = fwd.heads, d = fwd.head_dim;
+        b.dout = fa_tensor{at(0x90000000), rows * h * d, h * d, d};
+        b.dq = fa_tensor{at(0xa0000000), rows * h * d, h * d, d};
+        const int64_t krows = fwd.seqlen_k, hk = fwd.heads_k;
+        b.dk = fa_tensor{at(0xb0000000), krows * hk * d, hk * d, d};
+        b.dv = fa_tensor{at(0xc0000000), krows * hk * d, hk * d, d};
+        b.deterministic = deterministic;
+        return make_bwd_problem(&b, false);
+    }
+};
+
+BackwardPlan plan(const Backward& b, const DeviceInfo& device = h200(), const Overrides& o = {}) {
+    return plan_backward(b.problem(), device, o);
+}
+
+TEST(PlannerBackward, HopperRunsTheWgmmaKernelWhereItMeasuredFaster) {
+    const BackwardPlan p = plan(Backward{});
+    EXPECT_EQ(p.kernel, Kernel::backward_sm90);
+    EXPECT_EQ(p.block_n, 128);
+    EXPECT_EQ(p.num_n_blocks, 8);
+    EXPECT_EQ(p.num_chunks, 8); // one CTA per key block
+    EXPECT_EQ(p.ctas, 8 * 2 * 16);
+    EXPECT_FALSE(p.dkv_scratch);
+    EXPECT_EQ(p.dq_chunk_stride, 0);
+    Backward short_d128;
+    short_d128.fwd.seqlen_q = 256;
+    const BackwardPlan s = plan(short_d128);
+    EXPECT_EQ(s.kernel, Kernel::backward_sm80);
+    EXPECT_NE(rejection(s.rejected, Kernel::backward_sm90).find("512"), std::string::npos);
+    EXPECT_EQ(plan(short_d128, h200(), overrides("backward_kernel=sm90")).kernel, Kernel::backward_sm90);
+    Backward d96;
+    d96.fwd.head_dim = 96;
+    EXPECT_EQ(plan(d96).kernel, Kernel::backward_sm80);
+    EXPECT_EQ(plan(d96, h200(), overrides("backward_kernel=sm90")).kernel, Kernel::backward_sm80);
+    Backward dropout;
+    dropout.fwd.dropout = 0.1f;
+    const BackwardPlan dp = plan(dropout, h200(), overrides("backward_kernel=sm90"));
+    EXPECT_EQ(dp.kernel, Kernel::backward_sm80);
+    EXPECT_NE(rejection(dp.rejected, Kernel::backward_sm90).find("dropout"), std::string::npos);
+    EXPECT_EQ(plan(Backward{}, a100()).kernel, Kernel::backward_sm80);
+    EXPECT_EQ(plan(Backward{}, h200(), overrides("backward_kernel=sm80")).kernel, Kernel::backward_sm80);
+}
+
+TEST(PlannerBackward, DeterministicChunksFillOneWaveWithinTheMemoryBound) {
+    Backward b;
+    b.deterministic = true; // 32 (sequence, head) pairs on 132 SMs: 4 chunks
+    const BackwardPlan p = plan(b);
+    EXPECT_EQ(p.num_chunks, 4);
+    EXPECT_EQ(p.ctas, 4 * 32);
+    EXPECT_EQ(p.dq_chunk_stride, int64_t(16) * 2 * 1024 * 128);
+    EXPECT_EQ(p.workspace.size(Piece::dq_accum), size_t(4) * 16 * 2 * 1024 * 128 * 4);
+    Backward d256 = b;
+    d256.fwd.head_dim = 256;
+    EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm80); // the sm90 kernel measured slower there
+    Backward huge = b;
+    huge.fwd.batch = 1, huge.fwd.heads = huge.fwd.heads_k = 2, huge.fwd.seqlen_q = huge.fwd.seqlen_k = 131072;
+    // 2 pairs want 66 chunks; each chunk's dQ buffer is 128 MB, the bound 4 GB: 32 chunks.
+    EXPECT_EQ(plan(huge).num_chunks, 32);
+}
+
+TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {
+    Backward gqa;
+    gqa.fwd.heads_k = 4;
+    const BackwardPlan p = plan(gqa);
+    EXPECT_TRUE(p.dkv_scratch);
+    const size_t dkv = size_t(16) * 2 * 1024 * 128 * 4;
+    EXPECT_EQ(p.workspace.size(Piece::dk_accum), dkv);
+    EXPECT_EQ(p.workspace.size(Piece::dv_accum), dkv);
+    EXPECT_EQ(p.workspace.size(Piece::dsum), size_t(16) * 2 * 1024 * 4);
+    Backward odd;
+    odd.fwd.head_dim = 36;
+    const BackwardPlan o = plan(odd);
+    EXPECT_TRUE(o.staging.q && o.staging.k && o.staging.v && o.staging.dout && o.dkv_scratch);
+    EXPECT_EQ(o.tile_dim, 64);
+    EXPECT_EQ(o.workspace.size(Piece::dout), size_t(2) * 1024 * 16 * 40 * 2);
+    size_t total = 0;
+    for (size_t i = 0; i < size_t(Piece::count); ++i) total += WorkspaceLayout::rounded(o.workspace.bytes[i]);
+    EXPECT_EQ(o.workspace.total, total);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The overrides' syntax.
+
+TEST(Overrides, ParseAndRefuseWithTheKeyNamed) {
+    const Overrides o = parse_overrides("forward_kernel=sm80,backward_kernel=sm90,inference_kernel=split_keys,"
+                                        "cpu_isa=avx2,cpu_blocks=64x128x32x64");
+    EXPECT_EQ(o.forward_kernel, KernelChoice::sm80);
+    EXPECT_EQ(o.backward_kernel, KernelChoice::sm90);
+    EXPECT_EQ(o.inference_kernel, InferenceChoice::split_keys);
+    EXPECT_EQ(o.cpu_isa, "avx2");
+    EXPECT_EQ(o.cpu_fwd_block_k, 128);
+    EXPECT_EQ(o.cpu_bwd_block_q, 32);
+    for (const char* bad : {"forward_kernel=sm70", "colour=blue", "cpu_blocks=1x2", "forward_kernel"}) {
+        try {
+            parse_overrides(bad);
+            ADD_FAILURE() << bad << " must be refused";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), FA_ERROR_INVALID_ARGUMENT) << bad;
+        }
+    }
+    EXPECT_EQ(parse_overrides("").forward_kernel, KernelChoice::automatic);
+}
+
+} // namespace
+} // namespace flashattn::cuda
