@@ -183,6 +183,9 @@ class Library:
         self.forward_workspace_size = bind("fa_forward_workspace_size", ctypes.c_size_t, fwd_ptr)
         self.forward_with_workspace = bind("fa_forward_with_workspace", ctypes.c_int, fwd_ptr, ctypes.c_void_p,
                                            ctypes.c_size_t)
+        self.varlen_forward_with_workspace = bind("fa_varlen_forward_with_workspace", ctypes.c_int, fwd_ptr,
+                                                  ctypes.c_void_p, ctypes.c_size_t)
+        self.set_overrides = bind("fa_set_overrides", ctypes.c_int, ctypes.c_char_p)
         self.last_error = bind("fa_last_error", ctypes.c_char_p)
         self.status_name = bind("fa_status_name", ctypes.c_char_p, ctypes.c_int)
         self.version_string = bind("fa_version_string", ctypes.c_char_p)

@@ -88,22 +88,6 @@ def _backward_outputs(q: Tensor, k: Tensor, v: Tensor, varlen: bool):
 # ----------------------------------------------------------------------------------------------
 # The C structs.
 
-# Split-KV in the plain forward (num_splits 0: the library's rule; 1: off). flash_attn's forward
-# splits the keys by its heuristic whenever dropout is off; here the library does so for tiles of at
-# most 16 query rows (decoding through flash_attn_func, speculative decoding): few (sequence, head)
-# items with long keys then fill the GPU through the split-keys decode kernel instead of occupying a
-# few SMs. Taller queries keep the ordinary kernels, which fill the GPU by query blocks. Dropout and
-# attn_probs never split (as in flash_attn), nor do varlen batches (the library's rule). CUDA only:
-# the CPU backend's forward is left as it was.
-_SPLIT_QUERY_ROWS = 16
-
-
-def _forward_splits(cuda, cu_seqlens_q, seqlen_q, dropout_p, probs):
-    if cuda and cu_seqlens_q is None and seqlen_q <= _SPLIT_QUERY_ROWS and dropout_p == 0 and probs is None:
-        return 0
-    return 1
-
-
 def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
                 max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap, rng_state):
     cuda = q.is_cuda
@@ -130,7 +114,10 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
         alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
         dropout_p=dropout_p, rng_state=_ptr(rng_state) if rng_state is not None and rng_state.numel() else None,
         attn_probs=probs.data_ptr() if probs is not None and probs.numel() else None,
-        num_splits=_forward_splits(cuda, cu_seqlens_q, seqlen_q, dropout_p, probs),
+        # CUDA: the library's planner splits the keys when that fills the GPU (decoding through
+        # flash_attn_func; never with dropout or attn_probs), as flash_attn's forward does by its
+        # heuristic. The CPU backend's forward keeps one split.
+        num_splits=0 if cuda else 1,
         backend=C.BACKEND_CUDA if cuda else C.BACKEND_CPU,
         stream=torch.cuda.current_stream(q.device).cuda_stream if cuda else None,
     )
@@ -150,12 +137,14 @@ def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, m
                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                          window_right, softcap, rng_state)
     # The library switches to the tensors' GPU itself; the stream in params is that GPU's current one.
-    # Split-KV's partials come from torch's allocator (none when the rule keeps one split).
-    if params.num_splits != 1 and (size := lib.forward_workspace_size(params)):
+    # Its scratch (split-KV's partials, staged copies of odd layouts) comes from torch's allocator.
+    varlen = cu_seqlens_q is not None
+    if q.is_cuda and (size := lib.forward_workspace_size(params)):
         workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
-        lib.check(lib.forward_with_workspace(params, workspace.data_ptr(), size))
+        call = lib.varlen_forward_with_workspace if varlen else lib.forward_with_workspace
+        lib.check(call(params, workspace.data_ptr(), size))
     else:
-        lib.check((lib.forward if cu_seqlens_q is None else lib.varlen_forward)(params))
+        lib.check((lib.varlen_forward if varlen else lib.forward)(params))
     return out, lse, probs, rng_state
 
 
@@ -377,5 +366,9 @@ def paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_t
     for name, value in _paged_fields(block_table, k).items():
         setattr(params, name, value)
     params.k, params.v = _view(k), _view(v)  # (num_blocks, page_size, heads_k, dim): 4-D strides
-    lib.check(lib.varlen_forward(params))
+    if q.is_cuda and (size := lib.forward_workspace_size(params)):
+        workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+        lib.check(lib.varlen_forward_with_workspace(params, workspace.data_ptr(), size))
+    else:
+        lib.check(lib.varlen_forward(params))
     return out, lse

@@ -6,6 +6,7 @@
 #include "inference.h"
 
 #include "core/dtype.h"
+#include "core/lse_merge.h"
 
 #include <algorithm>
 #include <cmath>
@@ -104,32 +105,21 @@ void combine_partials(const CombineProblem& cp, Executor& ex) {
         const int64_t b = index / p.num_heads, h = index % p.num_heads;
         std::vector<float> acc(static_cast<size_t>(d), 0.0f);
         for (int64_t i = 0; i < p.seqlen_q; ++i) {
-            float row_max = -kInf;
-            bool nan_split = false; // a NaN lse makes the row NaN (std::max would drop it)
-            for (int64_t s = 0; s < splits; ++s) {
-                const float l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)];
-                nan_split |= std::isnan(l);
-                row_max = std::max(row_max, l);
-            }
-            float lse = -kInf;
-            std::fill(acc.begin(), acc.end(), nan_split ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
-            if (nan_split) {
-                lse = std::numeric_limits<float>::quiet_NaN();
-            } else if (row_max > -kInf) {
-                float sum = 0.0f;
+            // By logsumexp (core/lse_merge.h), in log2 units.
+            LseSum total;
+            for (int64_t s = 0; s < splits; ++s) total.add(p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)] * kLog2e);
+            const float lse2 = total.lse2();
+            std::fill(acc.begin(), acc.end(), total.nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+            if (total.max > -kInf && !total.nan) {
                 for (int64_t s = 0; s < splits; ++s) {
-                    const float l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)];
-                    if (l > -kInf) sum += std::exp(l - row_max);
-                }
-                lse = row_max + std::log(sum);
-                for (int64_t s = 0; s < splits; ++s) {
-                    const float l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)];
+                    const float l = p.lse_partial.data[cp.partial_lse_offset(s, b, i, h)] * kLog2e;
                     if (!(l > -kInf)) continue; // an empty split: its output is never read
-                    const float weight = std::exp(l - lse);
+                    const float weight = LseSum::weight(l, lse2);
                     const float* o = partial + cp.partial_offset(s, b, i, h);
                     for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += weight * o[c];
                 }
             }
+            const float lse = lse2 * kLn2;
             const int64_t out_at = b * p.out.batch_stride + i * p.out.row_stride + h * p.out.head_stride;
             for (int64_t c = 0; c < d; ++c) store_float(p.out.data, p.dtype, out_at + c, acc[size_t(c)]);
             if (p.lse.data) p.lse.data[b * p.lse.batch_stride + h * p.lse.head_stride + i * p.lse.row_stride] = lse;

@@ -145,25 +145,11 @@ __device__ __forceinline__ void apply_softcap_derivative(Probs& probs, Coords co
 }
 
 // Mark the probabilities dropout dropped by negating them (P >= 0, so the sign is free to carry the
-// mask from the P stage to the dS stage without registers). The same words as apply_dropout: one
-// Philox call serves the neighbouring column pair (j, j+1), j even.
+// mask from the P stage to the dS stage without registers); the forward's elements (for_each_dropped).
 template <typename Probs, typename Coords>
 __device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coords, const FwdArgs& args,
                                                const DropoutKey& key, int b, int h, int m0, int n0) {
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(probs); ++r) {
-        const DropoutRow rng(key.seed, key.offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(probs); c += 2) {
-            const uint32_t j = uint32_t(n0 + get<1>(coords(r, c)));
-            const PhiloxBits bits = rng.bits_for_column_group(j >> 2);
-            const bool high_pair = (j & 2u) != 0;
-            const uint32_t w0 = high_pair ? bits.z : bits.x;
-            const uint32_t w1 = high_pair ? bits.w : bits.y;
-            if (w0 >= args.keep_threshold) probs(r, c) = -probs(r, c);
-            if (w1 >= args.keep_threshold) probs(r, c + 1) = -probs(r, c + 1);
-        }
-    }
+    for_each_dropped(probs, coords, args, key, b, h, m0, n0, [](float& p) { p = -p; });
 }
 
 // P = exp2(S * exp_scale - lse_log2) in place on a (query row, key) view of the scores, after the

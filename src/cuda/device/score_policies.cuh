@@ -228,12 +228,13 @@ __device__ __forceinline__ void apply_score_transform(Scores& scores, Coords con
     }
 }
 
-// Zero the dropped probabilities (the 1/(1-p) rescale is folded into the final normalisation).
-// The accumulator holds neighbouring column pairs (j, j+1), j even, so one Philox call (four
-// columns) serves a pair; the choice of its words follows DropoutRow::bits_for_column.
-template <typename Probs, typename Coords>
-__device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords, const FwdArgs& args,
-                                              const DropoutKey& key, int b, int h, int m0, int n0) {
+// dropped(p) on each element of a (query row, key) view that dropout drops. The accumulators hold
+// neighbouring column pairs (j, j+1), j even, so one Philox call (four columns) serves a pair; the
+// choice of its words follows DropoutRow::bits_for_column (the forward and both backward kernels).
+template <typename Probs, typename Coords, typename Dropped>
+__device__ __forceinline__ void for_each_dropped(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                                 const DropoutKey& key, int b, int h, int m0, int n0,
+                                                 Dropped&& dropped) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(probs); ++r) {
         const DropoutRow rng(key.seed, key.offset, b, args.num_heads, h, m0 + get<0>(coords(r, 0)));
@@ -244,10 +245,17 @@ __device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords
             const bool high_pair = (j & 2u) != 0;
             const uint32_t w0 = high_pair ? bits.z : bits.x;
             const uint32_t w1 = high_pair ? bits.w : bits.y;
-            if (w0 >= args.keep_threshold) probs(r, c) = 0.0f;
-            if (w1 >= args.keep_threshold) probs(r, c + 1) = 0.0f;
+            if (w0 >= args.keep_threshold) dropped(probs(r, c));
+            if (w1 >= args.keep_threshold) dropped(probs(r, c + 1));
         }
     }
+}
+
+// Zero the dropped probabilities (the 1/(1-p) rescale is folded into the final normalisation).
+template <typename Probs, typename Coords>
+__device__ __forceinline__ void apply_dropout(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                              const DropoutKey& key, int b, int h, int m0, int n0) {
+    for_each_dropped(probs, coords, args, key, b, h, m0, n0, [](float& p) { p = 0.0f; });
 }
 
 } // namespace flashattn::cuda::kernels

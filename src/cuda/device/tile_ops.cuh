@@ -2,7 +2,7 @@
 // accumulator views and the fp32 -> 16-bit conversion.
 #pragma once
 
-#include "device/device_faults.h"
+#include "device/paged_rows.cuh"
 
 #include <flashattn/flashattn.h>
 
@@ -109,13 +109,6 @@ __device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const
     });
 }
 
-// Where a row of one sequence's K or V lives in a paged pool: row r (counted from the sequence's
-// first table entry) is row r % page_size of block table_row[r / page_size].
-struct PageSlot {
-    int32_t block;
-    uint32_t row; // within the block
-};
-
 // The page slots of the rows one thread copies in a tile load: one per row pass (the tiled copy
 // spreads a pass's 16 or 32 rows over the CTA, one row per thread). A tile of 64 or 128 keys can
 // span pages (page sizes are multiples of 16, and left padding shifts the rows), so every pass
@@ -127,46 +120,18 @@ struct PageSlots {
     __device__ __forceinline__ PageSlot const& operator[](int m) const { return pass[m]; }
 };
 
-// One sequence's row of the block table. Entries live in device memory the host never read: an
-// entry outside [0, num_blocks) reads block 0 instead (inside the pool) and sets `faulted`; the
-// kernel then writes NaN for the sequence and, once its main loop is done, report() records the
-// fault (device_faults.h). The lookup itself has no branch: a call or a divergent path here, between
-// a warp's ldmatrix and mma instructions, would leave the warp diverged where they need all lanes.
-struct PageTable {
-    const int32_t* table_row; // this sequence's row of the block table
-    uint32_t page_size;
-    int32_t num_blocks;
-    bool faulted = false;
-    int32_t bad_page = 0, bad_entry = 0;
-
-    // The pool block of page `page` of the sequence.
-    __device__ __forceinline__ int32_t block(uint32_t page) {
-        const int32_t entry = table_row[page];
-        const bool ok = uint32_t(entry) < uint32_t(num_blocks);
-        bad_page = ok ? bad_page : int32_t(page);
-        bad_entry = ok ? bad_entry : entry;
-        faulted |= !ok;
-        return ok ? entry : 0;
+// Rows `first_row + r` of the table's sequence for the thread's tile rows r < rows_valid (the
+// others are not read).
+template <typename Coords>
+__device__ __forceinline__ auto page_slots(PageTable& table, Coords const& coords, int rows_valid, int64_t first_row) {
+    PageSlots<decltype(size<1>(coords))::value> out;
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(coords); ++m) {
+        const int r = get<0>(coords(0, m, 0));
+        out[m] = r < rows_valid ? table.slot(uint32_t(first_row + r)) : PageSlot{0, 0};
     }
-
-    // Records this thread's fault, if it met one (call where the warp may diverge).
-    __device__ __forceinline__ void report(DeviceFault* fault, int sequence) const {
-        if (faulted) record_fault(fault, FaultArg::block_table, sequence, bad_page, bad_entry, 0, num_blocks - 1);
-    }
-
-    // Rows `first_row + r` for the thread's tile rows r < rows_valid (the others are not read).
-    template <typename Coords>
-    __device__ __forceinline__ auto slots(Coords const& coords, int rows_valid, int64_t first_row) {
-        PageSlots<decltype(size<1>(coords))::value> out;
-        CUTE_UNROLL
-        for (int m = 0; m < size<1>(coords); ++m) {
-            const int r = get<0>(coords(0, m, 0));
-            const uint32_t row = uint32_t(first_row + r);
-            out[m] = r < rows_valid ? PageSlot{block(row / page_size), row % page_size} : PageSlot{0, 0};
-        }
-        return out;
-    }
-};
+    return out;
+}
 
 // load_tile for a paged pool, the rows' page slots resolved beforehand (PageTable::slots). Tile
 // rows r < rows_valid are copied; the rest and the columns past the head dim are zero-filled, as

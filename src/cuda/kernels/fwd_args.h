@@ -67,7 +67,7 @@ struct FwdArgs {
     }
 
     // Read only by the inference variant of the SM80 kernel (fwd_kernel<..., kInference = true>,
-    // set up by inference.cu); zero everywhere else. Device arrays, never validated on the host:
+    // set up by the host from the plan); zero everywhere else. Device arrays, never validated on the host:
     // the kernel clamps what it reads and records faults, as for cu_seqlens.
     const int32_t* block_table;  // paged K/V: (batch, block_table_stride); k/v are (blocks, page_size) pools
     int64_t block_table_stride;
@@ -82,7 +82,7 @@ struct FwdArgs {
     float* out_accum;            // (split, batch, seqlen_q, heads, head_dim) fp32
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
-    bool prefetch_pages;         // paged split-keys decode: prefetch each warp's first blocks (inference.cu)
+    bool prefetch_pages;         // paged split-keys decode: prefetch each warp's first blocks (the planner)
 };
 
 } // namespace flashattn::cuda

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "device/device_faults.h"
+#include "device/paged_rows.cuh"
 
 #include <flashattn/flashattn.h>
 
@@ -50,10 +51,11 @@ struct CacheRows {
     // Element offset of (cache row `row` of sequence b, KV head h) in t.
     __device__ __forceinline__ int64_t offset(const fa_tensor& t, int b, int64_t row, int h, bool& faulted) const {
         if (block_table) {
-            const int64_t page = row / page_size;
-            const int64_t block = checked_index(fault, faulted, FaultArg::block_table, b, int(page),
-                                                block_table[int64_t(b) * block_table_stride + page], 0, num_blocks - 1);
-            return block * t.batch_stride + (row % page_size) * t.row_stride + int64_t(h) * t.head_stride;
+            PageTable pages{block_table + int64_t(b) * block_table_stride, uint32_t(page_size), num_blocks};
+            const PageSlot slot = pages.slot(uint32_t(row));
+            pages.report(fault, b);
+            faulted |= pages.faulted;
+            return int64_t(slot.block) * t.batch_stride + int64_t(slot.row) * t.row_stride + int64_t(h) * t.head_stride;
         }
         const int64_t entry = cache_batch_idx ? checked_index(fault, faulted, FaultArg::cache_batch_idx, b, 0,
                                                               cache_batch_idx[b], 0, cache_entries - 1)

@@ -4,7 +4,7 @@
 //
 // Why not a warp per row with one element per lane (the first version): at 16k tokens x 2048 of
 // hidden size on the H200 that took 95 us (dsum) + 102 us (dQ sums) at d128 and 196 + 136 us at
-// d64, 17-21% of a whole backward at 1k tokens per sequence (Nsight Compute, session 6 run 3),
+// d64, 17-21% of a whole backward at 1k tokens per sequence (Nsight Compute, docs/perf-log.md),
 // where the bytes moved need ~64 + 48 us at the copy rate: too little in flight per thread.
 #include "kernels/aux/bwd_aux_kernels.h"
 

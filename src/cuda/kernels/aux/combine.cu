@@ -12,9 +12,9 @@
 // the result does not depend on timing). A combine reads a few hundred KB that the forward has just
 // written, so what it costs is the chain of dependent loads and the instructions between them:
 // combine_kernel's one-round form (since removed) issued ~900 instructions a warp at 0.16 a cycle,
-// 3.2-3.5 us at batch 1 (Nsight Compute, session 9); split_kv_combine_kernel ~470, and batch-1
+// 3.2-3.5 us at batch 1 (Nsight Compute, docs/perf-log.md); split_kv_combine_kernel ~470, and batch-1
 // decode is 1.3 us faster a call. The first kernel (one warp per row and 32 columns, the lse walked three times,
-// splits 16 at a time) took 3.7-7.1 us against cuDNN's 1.9-3.0 us (session 8 run 1).
+// splits 16 at a time) took 3.7-7.1 us against cuDNN's 1.9-3.0 us.
 // combine_kernel never reads a split whose lse is -inf (its output may be uninitialised); a row with
 // no non-empty split gets out = 0 and lse = -inf; a row with a NaN lse gets NaN out and lse.
 //
@@ -24,7 +24,7 @@
 
 #include "host/cuda_check.h"
 #include "device/dependent_launch.h"
-#include "device/fast_exp2.cuh"
+#include "core/lse_merge.h"
 
 #include "core/error.h"
 
@@ -41,32 +41,16 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kSplitsPerChunk = 64; // splits whose lse a warp holds at once (two per lane)
 
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-using kernels::fast_exp2;
-
-// Running (max, sum of 2^(x - max)) of a set of logsumexps in log2 units (lse * log2 e: one ex2
-// instruction per term on the critical path instead of expf's range reduction); -inf entries are
-// empty.
-struct LseSum {
-    float max = -INFINITY, sum = 0.0f;
-
-    __device__ __forceinline__ void add(float max2, float sum2) {
-        const float m = fmaxf(max, max2);
-        if (m == -INFINITY) return;
-        sum = (max > -INFINITY ? sum * fast_exp2(max - m) : 0.0f) +
-              (max2 > -INFINITY ? sum2 * fast_exp2(max2 - m) : 0.0f);
-        max = m;
+// The merge by logsumexp (core/lse_merge.h) of the 32 lanes' running sums: every lane ends with the
+// warp's.
+__device__ __forceinline__ void warp_reduce(LseSum& s) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        const float max2 = __shfl_xor_sync(0xffffffffu, s.max, offset);
+        const float sum2 = __shfl_xor_sync(0xffffffffu, s.sum, offset);
+        const bool nan2 = __shfl_xor_sync(0xffffffffu, int(s.nan), offset) != 0;
+        s.add(max2, sum2, nan2);
     }
-    __device__ __forceinline__ void add(float lse) { add(lse, 1.0f); }
-    __device__ __forceinline__ void warp_reduce() {
-        for (int offset = 16; offset > 0; offset /= 2) {
-            const float max2 = __shfl_xor_sync(0xffffffffu, max, offset);
-            const float sum2 = __shfl_xor_sync(0xffffffffu, sum, offset);
-            add(max2, sum2);
-        }
-    }
-    __device__ __forceinline__ float lse2() const { return max > -INFINITY ? max + log2f(sum) : -INFINITY; }
-};
+}
 
 // This CTA's output row: (batch, row, head) of blockIdx.x. 32-bit arithmetic (launch_combine: at
 // most INT_MAX rows): 64-bit divisions were calls, three of them in front of the first load.
@@ -127,16 +111,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
     LseSum total;
     total.add(first_lo);
     total.add(first_hi);
-    bool nan_split = isnan(first_lo) || isnan(first_hi); // (LseSum's fmaxf would drop a NaN)
-    for (int s = lane + kSplitsPerChunk; s < num_splits; s += 32) {
-        const float x = split_lse(s);
-        nan_split |= isnan(x);
-        total.add(x);
-    }
-    total.warp_reduce();
-    // A NaN lse makes the row NaN (out and lse), as any arithmetic on it would.
-    nan_split = __any_sync(0xffffffffu, nan_split);
-    const float lse = nan_split ? NAN : total.lse2(); // log2 units
+    for (int s = lane + kSplitsPerChunk; s < num_splits; s += 32) total.add(split_lse(s));
+    warp_reduce(total);
+    const bool nan_split = total.nan; // a NaN lse makes the row NaN (out and lse)
+    const float lse = total.lse2();   // log2 units
 
     // Round 2 (per chunk of splits and pass of columns): this warp's splits of the chunk, weighted.
     const int64_t out_at = b * args.out_batch_stride + i * args.out_row_stride + h * args.out_head_stride;
@@ -148,8 +126,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant
                 // Lane j: the weights of splits s0 + j and s0 + 32 + j; -1 for an empty split.
                 const float lo = s0 == 0 ? first_lo : split_lse(s0 + lane);
                 const float hi = s0 == 0 ? first_hi : split_lse(s0 + 32 + lane);
-                const float weight_lo = lo > -INFINITY ? fast_exp2(lo - lse) : -1.0f;
-                const float weight_hi = hi > -INFINITY ? fast_exp2(hi - lse) : -1.0f;
+                const float weight_lo = lo > -INFINITY ? LseSum::weight(lo, lse) : -1.0f;
+                const float weight_hi = hi > -INFINITY ? LseSum::weight(hi, lse) : -1.0f;
                 float w[kSplitsPerWarp];
                 Floats<kVec> x[kSplitsPerWarp];
 #pragma unroll
@@ -225,17 +203,13 @@ __global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid
     if (warp == 0) {
         lo *= kLog2e;
         hi *= kLog2e;
-        // A NaN lse (a split of a faulted sequence, device_faults.h) makes the row NaN: fmaxf and the
-        // weights below would drop it.
-        const bool nan_split = __any_sync(0xffffffffu, isnan(lo) || isnan(hi));
-        float max = fmaxf(lo, hi);
-        for (int offset = 16; offset > 0; offset /= 2) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
-        const float max_or_0 = max == -INFINITY ? 0.0f : max; // all empty: every term below is 0
-        float sum = fast_exp2(lo - max_or_0) + fast_exp2(hi - max_or_0);
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        const float lse = nan_split ? NAN : sum > 0.0f ? max + log2f(sum) : -INFINITY;
-        weights[lane] = nan_split ? NAN : sum > 0.0f ? fast_exp2(lo - lse) : 0.0f;
-        weights[lane + 32] = nan_split ? NAN : sum > 0.0f ? fast_exp2(hi - lse) : 0.0f;
+        LseSum total;
+        total.add(lo);
+        total.add(hi);
+        warp_reduce(total);
+        const float lse = total.lse2(); // -inf: every split empty, every weight 0
+        weights[lane] = LseSum::weight(lo, lse);
+        weights[lane + 32] = LseSum::weight(hi, lse);
         if (args.lse && lane == 0)
             args.lse[b * args.lse_out_batch_stride + h * args.lse_out_head_stride + i * args.lse_out_row_stride] =
                 lse * kLn2;

@@ -1,5 +1,5 @@
 // Merging partial attention results by their logsumexp on the device: the kernel behind fa_combine
-// and the last step of split-KV (inference.cu). Layouts are explicit element strides.
+// and the last step of split-KV (host/backend.cu). Layouts are explicit element strides.
 #pragma once
 
 #include <flashattn/flashattn.h>

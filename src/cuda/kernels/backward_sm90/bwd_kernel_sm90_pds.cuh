@@ -1,5 +1,5 @@
-// The Hopper backward at head dim 256 (sm_90a, wgmma, warp-specialised; opt-in through
-// FLASHATTN_CUDA_BWD_KERNEL=sm90, backend.cu): FlashAttention-3's schedule for its largest head dim,
+// The Hopper backward at head dim 256 (sm_90a, wgmma, warp-specialised; the planner's choice there
+// outside deterministic mode): FlashAttention-3's schedule for its largest head dim,
 // with P and dS through shared memory. Same work items, scratch, producer, policies and epilogue as
 // bwd_kernel_sm90.cuh (bwd_sm90_common.cuh); the consumers' products differ (the shapes and why:
 // Sm90BwdPdSTraits in bwd_traits_sm90.cuh).
@@ -17,9 +17,9 @@
 //     issued while dV and dK still run
 //   epilogue: bwd_sm90_store_dkdv (each consumer its 128 columns of the 64 keys).
 //
-// Dropout is not supported here (the launcher runs the mma.sync kernel for it). Unlike the d128
+// Dropout is not compiled here (the planner runs the mma.sync kernel for it). Unlike the d128
 // schedule, the registers here hold key pairs per query row, as apply_dropout's Philox words come,
-// so it could be added as a policy; not done because nothing has run on a GPU yet.
+// so it could be added as a policy.
 //
 // Why each consumer adds its own dQ: the 64 KB fp32 hand-off buffer of bwd_kernel_sm90.cuh fits
 // beside one Q and one dO stage only (traits, kSmemBytes), and one stage would stall the consumers

@@ -20,12 +20,12 @@
 //     results meet in shared memory (over the rings, now idle), merged by their logsumexp as
 //     combine.cu merges splits; the CTA writes out and lse, or one split's fp32 partial.
 //
-// The kernel is as much bound by its instruction issue as by HBM (Nsight Compute, session 9: 703
+// The kernel is as much bound by its instruction issue as by HBM (Nsight Compute, docs/perf-log.md: 703
 // instructions per warp and 16-key block at 85% of DRAM bandwidth, cuDNN's decode kernel 288 per 16
 // keys at 89%), so the per-block path is kept short: whole blocks are copied by unpredicated
 // cp.asyncs from a base address plus constants (SwizzledTileCopy), and dropout, which would put
 // its ~200 predicated instructions into every block, is not compiled here (the 64-row tile serves
-// it; inference.cu).
+// it; host/planner.cpp).
 //
 // Paged K/V: a warp resolves the page slots of its next block one step ahead (PageTable::slots),
 // so the table read is not on the path from a stage's release to its refill.
@@ -38,6 +38,8 @@
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
 #include "device/tile_order.cuh"
+
+#include "core/lse_merge.h"
 
 #include <cutlass/fast_math.h>
 
@@ -66,7 +68,7 @@ struct WarpBlockRing {
 // How a loop of the kernel copies the K/V blocks it fetches (see process_block), and which kernel
 // a call runs (split_keys_loads): a kernel holds only its own loops, so that the path one call
 // executes is short and contiguous in the code. (One kernel with all three loop pairs was 8.8k
-// instructions, 141 KB; Nsight, session 12: at 1k x 16, 29% of the warps' time went to instruction
+// instructions, 141 KB; Nsight Compute: at 1k x 16, 29% of the warps' time went to instruction
 // fetch, most of it on code run once per warp after a jump across the loops it did not run.)
 enum class BlockLoads {
     predicated,       // any cache: rows and columns checked, paged rows looked up per pass
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     auto pages_of = [&](int n) __attribute__((always_inline)) {
         Pages pages{};
         if (paged && n >= range.n_begin)
-            pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
+            pages = page_slots(page_table, tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
         return pages;
     };
     // Where block n's K and V rows start when they are consecutive rows: a contiguous cache, or a
@@ -260,7 +262,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // Paged K/V: the page-table entries of this warp's first 32 blocks into L1, lane i the warp's
     // i-th block's. The loop reads each block's entry one step ahead of its copy, which covers an L1
     // hit but not a table line's first touch (a DRAM miss: a warp meets a new line every
-    // 32 / kWarps blocks). With args.prefetch_pages (inference.cu says when), the lane reads its
+    // 32 / kWarps blocks). With args.prefetch_pages (the planner says when), the lane reads its
     // entry and asks the L2 for the block's first line of K and of V instead.
     if (paged) {
         const int n = ring.top - lane * kWarps; // the warp's lane-th block
@@ -358,8 +360,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     };
     static_assert(kLoads == BlockLoads::predicated || kQInRegisters, "whole-block loops only up to d128");
     // The whole-block kernels keep softcap / ALiBi (~400 instructions of accurate tanh) out of the
-    // loop that plain attention runs, which then fits in less instruction cache (Nsight, session
-    // 12: with it inside, the loop stalled on instruction fetch every 256 bytes). The predicated
+    // loop that plain attention runs, which then fits in less instruction cache (Nsight Compute:
+    // with it inside, the loop stalled on instruction fetch every 256 bytes). The predicated
     // kernel, the fallback, keeps one loop pair with a branch.
     using Transform = ScoreTransform;
     if constexpr (kLoads == BlockLoads::predicated) {
@@ -372,7 +374,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
 
     // The combine (a programmatic dependent on sm_90, dependent_launch.h) may be
     // launched once every CTA got here: its CTAs then take the SM slots of finished ones and wait for
-    // the partials. (Allowed at the start, they took slots the main loop needed: session 8 measured
+    // the partials. (Allowed at the start, they took slots the main loop needed: that measured
     // that as mixed.)
     allow_dependent_launch();
 
@@ -406,34 +408,31 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     }
     __syncthreads();
 
-    // Merge by logsumexp (combine.cu's math, in log2 units: one ex2 instruction per term, where
-    // expf / logf put a range reduction each into code that every warp runs once, from a cold
-    // instruction cache) and write, 4 columns per thread and step: out and lse, or this split's
-    // fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch, heads, seqlen_q).
-    constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+    // Merge by logsumexp (core/lse_merge.h, as the combine merges splits: log2 units, one ex2
+    // instruction per term, where expf / logf would put a range reduction each into code that every
+    // warp runs once, from a cold instruction cache) and write, 4 columns per thread and step: out
+    // and lse, or this split's fp32 partials (split, batch, seqlen_q, heads, d) / (split, batch,
+    // heads, seqlen_q).
     constexpr int kChunks = kHeadDim / 4;
     for (int index = tid; index < kBlockM * kChunks; index += Traits::kThreads) {
         const int row = index / kChunks, col = (index % kChunks) * 4;
         if (row >= rows_valid) break; // rows grow with index
         if (col >= args.head_dim) continue;
         float lse2_w[kWarps];
-        float lse2_max = -INFINITY;
+        LseSum total;
         CUTE_UNROLL
         for (int w = 0; w < kWarps; ++w) {
             lse2_w[w] = merge_lse[w * kBlockM + row] * kLog2e;
-            lse2_max = fmaxf(lse2_max, lse2_w[w]);
+            total.add(lse2_w[w]);
         }
         float lse = -INFINITY;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (lse2_max > -INFINITY) {
-            float sum = 0.0f;
-            CUTE_UNROLL
-            for (int w = 0; w < kWarps; ++w) sum += fast_exp2(lse2_w[w] - lse2_max); // 2^-inf = 0
-            const float lse2 = lse2_max + log2f(sum);
+        if (total.max > -INFINITY) {
+            const float lse2 = total.lse2();
             lse = lse2 * kLn2;
             CUTE_UNROLL
             for (int w = 0; w < kWarps; ++w) {
-                const float weight = fast_exp2(lse2_w[w] - lse2);
+                const float weight = LseSum::weight(lse2_w[w], lse2);
                 const float4 part =
                     *reinterpret_cast<const float4*>(merge_o + (w * kBlockM + row) * Traits::kMergeRowFloats + col);
                 o.x += weight * part.x;

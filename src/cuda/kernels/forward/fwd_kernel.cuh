@@ -18,8 +18,8 @@
 // carries no transform or dropout code; the extras kernel switches softcap, ALiBi and dropout at
 // run time. Masking, ragged sequence ends and head dims below the tile width are run-time
 // decisions that cost nothing where they do not apply (uniform branches, per-block phases).
-// kInference (with kExtras, its own tile: InferenceTileConfig) adds, switched at run time, what
-// serving needs (inference.cu): K/V rows found through a block table (paged) or a KV cache's
+// kInference (with kExtras, its own tile: tiles::inference) adds, switched at run time, what
+// serving needs (host/planner.cpp): K/V rows found through a block table (paged) or a KV cache's
 // arrays (cache_seqlens, cache_batch_idx, cache_leftpad); split-KV, where CTA `split` visits only
 // its share of the K/V blocks and writes its normalised O and lse in fp32 for combine.cu; and GQA
 // packing, where the tile's rows are the query heads sharing a KV head (seqlen_q == 1).
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     auto pages_of = [&](int n) __attribute__((always_inline)) {
         PageSlots<decltype(size<1>(tKVc))::value> pages{};
         if constexpr (kInference) {
-            if (args.block_table) pages = page_table.slots(tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
+            if (args.block_table) pages = page_slots(page_table, tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
         }
         return pages;
     };

@@ -79,8 +79,8 @@ struct Sm90FwdTraits {
     // Registers per thread after setmaxnreg. A CTA gets kLaunchRegs per thread at launch
     // (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8 = 168), and setmaxnreg.inc waits
     // until the registers it asks for have been released by the CTA's other warps: the split must
-    // fit the launch allocation, not the 64K register file, or the consumers wait forever (run 5
-    // of session 4 hung on its first Hopper problem with 48 + 232 = 65536 > 64512). Within it: at
+    // fit the launch allocation, not the 64K register file, or the consumers wait forever (48 + 232
+    // = 65536 > 64512 hung on the first Hopper problem, docs/perf-log.md). Within it: at
     // d <= 128 the producer keeps 40 (it spills 68 B in its own code walking several tiles) and
     // the consumers 232; above d128 the consumers need 240 (232 spilled 124 B at d256), which
     // leaves the producer 24 (624 B of spills, all in the producer); ptxas -v, bf16.
@@ -89,7 +89,7 @@ struct Sm90FwdTraits {
     // compiled; the one-tile form always is. Above d128 the loop's state does not fit beside O's
     // accumulator (128 of the consumers' 240 registers) and a 24-register producer: the persistent
     // form spilled 624 B (plain) / 836 B (extras) at d256 against 16 / 40 B for one tile, and ran
-    // d256 8-22% slower at 512-1k tokens than session 4's one-tile kernel, while persistence gained
+    // d256 8-22% slower at 512-1k tokens than the one-tile kernel, while persistence gained
     // it 0-3%. At d128 the one-tile form spills 12 B (persistent: 68; extras 260 against 344).
     static constexpr bool kCanPersist = tiles::forward_sm90(kHeadDim).can_persist;
     static constexpr int kProducerRegs = kHeadDim <= 128 ? 40 : 24;
