@@ -336,6 +336,28 @@ TEST(ForwardWorkspace, TheCpuBackendNeedsNoneAndIgnoresOne) {
     EXPECT_NE(std::string(fa_last_error()).find("head_dim"), std::string::npos) << fa_last_error();
 }
 
+TEST(ApiOverrides, AreParsedAndABadOneIsRefusedByName) {
+    EXPECT_EQ(fa_set_overrides("forward_kernel=sm80,inference_kernel=tile64"), FA_OK) << fa_last_error();
+    EXPECT_EQ(fa_set_overrides("forward_kernel=sm70"), FA_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fa_last_error()).find("forward_kernel"), std::string::npos) << fa_last_error();
+    EXPECT_EQ(fa_set_overrides("colour=blue"), FA_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fa_last_error()).find("colour"), std::string::npos) << fa_last_error();
+    // The CPU kernels follow cpu_isa (generic: the portable build) and give the same answer.
+    AttentionRun run(valid_dense());
+    EXPECT_EQ(fa_set_overrides("cpu_isa=generic,cpu_blocks=16x32x16x32"), FA_OK);
+    ASSERT_EQ(run.forward(), FA_OK) << run.last_error();
+    expect_forward_matches_reference(run);
+    EXPECT_EQ(fa_set_overrides(nullptr), FA_OK);
+    EXPECT_EQ(fa_set_overrides(""), FA_OK);
+}
+
+TEST(ApiDeviceFaults, NeedTheCudaBackend) {
+    if (fa_cuda_available()) GTEST_SKIP() << "a CUDA device is present: tests/python/test_device_indices.py covers it";
+    EXPECT_EQ(fa_check_device_faults(0, nullptr), FA_ERROR_BACKEND_UNAVAILABLE);
+    EXPECT_NE(std::string(fa_last_error()).find("CPU backend reports bad values at the call"), std::string::npos)
+        << fa_last_error();
+}
+
 TEST(ApiInfo, VersionAndThreads) {
     EXPECT_STREQ(fa_version_string(), "0.1.0");
     fa_set_num_threads(1);

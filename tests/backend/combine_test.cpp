@@ -207,7 +207,47 @@ void expect_single_split_is_the_identity(Backend backend) {
     EXPECT_EQ(lse, partial_lse);
 }
 
+// A split with a NaN lse (a faulted sequence's, docs/semantics.md) makes its row NaN, out and lse;
+// the other rows are merged as usual.
+void expect_a_nan_split_makes_its_row_nan(Backend backend) {
+    const int splits = 3, seqlen_q = 2, heads = 2, d = 8;
+    const int64_t rows = seqlen_q * heads;
+    std::vector<float> partial(size_t(splits * rows * d)), partial_lse(size_t(splits * rows));
+    for (size_t k = 0; k < partial.size(); ++k) partial[k] = float(k % 7) * 0.5f - 1.5f;
+    for (size_t k = 0; k < partial_lse.size(); ++k) partial_lse[k] = float(k % 5) - 2.0f;
+    partial_lse[size_t(1 * rows + 3)] = std::numeric_limits<float>::quiet_NaN(); // split 1, row (1, head 1)
+    std::vector<float> out(static_cast<size_t>(rows * d)), lse(static_cast<size_t>(rows));
+    fa_combine_params cp;
+    fa_combine_params_init(&cp);
+    cp.num_splits = splits;
+    cp.batch = 1;
+    cp.seqlen_q = seqlen_q;
+    cp.num_heads = heads;
+    cp.head_dim = d;
+    cp.out_partial = fa_tensor{partial.data(), seqlen_q * heads * d, heads * d, d};
+    cp.out_partial_split_stride = rows * d;
+    cp.lse_partial = fa_lse_view{partial_lse.data(), heads * seqlen_q, seqlen_q, 1};
+    cp.lse_partial_split_stride = rows;
+    cp.dtype = FA_FLOAT32;
+    cp.out = fa_tensor{out.data(), seqlen_q * heads * d, heads * d, d};
+    cp.lse = fa_lse_view{lse.data(), heads * seqlen_q, seqlen_q, 1};
+    ASSERT_EQ(combine_on(backend, cp, partial, partial_lse, out.data(), out.size() * sizeof(float), lse), FA_OK)
+        << fa_last_error();
+    for (int i = 0; i < seqlen_q; ++i)
+        for (int h = 0; h < heads; ++h) {
+            const bool nan_row = i == 1 && h == 1; // lse index h * seqlen_q + i == 3
+            EXPECT_EQ(std::isnan(lse[size_t(h * seqlen_q + i)]), nan_row) << i << " " << h;
+            for (int c = 0; c < d; ++c)
+                EXPECT_EQ(std::isnan(out[size_t((i * heads + h) * d + c)]), nan_row) << i << " " << h << " " << c;
+        }
+}
+
 TEST(Combine, ChunkedAttentionCombinesToFullAttention) { expect_chunked_attention_combines_to_full(Backend::cpu); }
+TEST(Combine, ANanSplitMakesItsRowNan) { expect_a_nan_split_makes_its_row_nan(Backend::cpu); }
+TEST(CudaCombine, ANanSplitMakesItsRowNan) {
+    FA_SKIP_IF_UNAVAILABLE(Backend::cuda);
+    expect_a_nan_split_makes_its_row_nan(Backend::cuda);
+}
 TEST(Combine, MatchesReferenceWithEmptySplitsAndStrides) {
     expect_combine_matches_reference_with_empty_splits_and_strides(Backend::cpu);
 }

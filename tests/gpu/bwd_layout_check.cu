@@ -5,7 +5,7 @@
 //        -isystem third_party/cutlass/include tests/gpu/bwd_layout_check.cu -o /tmp/bwd_layout_check \
 //     && /tmp/bwd_layout_check
 //
-// For every backward tiling (the defaults and the tuning variants):
+// For every backward tiling:
 //   - each of the three warp grids (S/dP, dK/dV, dQ) covers its accumulator tile exactly once, and
 //     registers 2t, 2t+1 hold (row, col), (row, col + 1) with col even (the dQ red.add pairs, the
 //     dK/dV float2 stores and the dropout column pairs rely on it);
@@ -355,12 +355,6 @@ void check_tiling() {
     check_traits<DefaultBwdTraits<kHeadDim, cutlass::bfloat16_t>>();
 }
 
-// The tuning variants of src/cuda/CMakeLists.txt (FLASHATTN_CUDA_BWD_TILE_VARIANTS).
-template <int D, int M, int N, int W, int S, int KV, int Q, int Slabs>
-void check_variant() {
-    check_traits<BwdTraits<D, M, N, W, S, KV, Q, Slabs, cutlass::bfloat16_t>>();
-}
-
 // apply_key_mask on a thread's fragment view against MaskSpec::allowed, element by element, over
 // random masks (causal, local, none), lengths, block offsets and packed heads, for every thread of
 // `threads`: both forms (ranges per key, which the Hopper backward's 16 x 2 (query, key) views
@@ -426,15 +420,6 @@ int main() {
     check_tiling<128>();
     check_tiling<192>();
     check_tiling<256>();
-    check_variant<64, 64, 128, 8, 2, 4, 4, 1>();
-    check_variant<64, 128, 64, 8, 4, 2, 4, 1>();
-    check_variant<128, 64, 128, 8, 2, 4, 2, 1>();
-    check_variant<128, 64, 128, 8, 2, 2, 2, 1>();
-    check_variant<128, 128, 64, 8, 4, 2, 2, 1>();
-    check_variant<128, 64, 64, 8, 4, 2, 2, 1>();
-    check_variant<256, 64, 64, 8, 4, 2, 2, 1>();
-    check_variant<256, 64, 64, 8, 4, 2, 2, 4>();
-    check_variant<256, 64, 64, 8, 2, 2, 2, 2>();
     check_sm90_traits<Sm90BwdTraits<64, cutlass::bfloat16_t>>();
     check_sm90_traits<Sm90BwdTraits<128, cutlass::bfloat16_t>>();
     check_sm90_traits<Sm90BwdTraits<128, cutlass::half_t>>();

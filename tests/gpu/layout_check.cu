@@ -379,7 +379,6 @@ int main() {
     check_sm90_producer<DefaultSm90FwdTraits<64, bf16>>("sm90 d64");
     check_sm90_producer<DefaultSm90FwdTraits<96, fp16>>("sm90 d96");
     check_sm90_producer<DefaultSm90FwdTraits<128, bf16>>("sm90 d128");
-    check_sm90_producer<Sm90FwdTraits<128, 64, bf16>>("sm90 d128 64 keys");
     check_sm90_producer<DefaultSm90FwdTraits<192, bf16>>("sm90 d192");
     check_sm90_producer<DefaultSm90FwdTraits<256, fp16>>("sm90 d256");
     std::printf("sm90 forward producer copies  ok so far (%d failures)\n", failures);
@@ -389,13 +388,6 @@ int main() {
     check_traits<DefaultFwdTraits<128, bf16>>("d128 default");
     check_traits<DefaultFwdTraits<192, bf16>>("d192 default");
     check_traits<DefaultFwdTraits<256, fp16>>("d256 default fp16");
-    check_traits<FwdTraits<64, 128, 64, 4, bf16>>("d64 128x64x4");
-    check_traits<FwdTraits<64, 128, 128, 8, bf16>>("d64 128x128x8");
-    check_traits<FwdTraits<128, 128, 128, 8, bf16>>("d128 128x128x8");
-    check_traits<FwdTraits<128, 64, 64, 4, bf16>>("d128 64x64x4");
-    check_traits<FwdTraits<128, 128, 32, 4, bf16>>("d128 128x32x4");
-    check_traits<FwdTraits<256, 64, 64, 4, bf16>>("d256 64x64x4");
-    check_traits<FwdTraits<256, 128, 32, 8, bf16>>("d256 128x32x8");
     // The inference variant's tiles (paged loads rely on the same chunk coverage as load_tile).
     check_traits<InferenceFwdTraits<32, bf16>>("d32 inference");
     check_traits<InferenceFwdTraits<64, fp16>>("d64 inference fp16");
@@ -403,38 +395,25 @@ int main() {
     check_traits<InferenceFwdTraits<128, bf16>>("d128 inference");
     check_traits<InferenceFwdTraits<192, bf16>>("d192 inference");
     check_traits<InferenceFwdTraits<256, bf16>>("d256 inference");
-    check_traits<InferenceFwdTraits<32, bf16, 1>>("d32 narrow inference");
-    check_traits<InferenceFwdTraits<64, bf16, 1>>("d64 narrow inference");
-    check_traits<InferenceFwdTraits<96, fp16, 1>>("d96 narrow inference fp16");
-    check_traits<InferenceFwdTraits<128, bf16, 1>>("d128 narrow inference");
-    check_traits<InferenceFwdTraits<192, bf16, 1>>("d192 narrow inference");
-    check_traits<InferenceFwdTraits<256, bf16, 1>>("d256 narrow inference");
     // The split-keys decode kernel: one warp's tile, then its CTA's merge scratch.
-    check_traits<SplitKeysDecodeTraits<32, bf16, false>::Warp>("d32 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<64, fp16, false>::Warp>("d64 split-keys warp fp16");
-    check_traits<SplitKeysDecodeTraits<96, bf16, false>::Warp>("d96 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<128, bf16, false>::Warp>("d128 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<128, bf16, true>::Warp>("d128 split-keys deep warp");
-    check_traits<SplitKeysDecodeTraits<192, bf16, false>::Warp>("d192 split-keys warp");
-    check_traits<SplitKeysDecodeTraits<256, bf16, false>::Warp>("d256 split-keys warp");
-    check_split_keys_copy<SplitKeysDecodeTraits<32, bf16, false>>("d32 split-keys warp");
-    check_split_keys_copy<SplitKeysDecodeTraits<64, fp16, false>>("d64 split-keys warp fp16");
-    check_split_keys_copy<SplitKeysDecodeTraits<96, bf16, false>>("d96 split-keys warp");
-    check_split_keys_copy<SplitKeysDecodeTraits<128, bf16, false>>("d128 split-keys warp");
-    check_split_keys_copy<SplitKeysDecodeTraits<192, bf16, true>>("d192 split-keys deep warp");
-    check_split_keys_copy<SplitKeysDecodeTraits<256, bf16, false>>("d256 split-keys warp");
-    check_split_keys_merge<SplitKeysDecodeTraits<32, bf16, false>>("d32 split-keys merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<64, bf16, true>>("d64 split-keys deep merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<96, fp16, false>>("d96 split-keys merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<128, bf16, false>>("d128 split-keys merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<128, bf16, true>>("d128 split-keys deep merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<192, bf16, true>>("d192 split-keys deep merge");
-    check_split_keys_merge<SplitKeysDecodeTraits<256, bf16, false>>("d256 split-keys merge");
-    std::printf("split-keys stages: d64 %d/%d, d128 %d/%d, d256 %d/%d; shared memory d128 %d/%d bytes\n",
-                SplitKeysDecodeTraits<64, bf16, false>::kKvStages, SplitKeysDecodeTraits<64, bf16, true>::kKvStages,
-                SplitKeysDecodeTraits<128, bf16, false>::kKvStages, SplitKeysDecodeTraits<128, bf16, true>::kKvStages,
-                SplitKeysDecodeTraits<256, bf16, false>::kKvStages, SplitKeysDecodeTraits<256, bf16, true>::kKvStages,
-                SplitKeysDecodeTraits<128, bf16, false>::kSmemBytes, SplitKeysDecodeTraits<128, bf16, true>::kSmemBytes);
+    check_traits<SplitKeysDecodeTraits<32, bf16>::Warp>("d32 split-keys warp");
+    check_traits<SplitKeysDecodeTraits<64, fp16>::Warp>("d64 split-keys warp fp16");
+    check_traits<SplitKeysDecodeTraits<96, bf16>::Warp>("d96 split-keys warp");
+    check_traits<SplitKeysDecodeTraits<128, bf16>::Warp>("d128 split-keys warp");
+    check_traits<SplitKeysDecodeTraits<192, bf16>::Warp>("d192 split-keys warp");
+    check_traits<SplitKeysDecodeTraits<256, bf16>::Warp>("d256 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<32, bf16>>("d32 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<64, fp16>>("d64 split-keys warp fp16");
+    check_split_keys_copy<SplitKeysDecodeTraits<96, bf16>>("d96 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<128, bf16>>("d128 split-keys warp");
+    check_split_keys_copy<SplitKeysDecodeTraits<256, bf16>>("d256 split-keys warp");
+    check_split_keys_merge<SplitKeysDecodeTraits<32, bf16>>("d32 split-keys merge");
+    check_split_keys_merge<SplitKeysDecodeTraits<96, fp16>>("d96 split-keys merge");
+    check_split_keys_merge<SplitKeysDecodeTraits<128, bf16>>("d128 split-keys merge");
+    check_split_keys_merge<SplitKeysDecodeTraits<256, bf16>>("d256 split-keys merge");
+    std::printf("split-keys stages: d64 %d, d128 %d, d256 %d; shared memory d128 %d bytes\n",
+                SplitKeysDecodeTraits<64, bf16>::kKvStages, SplitKeysDecodeTraits<128, bf16>::kKvStages,
+                SplitKeysDecodeTraits<256, bf16>::kKvStages, SplitKeysDecodeTraits<128, bf16>::kSmemBytes);
     std::mt19937 rng(1234);
     check_split_keys_ring<4, 3>(rng);
     check_split_keys_ring<4, 4>(rng);
