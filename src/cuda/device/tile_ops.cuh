@@ -3,6 +3,7 @@
 #pragma once
 
 #include "device/paged_rows.cuh"
+#include "device/score_policies.cuh"
 
 #include <flashattn/flashattn.h>
 
@@ -33,6 +34,28 @@ __device__ __forceinline__ auto head_rows(const fa_tensor& t, bool varlen, int64
     const int64_t offset = (varlen ? row0 * t.row_stride : batch * t.batch_stride) + head * t.head_stride;
     return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data) + offset), make_shape(rows, Int<kHeadDim>{}),
                        make_stride(t.row_stride, _1{}));
+}
+
+// The global rows of a forward work item, with 64-bit offsets; the column extent is the tile's head
+// dim (columns at or past args.head_dim are never touched): Q and O of (sequence b, query head h),
+// or with packed GQA heads the rows are the group's heads, head_stride apart; K and V of KV head
+// h_kv, from the sequence's batch entry and first key row. The forward's and the decode kernel's.
+template <typename Element, int kHeadDim>
+struct ItemRows {
+    using Rows = decltype(head_rows<Element, kHeadDim>(fa_tensor{}, false, 0, 0, 0, 0, 0));
+    Rows q, k, v, o;
+};
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ ItemRows<Element, kHeadDim> item_rows(const FwdArgs& args, const SequenceBounds& seq, int b,
+                                                                 int h, int h_kv, bool packed) {
+    const bool varlen = args.cu_seqlens_q != nullptr;
+    auto rows_of = [&](const fa_tensor& t, int64_t batch, int64_t row0, int head, int rows, int64_t row_stride) {
+        return head_rows<Element, kHeadDim>(t, varlen, batch, row0, head, rows, row_stride);
+    };
+    return {rows_of(args.q, b, seq.q_row0, h, seq.q_len, packed ? args.q.head_stride : args.q.row_stride),
+            rows_of(args.k, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.k.row_stride),
+            rows_of(args.v, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.v.row_stride),
+            rows_of(args.out, b, seq.q_row0, h, seq.q_len, packed ? args.out.head_stride : args.out.row_stride)};
 }
 
 // An m16n8 accumulator fragment ((2 columns, 2 rows), MMA_M, MMA_N) seen as (rows, columns), so

@@ -103,15 +103,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     KvBlockRange range = kv_block_range<kBlockM, kBlockN>(args.mask, seq, m0);
     if (write_partials) range = split_share(range, split, args.num_splits);
 
-    // Global tensors, as in fwd_kernel (packed heads: Q and O rows are the group's heads).
+    // Global tensors of this (sequence, head) (item_rows, tile_ops.cuh; packed heads: Q and O rows
+    // are the group's heads).
     const bool varlen = args.cu_seqlens_q != nullptr;
-    auto rows_of = [&](const fa_tensor& t, int64_t batch, int64_t row0, int head, int rows, int64_t row_stride) {
-        return head_rows<Element, kHeadDim>(t, varlen, batch, row0, head, rows, row_stride);
-    };
-    Tensor mQ = rows_of(args.q, b, seq.q_row0, h, seq.q_len, packed ? args.q.head_stride : args.q.row_stride);
-    Tensor mK = rows_of(args.k, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.k.row_stride);
-    Tensor mV = rows_of(args.v, seq.k_batch, seq.k_row0, h_kv, seq.k_len, args.v.row_stride);
-    Tensor mO = rows_of(args.out, b, seq.q_row0, h, seq.q_len, packed ? args.out.head_stride : args.out.row_stride);
+    const auto global_rows = item_rows<Element, kHeadDim>(args, seq, b, h, h_kv, packed);
+    Tensor mQ = global_rows.q, mK = global_rows.k, mV = global_rows.v, mO = global_rows.o;
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(item.m_block, 0));
 
     // Shared memory (SplitKeysDecodeTraits): Q, then this warp's ring (K stages, then V stages).
