@@ -355,7 +355,7 @@ void check_tiling() {
     check_traits<DefaultBwdTraits<kHeadDim, cutlass::bfloat16_t>>();
 }
 
-// The tuning variants of src/cuda/CMakeLists.txt (FLASHATTN_CUDA_BWD_TILE_VARIANTS).
+// Other tilings, as measured against the defaults (docs/perf-log.md).
 template <int D, int M, int N, int W, int S, int KV, int Q, int Slabs>
 void check_variant() {
     check_traits<BwdTraits<D, M, N, W, S, KV, Q, Slabs, cutlass::bfloat16_t>>();

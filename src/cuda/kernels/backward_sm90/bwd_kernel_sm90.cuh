@@ -1,4 +1,4 @@
-// The Hopper backward (sm_90a, wgmma, warp-specialised; FLASHATTN_CUDA_BWD_KERNEL=sm90): the same
+// The Hopper backward (sm_90a, wgmma, warp-specialised; overrides backward_kernel=sm90): the same
 // algorithm, work items, scratch and policies as bwd_kernel.cuh, with FlashAttention-3's schedule.
 //
 //   warpgroup 0 (producer)      K, V of the key block once (kv_full), then for every query block

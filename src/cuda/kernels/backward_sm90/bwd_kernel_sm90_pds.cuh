@@ -1,5 +1,5 @@
-// The Hopper backward at head dim 256 (sm_90a, wgmma, warp-specialised; opt-in through
-// FLASHATTN_CUDA_BWD_KERNEL=sm90, backend.cu): FlashAttention-3's schedule for its largest head dim,
+// The Hopper backward at head dim 256 (sm_90a, wgmma, warp-specialised; chosen by host/planner.cpp
+// except in deterministic mode): FlashAttention-3's schedule for its largest head dim,
 // with P and dS through shared memory. Same work items, scratch, producer, policies and epilogue as
 // bwd_kernel_sm90.cuh (bwd_sm90_common.cuh); the consumers' products differ (the shapes and why:
 // Sm90BwdPdSTraits in bwd_traits_sm90.cuh).
