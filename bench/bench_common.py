@@ -12,34 +12,31 @@ TOKENS, HIDDEN = 16384, 2048
 
 
 def parse_variant(text):
-    """--variant "LABEL:ENV=VALUE[,ENV=VALUE]" -> (LABEL, {ENV: VALUE, ...})."""
-    label, _, assignments = text.partition(":")
-    return label, dict(a.split("=", 1) for a in assignments.split(","))
+    """--variant "LABEL:OVERRIDES" -> (LABEL, OVERRIDES): ours timed with the overrides (src/core/overrides.h,
+    FLASHATTN_OVERRIDES's syntax, e.g. "sm80:forward_kernel=sm80") set through fa_set_overrides."""
+    label, sep, spec = text.partition(":")
+    if not sep or not label or not spec:
+        raise SystemExit(f"--variant {text!r}: expected LABEL:KEY=VALUE[,KEY=VALUE] (e.g. sm80:forward_kernel=sm80)")
+    return label, spec
 
 
-@contextlib.contextmanager
-def environment(env):
-    """env's variables set inside the block, then put back as they were."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def parse_lib(text):
+    """--lib "NAME:PATH" -> (NAME, PATH): ours from another build of the library (another commit),
+    timed in the same process, interleaved with the library under test."""
+    name, sep, path = text.partition(":")
+    if not sep or not name or not Path(path).is_file():
+        raise SystemExit(f"--lib {text!r}: expected NAME:PATH of a built libflashattn.so")
+    return name, path
 
 
 def best_of_rounds(entries, rounds, bench_ms, work):
-    """Times each (column, fn, env) once per round, round-robin, with env's variables set while it
-    runs (then put back as they were); returns {column: best work / ms}. No implementation gains
-    from its place in the order."""
+    """Times each (column, fn, context) once per round, round-robin, inside `context()` (a context
+    manager factory, e.g. overrides set and put back; None: nothing); returns {column: best work / ms}.
+    No implementation gains from its place in the order."""
     best = {}
     for _ in range(rounds):
-        for column, fn, env in entries:
-            with environment(env):
+        for column, fn, context in entries:
+            with (context or contextlib.nullcontext)():
                 rate = work / bench_ms(fn)
             best[column] = max(best.get(column, 0.0), rate)
     return best
@@ -47,7 +44,7 @@ def best_of_rounds(entries, rounds, bench_ms, work):
 
 def commit():
     """The commit whose tree is being measured: $FLASHATTN_COMMIT when set (the device machine's copy
-    of .git can be stale, so scripts/gpu_run.sh callers pass the hash they pushed), else git."""
+    of .git can be stale, so device calls pass the hash they pushed), else git."""
     if os.environ.get("FLASHATTN_COMMIT"):
         return os.environ["FLASHATTN_COMMIT"]
     try:

@@ -206,8 +206,9 @@ def cpu_flags():
 
 
 def our_isa(flags):
-    """The kernel build backend.cpp picks (same rule), unless FLASHATTN_CPU_ISA asks for less."""
-    want = os.environ.get("FLASHATTN_CPU_ISA", "")
+    """The kernel build backend.cpp picks (same rule), unless the overrides' cpu_isa asks for less."""
+    overrides = (item.partition("=") for item in os.environ.get("FLASHATTN_OVERRIDES", "").split(","))
+    want = {key: value for key, _, value in overrides}.get("cpu_isa", "")
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"} <= flags and want in ("", "avx512"):
         return "avx512"
     if {"avx2", "fma"} <= flags and want in ("", "avx512", "avx2"):

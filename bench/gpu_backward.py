@@ -1,7 +1,7 @@
 """Backward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick] [--tiles]
-        [--rounds N] [--variant LABEL:ENV=VALUE[,ENV=VALUE]]...
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
+        [--rounds N] [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
 The forward benchmark's grid (bench/gpu_forward.py): bf16, batch * seqlen = 16k tokens, hidden 2048
 (nheads = 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. Backward FLOPs = 2.5 x
@@ -14,21 +14,18 @@ timed with triton's do_bench (CUDA events, median, L2 flushed between runs).
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
 ours_deterministic_tflops and max_abs_diff_vs_fa2, the largest |dq|, |dk|, |dv| difference to torch
-FA2's gradients) and DIR/h200-backward.png. With --tiles (a FLASHATTN_CUDA_TUNING build), every
-tiling of TILES is timed beside the default on the same tensors ($FLASHATTN_CUDA_BWD_TILE, read by
-the library on every call) into DIR/h200-backward-tiles.csv: hdim, causal, seqlen, tile, tflops,
-ratio to the default, and the largest gradient difference to the default tiling (a sanity check;
-the dQ atomics make it nonzero even between two runs of one tiling). A tiling the build lacks runs
-the default instead, and the library says so once on stderr. Each --variant (e.g.
-`sm90:FLASHATTN_CUDA_BWD_KERNEL=sm90`, the Hopper kernel) is timed as its own column ours_LABEL with
-those variables set while it runs (the library reads them on every call), plus ours_LABEL_diff: its
-largest gradient difference to the default kernel's on the same tensors (a wrong kernel shows here).
+FA2's gradients) and DIR/h200-backward.png. Each --variant LABEL:OVERRIDES (e.g.
+`sm80:backward_kernel=sm80`, the mma.sync kernel; fa_set_overrides, FLASHATTN_OVERRIDES's syntax) is
+timed as its own column ours_LABEL_tflops with those overrides set while it runs, plus
+ours_LABEL_diff: its largest gradient difference to the library's own choice on the same tensors (a
+wrong kernel shows here; the dQ atomics make it nonzero even between two runs of one kernel). Each
+--lib NAME:PATH (a build of another commit: a before/after comparison in one process, interleaved)
+gets the same two columns, ours_NAME_tflops and ours_NAME_diff, and the table prints ours / NAME.
 """
 import argparse
 import csv
 import ctypes
 import datetime
-import os
 import sys
 from pathlib import Path
 
@@ -39,30 +36,21 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fa_ctypes as fa  # noqa: E402
+import abi  # noqa: E402
 from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
-# Tilings of a FLASHATTN_CUDA_TUNING build (src/cuda/CMakeLists.txt, FLASHATTN_CUDA_BWD_TILE_VARIANTS),
-# "MxNxW-S.K.Q-sD": block_m x block_n x warps, M extents (in warps) of the S/dP, dK/dV, dQ warp
-# grids, dQ column slabs. The defaults (src/cuda/kernels/bwd_tile_config.h) are 128x128x8-4.4.4-s1
-# (d64), 64x128x8-2.4.2-s1 (d128), 64x64x8-4.2.2-s2 (d256).
-TILES = {64: ["64x128x8-2.4.4-s1", "128x64x8-4.2.4-s1"],
-         128: ["64x128x8-2.4.2-s2", "64x128x8-2.2.2-s1", "128x64x8-4.2.2-s1", "64x64x8-4.2.2-s1"],
-         256: ["64x64x8-4.2.2-s1", "64x64x8-4.2.2-s4", "64x64x8-2.2.2-s2"]}
+from bench_common import parse_lib  # noqa: E402
 
 
 def bench_ms(fn):
     return do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def ours_fn(q, k, v, out, lse, dout, grads, causal, deterministic):
+def ours_fn(q, k, v, out, lse, dout, grads, causal, deterministic, library=abi.lib):
     """fa_backward with prebuilt parameters: what is timed is the library call alone."""
-    params = fa.make_bwd_params(q, k, v, out, lse, dout, *grads, deterministic=deterministic, causal=causal,
-                                backend=fa.FA_BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
-    backward = fa.lib().fa_backward
-    ref = ctypes.byref(params)
-    status = backward(ref)
-    if status != 0:
-        raise fa.FlashAttnError(status, fa.lib().fa_last_error().decode())
+    params = abi.make_bwd_params(q, k, v, out, lse, dout, *grads, deterministic=deterministic, causal=causal,
+                                 backend=abi.BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
+    backward, ref = library.backward, ctypes.byref(params)
+    library.check(backward(ref))  # once for errors
     return lambda: backward(ref)
 
 
@@ -77,9 +65,8 @@ def sdpa_backward_fn(q, k, v, dout, causal, backend):
     return run
 
 
-def measure(shapes, tiles=False, variants=(), rounds=1):
-    rows, tile_rows = [], []
-    os.environ.pop("FLASHATTN_CUDA_BWD_TILE", None)
+def measure(shapes, variants=(), libs=(), rounds=1):
+    rows = []
     for hdim in HDIMS:
         nheads = HIDDEN // hdim
         for causal in (False, True):
@@ -88,30 +75,36 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                 flops = 2.5 * 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
                 q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
                                  for _ in range(4))
-                out, lse, _ = fa.forward(q, k, v, causal=causal)
+                out, lse, _ = abi.forward(q, k, v, causal=causal)
                 grads = [torch.empty_like(t) for t in (q, k, v)]
                 row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
                 ours = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
                 ours()
                 ours_grads = [g.clone() for g in grads]
                 # Each implementation keeps its best round (bench_common.best_of_rounds).
-                entries = [("ours", ours, {}),
-                           ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), {})]
-                for label, assignments in variants:
-                    entries.append((f"ours_{label}", ours, assignments))
-                    os.environ.update(assignments)
+                entries = [("ours", ours, None),
+                           ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
+                for label, spec in variants:
                     try:
-                        ours()
-                        row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
-                                                        for g, o in zip(grads, ours_grads))
-                    finally:
-                        for name in assignments:
-                            os.environ.pop(name)
+                        with abi.overrides(spec):
+                            abi.lib.check(ours())
+                    except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
+                        row[f"ours_{label}_tflops"] = row[f"ours_{label}_diff"] = float("nan")
+                        print(f"  {label}: {e}", flush=True)
+                        continue
+                    entries.append((f"ours_{label}", ours, lambda spec=spec: abi.overrides(spec)))
+                    row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
+                                                    for g, o in zip(grads, ours_grads))
+                for name, library in libs:
+                    entries.append((f"ours_{name}", ours_fn(q, k, v, out, lse, dout, grads, causal, False, library),
+                                    None))  # (called once: grads hold its result)
+                    row[f"ours_{name}_diff"] = max((g.float() - o.float()).abs().max().item()
+                                                   for g, o in zip(grads, ours_grads))
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         f = sdpa_backward_fn(q, k, v, dout, causal, backend)
                         ref = f()
-                        entries.append((name, f, {}))
+                        entries.append((name, f, None))
                         if name == "torch_fa2":  # sanity: the same gradients as the reference backend
                             row["max_abs_diff_vs_fa2"] = max(
                                 (o.float() - r.transpose(1, 2).float()).abs().max().item()
@@ -128,28 +121,11 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
                       f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
                       f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
                       + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
-                                for label, _ in variants),
+                                for label, _ in variants + libs),
                       flush=True)
-                if tiles:
-                    for tile in TILES[hdim]:
-                        os.environ["FLASHATTN_CUDA_BWD_TILE"] = tile
-                        try:
-                            fn = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
-                            t = flops / bench_ms(fn) / 1e9
-                            diff = max((g.float() - o.float()).abs().max().item() for g, o in zip(grads, ours_grads))
-                        except fa.FlashAttnError as e:
-                            t, diff = float("nan"), float("nan")
-                            print(f"  tile {tile}: {e}", flush=True)
-                        finally:
-                            os.environ.pop("FLASHATTN_CUDA_BWD_TILE", None)
-                        tile_rows.append({"hdim": hdim, "causal": causal, "seqlen": seqlen, "tile": tile,
-                                          "tflops": t, "ratio_to_default": t / row["ours_tflops"],
-                                          "max_abs_diff_vs_default": diff})
-                        print(f"    tile {tile:20s} {t:6.1f}  ({t / row['ours_tflops']:4.2f}x default, "
-                              f"diff {diff:.3g})", flush=True)
                 del q, k, v, dout, out, lse, grads, ours_grads
                 torch.cuda.empty_cache()
-    return rows, tile_rows
+    return rows
 
 
 def plot(rows, path):
@@ -181,23 +157,24 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
-    ap.add_argument("--tiles", action="store_true", help="also time each tiling of TILES (tuning build)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
-    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE[,ENV=VALUE]",
-                    help="also time ours with these environment variables set (column ours_LABEL)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                    help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
+    ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
+                    help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
 
     variants = [parse_variant(v) for v in args.variant]
-    rows, tile_rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, tiles=args.tiles, variants=variants,
-                              rounds=args.rounds)
+    libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
+    rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, variants=variants, libs=libs, rounds=args.rounds)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2"]
-    for label, _ in variants:
+    for label, _ in variants + libs:
         fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
     with open(out / "h200-backward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -206,15 +183,6 @@ def main():
             w.writerow({"date": date, "commit": rev, "gpu": props.name,
                         **{k: (round(v, 2) if isinstance(v, float) and k.endswith("tflops") else v)
                            for k, v in r.items()}})
-    if tile_rows:
-        with open(out / "h200-backward-tiles.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["date", "commit", "gpu", "hdim", "causal", "seqlen", "tile", "tflops",
-                                              "ratio_to_default", "max_abs_diff_vs_default"])
-            w.writeheader()
-            for r in tile_rows:
-                w.writerow({"date": date, "commit": rev, "gpu": props.name,
-                            **{k: (round(v, 3) if isinstance(v, float) and k != "max_abs_diff_vs_default" else v)
-                               for k, v in r.items()}})
     try:
         plot(rows, out / "h200-backward.png")
     except Exception as e:  # the numbers matter more than the chart
@@ -229,7 +197,10 @@ def main():
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
               + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f} ({r[f'ours_{label}_tflops'] / r['torch_fa2_tflops']:4.2f}"
-                        f" FA2, diff {r[f'ours_{label}_diff']:.2g})" for label, _ in variants))
+                        f" FA2, diff {r[f'ours_{label}_diff']:.2g})" for label, _ in variants)
+              + "".join(f" | {name} {r[f'ours_{name}_tflops']:6.1f} ours/{name} "
+                        f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f} (diff {r[f'ours_{name}_diff']:.2g})"
+                        for name, _ in libs))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Decode benchmark of the inference path (issue 6) against PyTorch SDPA's FlashAttention-2 and cuDNN.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_decode.py --out DIR [--quick]
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_decode.py --out DIR [--quick]
+        [--variants] [--variant NAME:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
 One query token per sequence, 32 query heads / 8 KV heads, d = 128, bf16, cache lengths L in
 {1k, 8k, 32k, 128k} x batch {1, 16, 64, 256}, every pair whose cache (K and V) fits in the card's
@@ -9,14 +10,14 @@ divided by the time of one call. Ours runs fa_kvcache_forward (cache_seqlens = L
 num_splits = 0: the library's split-KV heuristic) on a contiguous cache and on a paged pool of page 16
 (shuffled blocks); torch SDPA (enable_gqa=True) reads the contiguous cache through (b, h, s, d) views.
 
-Variants: FLASHATTN_CUDA_DECODE (src/cuda/inference.cu) is read per call, so each shape can time
-ours as built beside other schedules: --variants adds "tile64" (the forward's 64-row tile with a
-ring of K/V stages, the default until session 5), "split_keys_deep" (6 stages, one CTA per SM),
-"narrow", "baseline" and "wave_splits"; --variant NAME:VAR=VALUE times ours under any environment;
---lib NAME:PATH times ours from another build of the library (an A/B build of a compile-time
-choice, scripts/gpu_run.sh step decode_alt) on the same caches; --head-major also times ours and
-cuDNN on caches whose memory is (b, h, s, d) (each KV head's rows back to back), the same views; --paged-in-order
-also times ours on pools whose pages lie in sequence order (the benchmark's pools are shuffled).
+Variants, on the same caches: --variants times both inference kernels forced (overrides
+inference_kernel=tile64, the forward's 64-row tile with a ring of K/V stages, and =split_keys, the
+decode kernel) beside the planner's choice; --variant NAME:OVERRIDES times ours with any overrides
+(fa_set_overrides, FLASHATTN_OVERRIDES's syntax); --lib NAME:PATH times ours from another build of
+the library (a build of another commit: a before/after comparison in one process); --head-major also
+times ours and cuDNN on caches whose memory is (b, h, s, d) (each KV head's rows back to back), the
+same views; --paged-in-order also times ours on pools whose pages lie in sequence order (the
+benchmark's pools are shuffled).
 
 Timing. Each timed call follows an idle kernel (torch.cuda._sleep, ~200 us, during which the host
 enqueues the call, so no implementation's host overhead is measured) and is bracketed by CUDA
@@ -24,7 +25,7 @@ events; the median of 40 calls. Each timed function rotates over several copies 
 many as make 256 MB, 4x the L2, and fit), so neither the L2 nor a warm TLB is measured: the
 issue's method. Until session 8 each call followed triton's do_bench flush (zeroing 256 MB), which
 leaves ~50 MB of dirty lines in the L2 that the timed call's reads must first write back: ~12 us
-added to every call (bench/decode_timeline.py), a cost no decode step in a model pays. That figure
+added to every call (a torch.profiler timeline, docs/perf-log.md), a cost no decode step in a model pays. That figure
 is still reported for ours and cuDNN (columns ours_flushed_tbps, cudnn_flushed_tbps). The copy
 bandwidth (y.copy_(x), 2 GB) is the ceiling.
 
@@ -35,6 +36,7 @@ and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
 """
 import argparse
 import csv
+import ctypes
 import datetime
 import itertools
 import math
@@ -50,8 +52,9 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fa_ctypes as fa  # noqa: E402
+import abi  # noqa: E402
 from bench_common import best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import parse_lib  # noqa: E402
 
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 CACHE_LENS = (1024, 8192, 32768, 131072)
@@ -114,11 +117,11 @@ LIBRARIES = {}  # --lib: path -> the loaded library
 
 
 def library(path):
-    """The library at path (None: the one fa_ctypes loads, FLASHATTN_LIB)."""
+    """The library at path (None: the one under test, $FLASHATTN_LIBRARY)."""
     if path is None:
-        return fa.lib()
+        return abi.lib
     if path not in LIBRARIES:
-        LIBRARIES[path] = fa._bind_inference(fa.load_library(path))
+        LIBRARIES[path] = abi.Library(path)
     return LIBRARIES[path]
 
 
@@ -135,39 +138,43 @@ def ours_fn(q, k_cache, v_cache, lengths, block_table=None, num_splits=0, lib_pa
     # With a workspace from torch, as the Python package calls it (flashattn/_ops.py): the library
     # allocates nothing per call (stream-ordered allocation cost ~1.2 us a call, session 10). One
     # buffer for every call (they run in stream order), larger than any variant's split-KV partials.
-    kp, out, lse = fa.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table, num_splits=num_splits,
-                                          backend=fa.FA_BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream,
-                                          workspace=shared_workspace())
-    call, ref = library(lib_path).fa_kvcache_forward, fa.ctypes.byref(kp)
-    status = call(ref)  # once for errors
-    if status != 0:
-        raise fa.FlashAttnError(status, library(lib_path).fa_last_error().decode())
+    kp, out, lse = abi.make_kvcache_params(q, k_cache, v_cache, lengths, block_table=block_table,
+                                           num_splits=num_splits, backend=abi.BACKEND_CUDA,
+                                           stream=torch.cuda.current_stream().cuda_stream, workspace=shared_workspace())
+    call, ref = library(lib_path).kvcache_forward, ctypes.byref(kp)
+    library(lib_path).check(call(ref))  # once for errors
     keep = (kp, out, lse)  # the params point into these
 
     def run():
-        call(ref)
+        return call(ref)  # the status
     run.keep = keep
     run.out = out
     return run
 
 
-SKIPPED = set()  # --skip: variants reported as nan
 HEAD_MAJOR = False  # --head-major
 PAGED_IN_ORDER = False  # --paged-in-order
 
 
 def time_variants(make_fns, kv_bytes, variants):
-    """{name: TB/s} of the rotating fns under each (name, environment, library) of variants (name
-    None: the library as built); make_fns(library path or None) gives the fns of a library. The
-    variables are set around the whole timed loop, not per call."""
+    """{name: TB/s} of the rotating fns under each (name, overrides, library path) of variants (name
+    None: the library under test as the planner chooses); make_fns(library path or None) gives the fns
+    of a library. The overrides are set around the whole timed loop, not per call; a variant the
+    library refuses (a kernel forced onto a problem it cannot run) is nan."""
     rates, fns = {}, {}
-    for name, env, lib_path in variants:
-        if name in SKIPPED:  # its smoke problem failed (gpu_run.sh): not timed
-            rates[name] = float("nan")
-            continue
+    for name, spec, lib_path in variants:
         if lib_path not in fns:
             fns[lib_path] = make_fns(lib_path)
-        rates.update(best_of_rounds([(name, rotating(fns[lib_path]), env)], 1, bench_ms, kv_bytes / 1e9))
+        context = (lambda: abi.overrides(spec)) if spec else None
+        try:
+            if spec:
+                with context():
+                    abi.lib.check(fns[lib_path][0]())
+        except abi.FlashAttnError as e:
+            rates[name] = float("nan")
+            print(f"  {name}: {e}", flush=True)
+            continue
+        rates.update(best_of_rounds([(name, rotating(fns[lib_path]), context)], 1, bench_ms, kv_bytes / 1e9))
     return rates
 
 
@@ -297,28 +304,25 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
-                    help="also time FLASHATTN_CUDA_DECODE=tile64, =split_keys_deep, =narrow, =baseline, =wave_splits")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
-                    help="also time ours with these environment variables set, in column NAME")
+                    help="also time each inference kernel forced (overrides inference_kernel=tile64, =split_keys)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="also time ours with these overrides set, in column ours_NAME_tbps")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
-                    help="also time ours from the library at PATH (an A/B build), in column NAME")
+                    help="also time ours from the library at PATH (another build), in column ours_NAME_tbps")
     ap.add_argument("--head-major", action="store_true",
                     help="also time ours and cuDNN on head-major (b, h, s, d) caches (columns *_hm_tbps)")
     ap.add_argument("--paged-in-order", action="store_true",
                     help="also time ours on pools whose pages lie in sequence order (column ours_paged_in_order_tbps)")
-    ap.add_argument("--skip", action="append", default=[], metavar="VARIANT",
-                    help="report this FLASHATTN_CUDA_DECODE variant as nan instead of timing it")
     args = ap.parse_args()
-    SKIPPED.update(args.skip)
     global HEAD_MAJOR, PAGED_IN_ORDER
     HEAD_MAJOR = args.head_major
     PAGED_IN_ORDER = args.paged_in_order
-    # (column name, environment): the library as built, then FLASHATTN_CUDA_DECODE values, then --variant.
-    decode_values = ["tile64", "split_keys_deep", "narrow", "baseline", "wave_splits"] if args.variants else []
-    # (column name, environment, library path or None = the library as built)
-    variants = [(None, {}, None)] + [(v, {"FLASHATTN_CUDA_DECODE": v}, None) for v in decode_values]
+    # (column name, overrides, library path or None = the library under test): the planner's choice,
+    # each inference kernel forced (--variants), --variant, --lib.
+    kernels = ["tile64", "split_keys"] if args.variants else []
+    variants = [(None, "", None)] + [(v, f"inference_kernel={v}", None) for v in kernels]
     variants += [(*parse_variant(v), None) for v in args.variant]
-    variants += [(name, {}, path) for name, _, path in (v.partition(":") for v in args.lib)]
+    variants += [(name, "", path) for name, path in map(parse_lib, args.lib)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)

@@ -1,7 +1,7 @@
 """Forward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick] [--tiles]
-        [--rounds N] [--variant LABEL:ENV=VALUE[,ENV=VALUE]]...
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick]
+        [--rounds N] [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
 Shapes of the FlashAttention-2 paper: bf16, batch * seqlen = 16k tokens, hidden 2048 (nheads =
 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. FLOPs = 4 * b * h * s^2 * d, halved
@@ -9,18 +9,22 @@ when causal. All three run in this process on the same (batch, seqlen, heads, d)
 with triton's do_bench (CUDA events, median, L2 flushed between runs).
 
 Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, ours_tflops,
-torch_fa2_tflops, cudnn_tflops), DIR/h200-forward.png (grouped bars per seqlen, one panel per
-(hdim, causal)) and, with --tiles, DIR/h200-forward-tiles.csv (each tiling of a tuning build).
-Also measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
-Column ours_sm80_tflops times the portable mma.sync kernel on the same shapes (on Hopper the library
-runs the wgmma kernel, column ours_tflops).
+torch_fa2_tflops, cudnn_tflops, ours_sm80_tflops, max_abs_diff_vs_fa2, then one column per --variant
+and --lib) and DIR/h200-forward.png (grouped bars per seqlen, one panel per (hdim, causal)). Also
+measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
+Column ours_sm80_tflops times the portable mma.sync kernel on the same shapes (overrides
+forward_kernel=sm80; on Hopper the library's own choice, column ours_tflops, is mostly the wgmma kernel).
+--variant LABEL:OVERRIDES times ours with those overrides set (fa_set_overrides, FLASHATTN_OVERRIDES's
+syntax), column ours_LABEL_tflops; --lib NAME:PATH times the library at PATH (a build of another
+commit: a before/after comparison in one process, interleaved), column ours_NAME_tflops, and the
+table prints ours / NAME.
 `--replot CSV` only redraws the chart from a results file.
 """
 import argparse
 import csv
+import ctypes
 import datetime
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -31,15 +35,9 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fa_ctypes as fa  # noqa: E402
+import abi  # noqa: E402
 from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
-# Tilings of a FLASHATTN_CUDA_TUNING build (head dim -> variants). "sm90:N" is the Hopper kernel
-# with N keys per block ($FLASHATTN_CUDA_SM90_BLOCK_N; the default N needs no variable); "MxNxW"
-# the SM80 kernel's variants ($FLASHATTN_CUDA_FWD_TILE; measured in session 2's first run:
-# bench/results/h200-2026-11-30-s2-sm80-tiles).
-TILES = {64: ["128x64x4", "sm90:64"],
-         128: ["128x32x4", "sm90:64"],
-         256: ["64x64x4", "sm90:32"]}
+from bench_common import parse_lib  # noqa: E402
 
 
 def bench_ms(fn):
@@ -58,12 +56,11 @@ def ceilings():
     return {"matmul_bf16_tflops": mm, "copy_TBps": copy}
 
 
-def ours_fn(q, k, v, out, causal):
-    params = fa.make_fwd_params(q, k, v, out, causal=causal, backend=fa.FA_BACKEND_CUDA,
-                                stream=torch.cuda.current_stream().cuda_stream)
-    fa.call_forward(params)  # once for errors
-    forward = fa.lib().fa_forward
-    ref = fa.ctypes.byref(params)
+def ours_fn(q, k, v, out, causal, library=abi.lib):
+    params = abi.make_fwd_params(q, k, v, out, causal=causal, backend=abi.BACKEND_CUDA,
+                                 stream=torch.cuda.current_stream().cuda_stream)
+    abi.call_forward(params, library=library)  # once for errors
+    forward, ref = library.forward, ctypes.byref(params)
     return lambda: forward(ref)
 
 
@@ -76,8 +73,8 @@ def sdpa_fn(q, k, v, causal, backend):
     return run
 
 
-def measure(shapes, tiles=False, variants=(), rounds=1, hdims=HDIMS):
-    rows, tile_rows = [], []
+def measure(shapes, variants=(), libs=(), rounds=1, hdims=HDIMS):
+    rows = []
     for hdim in hdims:
         nheads = HIDDEN // hdim
         for causal in (False, True):
@@ -88,19 +85,25 @@ def measure(shapes, tiles=False, variants=(), rounds=1, hdims=HDIMS):
                            for _ in range(3))
                 out = torch.empty_like(q)
                 row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
-                os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
                 fn = ours_fn(q, k, v, out, causal)
-                # (column, function, environment while it runs): the library's own choice (the
-                # Hopper kernel on sm_90), the portable mma.sync kernel forced, the --variant knobs,
-                # torch's two backends; each keeps its best round.
-                entries = [("ours", fn, {}),
-                           ("ours_sm80", fn, {"FLASHATTN_CUDA_FWD_KERNEL": "sm80"})]
-                entries += [(f"ours_{label}", fn, assignments) for label, assignments in variants]
+                # (column, function, context while it runs): the library's own choice (the Hopper
+                # kernel on sm_90), the portable mma.sync kernel forced, the --variant overrides, the
+                # --lib builds, torch's two backends; each keeps its best round.
+                entries = [("ours", fn, None)]
+                for label, spec in [("sm80", "forward_kernel=sm80"), *variants]:
+                    try:
+                        with abi.overrides(spec):
+                            abi.lib.check(fn())
+                        entries.append((f"ours_{label}", fn, lambda spec=spec: abi.overrides(spec)))
+                    except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
+                        row[f"ours_{label}_tflops"] = float("nan")
+                        print(f"  {label}: {e}", flush=True)
+                entries += [(f"ours_{name}", ours_fn(q, k, v, out, causal, library), None) for name, library in libs]
                 for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
                         f = sdpa_fn(q, k, v, causal, backend)
                         ref = f()
-                        entries.append((name, f, {}))
+                        entries.append((name, f, None))
                         if name == "torch_fa2":  # sanity: same function as the reference backend
                             fn()
                             row["max_abs_diff_vs_fa2"] = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
@@ -113,31 +116,9 @@ def measure(shapes, tiles=False, variants=(), rounds=1, hdims=HDIMS):
                 print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f}  "
                       f"fa2 {row['torch_fa2_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
                       f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
-                if tiles:
-                    for tile in TILES[hdim]:
-                        # Each tiling with its kernel forced: the library's own choice differs by
-                        # problem size (use_sm90_kernel), and a variable of the other kernel is ignored.
-                        if tile.startswith("sm90:"):  # the Hopper kernel's other block width
-                            os.environ["FLASHATTN_CUDA_SM90_BLOCK_N"] = tile[5:]
-                            os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm90"
-                        else:  # an mma.sync tiling
-                            os.environ["FLASHATTN_CUDA_FWD_TILE"] = tile
-                            os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = "sm80"
-                        try:
-                            fn = ours_fn(q, k, v, out, causal)
-                            t = flops / bench_ms(fn) / 1e9
-                        except fa.FlashAttnError as e:
-                            t = float("nan")
-                            print(f"  tile {tile}: {e}", flush=True)
-                        tile_rows.append({"hdim": hdim, "causal": causal, "seqlen": seqlen, "tile": tile,
-                                          "tflops": t})
-                        print(f"    tile {tile:10s} {t:6.1f}", flush=True)
-                    os.environ.pop("FLASHATTN_CUDA_FWD_TILE", None)
-                    os.environ.pop("FLASHATTN_CUDA_SM90_BLOCK_N", None)
-                    os.environ.pop("FLASHATTN_CUDA_FWD_KERNEL", None)
                 del q, k, v, out
                 torch.cuda.empty_cache()
-    return rows, tile_rows
+    return rows
 
 
 def plot(rows, path):
@@ -184,9 +165,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
-    ap.add_argument("--tiles", action="store_true", help="also time each tiling of a tuning build")
-    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE[,ENV=VALUE]",
-                    help="also time ours with these variables set (column ours_LABEL_tflops); repeatable")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                    help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
+    ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
+                    help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256)")
@@ -206,15 +188,16 @@ def main():
     (out / "h200-ceilings.json").write_text(json.dumps(ceil, indent=1))
 
     variants = [parse_variant(v) for v in args.variant]
+    libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
     seqlens = (1024, 4096, 16384) if args.quick else SEQLENS
     if args.seqlens:
         seqlens = tuple(int(s) for s in args.seqlens.split(","))
     hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
-    rows, tile_rows = measure(seqlens, tiles=args.tiles, variants=variants, rounds=args.rounds, hdims=hdims)
+    rows = measure(seqlens, variants=variants, libs=libs, rounds=args.rounds, hdims=hdims)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops",
-              "max_abs_diff_vs_fa2"] + [f"ours_{label}_tflops" for label, _ in variants]
+              "max_abs_diff_vs_fa2"] + [f"ours_{label}_tflops" for label, _ in variants + libs]
     with open(out / "h200-forward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -222,11 +205,6 @@ def main():
             w.writerow({"date": date, "commit": rev, "gpu": props.name, **{k: (round(v, 2) if isinstance(v, float)
                                                                               and k.endswith("tflops") else v)
                                                                           for k, v in r.items()}})
-    if tile_rows:
-        with open(out / "h200-forward-tiles.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["hdim", "causal", "seqlen", "tile", "tflops"])
-            w.writeheader()
-            w.writerows(tile_rows)
     try:
         plot(rows, out / "h200-forward.png")
     except Exception as e:  # the numbers matter more than the chart
@@ -240,13 +218,9 @@ def main():
               f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} {r['ours_sm80_tflops']:6.1f} | "
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
-              + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f}" for label, _ in variants))
-    if tile_rows:
-        print("\ntilings (TFLOP/s): hdim causal seqlen | " + " ".join(f"{t}" for t in ["..."]))
-        keys = sorted({(t["hdim"], t["causal"], t["seqlen"]) for t in tile_rows})
-        for key in keys:
-            cells = [f"{t['tile']}={t['tflops']:.0f}" for t in tile_rows if (t["hdim"], t["causal"], t["seqlen"]) == key]
-            print(f"  {key[0]:4d} {str(key[1]):>6} {key[2]:6d} | " + "  ".join(cells))
+              + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f}" for label, _ in variants)
+              + "".join(f" | {name} {r[f'ours_{name}_tflops']:6.1f} ours/{name} "
+                        f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f}" for name, _ in libs))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 
 A shape is "d128n16k" style (as bench/profile_forward.py: head dim, 'c' causal or 'n' not, seqlen
 in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py). Each shape runs our
-backward with each main kernel forced (FLASHATTN_CUDA_BWD_KERNEL=sm80 / sm90; the library's
+backward with each main kernel forced (overrides backward_kernel=sm80 / sm90; the library's
 finishing kernels run too) and torch SDPA's FA2 and cuDNN backwards, once each after an
 unprofiled warm-up, inside NVTX ranges named after the shape and the implementation
 (ncu --nvtx --nvtx-include "d128n16k.ours_sm90/" selects one). What the profile should answer for
@@ -15,9 +15,8 @@ torch runs the SDPA backwards on its autograd thread, outside the NVTX ranges pu
 are per thread): the NVTX filter catches ours only. $FLASHATTN_PROFILE_BWD_ONLY=fa2 runs just the
 named implementations (comma-separated), for a second Nsight pass that selects by kernel name
 (`--kernel-name regex:flash_bwd`: FA2's dot_do_o, main and convert_dq kernels; warm-up and timed
-call both appear).
+call both appear). `scripts/gpu.py profile backward` runs both passes.
 """
-import ctypes
 import os
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fa_ctypes as fa  # noqa: E402
+import abi  # noqa: E402
 from profile_forward import parse, run_in_nvtx_ranges  # noqa: E402
 
 DEFAULT_SHAPES = ["d128n1k", "d128n16k", "d64n1k", "d256n4k"]
@@ -36,18 +35,18 @@ DEFAULT_SHAPES = ["d128n1k", "d128n16k", "d64n1k", "d256n4k"]
 
 class BackwardProblem:
     """One benchmark shape's backward, ready to call: inputs (b, s, h, d) bf16, the forward's out
-    and lse, gradient buffers and the fa_bwd_params over them (`params`; `lib().fa_backward`)."""
+    and lse, gradient buffers and the fa_bwd_params over them (`params`; `abi.lib.backward`)."""
 
     def __init__(self, shape):
         self.d, self.causal, self.s = parse(shape)
         self.b, self.h = 16384 // self.s, 2048 // self.d
         self.q, self.k, self.v, self.dout = (
             torch.randn(self.b, self.s, self.h, self.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-        self.out, self.lse, _ = fa.forward(self.q, self.k, self.v, causal=self.causal)
+        self.out, self.lse, _ = abi.forward(self.q, self.k, self.v, causal=self.causal)
         self.grads = [torch.empty_like(t) for t in (self.q, self.k, self.v)]
-        self.params = fa.make_bwd_params(self.q, self.k, self.v, self.out, self.lse, self.dout, *self.grads,
-                                         causal=self.causal, backend=fa.FA_BACKEND_CUDA,
-                                         stream=torch.cuda.current_stream().cuda_stream)
+        self.params = abi.make_bwd_params(self.q, self.k, self.v, self.out, self.lse, self.dout, *self.grads,
+                                          causal=self.causal, backend=abi.BACKEND_CUDA,
+                                          stream=torch.cuda.current_stream().cuda_stream)
 
 
 def main():
@@ -59,13 +58,8 @@ def main():
         runs = {}
         for kernel in ("sm80", "sm90"):
             def ours(kernel=kernel):
-                os.environ["FLASHATTN_CUDA_BWD_KERNEL"] = kernel
-                try:
-                    status = fa.lib().fa_backward(ctypes.byref(params))
-                finally:
-                    os.environ.pop("FLASHATTN_CUDA_BWD_KERNEL")
-                if status != 0:
-                    raise fa.FlashAttnError(status, fa.lib().fa_last_error().decode())
+                with abi.overrides(f"backward_kernel={kernel}"):
+                    abi.lib.check(abi.lib.backward(params))
             runs[f"ours_{kernel}"] = ours
         leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
         dout_t = dout.transpose(1, 2)

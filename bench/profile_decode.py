@@ -5,11 +5,12 @@
 
 A shape is "L32k_b1" style: cache length in k, batch; 32 query / 8 KV heads, d 128, bf16, one query
 token, contiguous cache, num_splits = 0 (the library's split rule), as in bench/gpu_decode.py; a
-"p" suffix ("L32k_b1p") reads a pool of 16-row pages instead. Each shape runs ours under every
-FLASHATTN_CUDA_DECODE value named in FLASHATTN_PROFILE_DECODE_VARIANTS (default: built, tile64,
-split_keys_deep) and, for contiguous caches, torch SDPA's cuDNN backend, once each after
-an unprofiled warm-up, inside NVTX ranges named after the shape and the implementation. Our ranges
-hold the forward kernel and, when the call splits, the combine kernel.
+"p" suffix ("L32k_b1p") reads a pool of 16-row pages instead. Each shape runs ours as the planner
+chooses ("built") and with each inference kernel forced ("tile64", "split_keys": overrides
+inference_kernel=...), those named in FLASHATTN_PROFILE_DECODE_VARIANTS (default: all three), and,
+for contiguous caches, torch SDPA's cuDNN backend, once each after an unprofiled warm-up, inside NVTX
+ranges named after the shape and the implementation. Our ranges hold the forward kernel and, when
+the call splits, the combine kernel. `scripts/gpu.py profile decode` runs it.
 """
 import os
 import re
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-import fa_ctypes as fa  # noqa: E402
+import abi  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_forward import run_in_nvtx_ranges  # noqa: E402
@@ -39,7 +40,7 @@ def parse(shape):
 
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
-    variants = os.environ.get("FLASHATTN_PROFILE_DECODE_VARIANTS", "built tile64 split_keys_deep").split()
+    variants = os.environ.get("FLASHATTN_PROFILE_DECODE_VARIANTS", "built tile64 split_keys").split()
     for shape in shapes:
         cache_len, batch, paged = parse(shape)
         q = torch.randn(batch, 1, HEADS, HDIM, device="cuda", dtype=torch.bfloat16)
@@ -52,16 +53,14 @@ def main():
         else:
             k = torch.randn(batch, cache_len, HEADS_K, HDIM, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        params, out, lse = fa.make_kvcache_params(q, k, v, lengths, block_table=table, num_splits=0,
-                                                  backend=fa.FA_BACKEND_CUDA,
-                                                  stream=torch.cuda.current_stream().cuda_stream)
+        params, out, lse = abi.make_kvcache_params(q, k, v, lengths, block_table=table, num_splits=0,
+                                                   backend=abi.BACKEND_CUDA,
+                                                   stream=torch.cuda.current_stream().cuda_stream)
         runs = {}
         for variant in variants:
             def ours(variant=variant):
-                if variant != "built":
-                    os.environ["FLASHATTN_CUDA_DECODE"] = variant
-                fa._raise_on(fa.lib().fa_kvcache_forward(fa.ctypes.byref(params)))
-                os.environ.pop("FLASHATTN_CUDA_DECODE", None)
+                with abi.overrides("" if variant == "built" else f"inference_kernel={variant}"):
+                    abi.lib.check(abi.lib.kvcache_forward(params))
             runs[variant] = ours
         if not paged:
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

@@ -3,12 +3,11 @@
     ncu --clock-control none --section ... python3 bench/profile_forward.py [SHAPE ...]
 
 A shape is "d64c1k" style: head dim, 'c' for causal or 'n' for not, seqlen in k (batch * seqlen =
-16k tokens, hidden 2048, bf16, as in bench/gpu_forward.py). Each shape runs our library's kernel
-choice, both our kernels forced, and torch SDPA's FA2 and cuDNN backends, once each after an
+16k tokens, hidden 2048, bf16, as in bench/gpu_forward.py). Each shape runs both our kernels forced
+(overrides forward_kernel=sm80 / sm90) and torch SDPA's FA2 and cuDNN backends, once each after an
 unprofiled warm-up, inside NVTX ranges named after the shape and the implementation
-(ncu --nvtx --nvtx-include "d64c1k.ours_sm80/" selects one).
+(ncu --nvtx --nvtx-include "d64c1k.ours_sm80/" selects one). `scripts/gpu.py profile forward` runs it.
 """
-import os
 import re
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-import fa_ctypes as fa  # noqa: E402
+import abi  # noqa: E402
 
 DEFAULT_SHAPES = ["d64c1k", "d64n4k", "d128c1k", "d256c1k"]
 
@@ -52,10 +51,9 @@ def main():
         runs = {}
         for kernel in ("sm80", "sm90"):
             def ours(kernel=kernel):
-                os.environ["FLASHATTN_CUDA_FWD_KERNEL"] = kernel
-                fa.call_forward(fa.make_fwd_params(q, k, v, out, causal=causal, backend=fa.FA_BACKEND_CUDA,
-                                                   stream=torch.cuda.current_stream().cuda_stream))
-                os.environ.pop("FLASHATTN_CUDA_FWD_KERNEL")
+                with abi.overrides(f"forward_kernel={kernel}"):
+                    abi.call_forward(abi.make_fwd_params(q, k, v, out, causal=causal, backend=abi.BACKEND_CUDA,
+                                                         stream=torch.cuda.current_stream().cuda_stream))
             runs[f"ours_{kernel}"] = ours
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):

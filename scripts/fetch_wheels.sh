@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download, on a machine with internet, the wheels that `pip install .` and the Python test suite
 # need beyond torch, into .whl/ (gitignored), for the GPU machine, which has no internet: carry
-# .whl to it and run gpu_run.sh's step pip_python. Linux x86_64, CPython 3.12 (the GPU image's).
+# .whl to it and run `scripts/gpu.py pip-install`. Linux x86_64, CPython 3.12 (the GPU image's).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dest=$root/.whl

@@ -145,7 +145,7 @@ class FlashAttnError(RuntimeError):
 
     def __init__(self, status, message):
         super().__init__(f"flashattn: {message} ({status})")
-        self.status = status
+        self.status, self.message = status, message
 
 
 class FlashAttnArgumentError(FlashAttnError, ValueError):
@@ -185,7 +185,6 @@ class Library:
                                            ctypes.c_size_t)
         self.varlen_forward_with_workspace = bind("fa_varlen_forward_with_workspace", ctypes.c_int, fwd_ptr,
                                                   ctypes.c_void_p, ctypes.c_size_t)
-        self.set_overrides = bind("fa_set_overrides", ctypes.c_int, ctypes.c_char_p)
         self.last_error = bind("fa_last_error", ctypes.c_char_p)
         self.status_name = bind("fa_status_name", ctypes.c_char_p, ctypes.c_int)
         self.version_string = bind("fa_version_string", ctypes.c_char_p)
@@ -196,6 +195,8 @@ class Library:
         self.kvcache_workspace_size = bind("fa_kvcache_workspace_size", ctypes.c_size_t, kv_ptr)
         self.combine = bind("fa_combine", ctypes.c_int, combine_ptr)
         self.check_device_faults = bind("fa_check_device_faults", ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+        # Tests and benchmarks only: force the library's own choices (FLASHATTN_OVERRIDES's syntax, b"" = none).
+        self.set_overrides = bind("fa_set_overrides", ctypes.c_int, ctypes.c_char_p)
         # The _sized initialisers: the plain fa_*_params_init symbols initialise earlier layouts.
         fwd_init = bind("fa_fwd_params_init_sized", None, fwd_ptr, ctypes.c_size_t)
         bwd_init = bind("fa_bwd_params_init_sized", None, bwd_ptr, ctypes.c_size_t)

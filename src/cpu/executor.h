@@ -30,8 +30,8 @@ protected:
     ~Executor() = default;
 };
 
-// Block sizes; 0 = the kernel build's default for the problem. Overridable for tuning through
-// FLASHATTN_CPU_BLOCKS="fwd_q,fwd_k,bwd_q,bwd_k".
+// Block sizes; 0 = the kernel build's default for the problem. Overridable for tuning through the
+// overrides' cpu_blocks=FQxFKxBQxBK (core/overrides.h).
 struct Tuning {
     int fwd_block_q = 0, fwd_block_k = 0;
     int bwd_block_q = 0, bwd_block_k = 0;

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import fa_ctypes as fa
+import abi
 from harness import ON_CUDA
 
 
@@ -10,7 +10,14 @@ from harness import ON_CUDA
 def library():
     if ON_CUDA and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    lib = fa.lib()
-    if ON_CUDA and not lib.fa_cuda_available():
+    if ON_CUDA and not abi.lib.cuda_available():
         pytest.skip("libflashattn has no usable CUDA backend")
-    return lib
+    return abi.lib
+
+
+@pytest.fixture
+def overrides():
+    """abi.set_overrides for one test (the planner's forced choices, on top of the process's
+    FLASHATTN_OVERRIDES), put back afterwards."""
+    yield abi.set_overrides
+    abi.set_overrides("")

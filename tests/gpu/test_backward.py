@@ -1,6 +1,6 @@
 """GPU tests of the CUDA backward, through the C ABI (ctypes) with torch CUDA tensors.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 -m pytest -q tests/gpu/test_backward.py
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 -m pytest -q tests/gpu/test_backward.py
 
 Gradients dq, dk, dv (poisoned with NaN first) against torch autograd through the fp64 reference,
 with FlashAttention's rule for gradients: max|ours - ref| <= 3 * max|naive same-precision - ref|
@@ -12,10 +12,10 @@ FA_TEST_DEVICE=cpu runs the same cases (minus the CUDA-specific and heavy ones) 
 import pytest
 import torch
 
-import fa_ctypes as fa
+import abi
 from reference import attention_ref
 
-from harness import DEV, cu, cuda_only, heavy, rand, sync
+from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
 
 REF_KEYS = ("softmax_scale", "causal", "window", "softcap", "alibi_slopes", "dropout_p", "seed", "offset",
             "cu_seqlens_q", "cu_seqlens_k", "seqused_k")
@@ -48,10 +48,10 @@ def assert_grad_close(name, ours, ref, naive, rows_used=None):
 
 
 def run_and_check(q, k, v, name="", deterministic=False, use_workspace=False, dout_scale=1.0, **kw):
-    out, lse, _ = fa.forward(q, k, v, **kw)
+    out, lse, _ = abi.forward(q, k, v, **kw)
     dout = rand(*out.shape, dtype=q.dtype, scale=dout_scale)
-    dq, dk, dv = fa.backward(q, k, v, out, lse, dout, deterministic=deterministic, use_workspace=use_workspace,
-                             **kw)
+    dq, dk, dv = abi.backward(q, k, v, out, lse, dout, deterministic=deterministic, use_workspace=use_workspace,
+                              **kw)
     sync()
     ref = reference_grads(q, k, v, dout, torch.float64, **kw)
     naive = reference_grads(q, k, v, dout, q.dtype, **kw)
@@ -183,11 +183,11 @@ def test_deterministic_bitwise_over_50_runs():
     torch.manual_seed(2)
     q, k, v = (rand(2, 777, 4, 128) for _ in range(3))
     kw = dict(causal=True)
-    out, lse, _ = fa.forward(q, k, v, **kw)
+    out, lse, _ = abi.forward(q, k, v, **kw)
     dout = rand(*out.shape)
-    first = fa.backward(q, k, v, out, lse, dout, deterministic=True, **kw)
+    first = abi.backward(q, k, v, out, lse, dout, deterministic=True, **kw)
     for _ in range(49):
-        again = fa.backward(q, k, v, out, lse, dout, deterministic=True, **kw)
+        again = abi.backward(q, k, v, out, lse, dout, deterministic=True, **kw)
         for a, b in zip(first, again):
             assert torch.equal(a, b)
     run_and_check(q, k, v, name="deterministic", deterministic=True, **kw)
@@ -200,7 +200,7 @@ def test_race_batch_60():
     q, k, v = (rand(60, 200, 4, 64) for _ in range(3))
     (dq0, dk0, dv0), (out, lse, dout) = run_and_check(q, k, v, name="batch 60", causal=True)
     for _ in range(20):
-        dq, dk, dv = fa.backward(q, k, v, out, lse, dout, causal=True)
+        dq, dk, dv = abi.backward(q, k, v, out, lse, dout, causal=True)
         assert torch.equal(dk, dk0) and torch.equal(dv, dv0)
         assert (dq.double() - dq0.double()).abs().max().item() < 1e-2 * dq0.double().abs().max().item()
 
@@ -219,22 +219,24 @@ def test_caller_workspace_matches_library_scratch():
     torch.manual_seed(17)
     q, k, v = rand(2, 150, 4, 59, dtype=torch.float16), rand(2, 230, 2, 59, dtype=torch.float16), \
         rand(2, 230, 2, 59, dtype=torch.float16)
-    out, lse, _ = fa.forward(q, k, v, causal=True)
+    out, lse, _ = abi.forward(q, k, v, causal=True)
     dout = rand(*out.shape, dtype=torch.float16)
-    ours = fa.backward(q, k, v, out, lse, dout, causal=True, deterministic=True)
-    theirs = fa.backward(q, k, v, out, lse, dout, causal=True, deterministic=True, use_workspace=True)
+    ours = abi.backward(q, k, v, out, lse, dout, causal=True, deterministic=True)
+    theirs = abi.backward(q, k, v, out, lse, dout, causal=True, deterministic=True, use_workspace=True)
     for a, b in zip(ours, theirs):
         assert torch.equal(a, b)
     run_and_check(q, k, v, name="workspace", causal=True, use_workspace=True)
+    if not ON_CUDA:  # the CPU backend takes no workspace (size 0)
+        return
     # A workspace that is large enough but not 16-byte aligned is refused by name, before any work.
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    params = fa.make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, causal=True, deterministic=True)
-    size = fa.lib().fa_bwd_workspace_size(fa.ctypes.byref(params))
+    params = abi.make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, causal=True, deterministic=True)
+    size = abi.lib.bwd_workspace_size(params)
     assert size > 0  # deterministic: dQ's fp32 splits live there
     big = torch.empty(size + 64, dtype=torch.uint8, device=q.device)
     params.workspace, params.workspace_size = big.data_ptr() + 8, size
-    assert fa.STATUS[fa.lib().fa_backward(fa.ctypes.byref(params))] == "FA_ERROR_INVALID_ARGUMENT"
-    assert "workspace must be 16-byte aligned" in fa.lib().fa_last_error().decode()
+    assert abi.lib.backward(params) == abi.C.STATUS_INVALID_ARGUMENT
+    assert "workspace must be 16-byte aligned" in abi.lib.last_error().decode()
 
 
 def test_strided_and_misaligned_layouts():
@@ -252,13 +254,13 @@ def test_strided_and_misaligned_layouts():
 def test_gradients_in_larger_buffers():
     torch.manual_seed(13)
     q, k, v = (rand(2, 100, 3, 64) for _ in range(3))
-    out, lse, _ = fa.forward(q, k, v)
+    out, lse, _ = abi.forward(q, k, v)
     dout = rand(*out.shape)
     bigs = [torch.full((2, 100, 5, 80), 7.0, device=DEV, dtype=torch.bfloat16) for _ in range(3)]
     views = [b[:, :, :3, :64] for b in bigs]
     for t in views:
         t.fill_(float("nan"))
-    fa.backward(q, k, v, out, lse, dout, dq=views[0], dk=views[1], dv=views[2])
+    abi.backward(q, k, v, out, lse, dout, dq=views[0], dk=views[1], dv=views[2])
     ref = reference_grads(q, k, v, dout, torch.float64)
     naive = reference_grads(q, k, v, dout, q.dtype)
     for what, ours, r, n in zip(("dq", "dk", "dv"), views, ref, naive):
@@ -270,13 +272,13 @@ def test_gradients_in_larger_buffers():
 def test_empty_sides():
     q = rand(2, 10, 2, 64)
     k = v = torch.empty(2, 0, 2, 64, device=DEV, dtype=torch.bfloat16)
-    out, lse, _ = fa.forward(q, k, v)
-    dq, dk, dv = fa.backward(q, k, v, out, lse, rand(2, 10, 2, 64))
+    out, lse, _ = abi.forward(q, k, v)
+    dq, dk, dv = abi.backward(q, k, v, out, lse, rand(2, 10, 2, 64))
     assert torch.equal(dq, torch.zeros_like(dq))
     q0 = torch.empty(2, 0, 2, 64, device=DEV, dtype=torch.bfloat16)
     k, v = rand(2, 10, 2, 64), rand(2, 10, 2, 64)
-    out, lse, _ = fa.forward(q0, k, v)
-    _, dk, dv = fa.backward(q0, k, v, out, lse, torch.empty_like(q0))
+    out, lse, _ = abi.forward(q0, k, v)
+    _, dk, dv = abi.backward(q0, k, v, out, lse, torch.empty_like(q0))
     assert torch.equal(dk, torch.zeros_like(dk)) and torch.equal(dv, torch.zeros_like(dv))
 
 
@@ -286,9 +288,9 @@ def test_large_grid_batch_times_heads():
     torch.manual_seed(15)
     B, H, S, d = 1100, 64, 3, 64
     q, k, v = (rand(B, S, H, d) for _ in range(3))
-    out, lse, _ = fa.forward(q, k, v, causal=True)
+    out, lse, _ = abi.forward(q, k, v, causal=True)
     dout = rand(*out.shape)
-    dq, dk, dv = fa.backward(q, k, v, out, lse, dout, causal=True)
+    dq, dk, dv = abi.backward(q, k, v, out, lse, dout, causal=True)
     fold = lambda t: t.permute(1, 0, 2, 3).reshape(1, S, B * H, d)
     ref = reference_grads(fold(q), fold(k), fold(v), fold(dout), torch.float64, causal=True)
     naive = reference_grads(fold(q), fold(k), fold(v), fold(dout), q.dtype, causal=True)

@@ -1,6 +1,6 @@
 """GPU tests of the CUDA forward, through the C ABI (ctypes) with torch CUDA tensors.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 -m pytest -q tests/gpu
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 -m pytest -q tests/gpu
 
 Every output is poisoned with NaN first; every comparison is against the fp64 reference with
 FlashAttention's rule: max|ours - ref| <= 2 * max|naive same-precision - ref| + 1e-5.
@@ -12,7 +12,7 @@ i.e. against the CPU backend: a quick check of the test code itself on a machine
 import pytest
 import torch
 
-import fa_ctypes as fa
+import abi
 from reference import attention_ref
 
 from harness import DEV, cu, cuda_only, heavy, rand, sync
@@ -44,7 +44,7 @@ def run_and_check(q, k, v, name="", check_lse=True, **kw):
     """Run ours, the fp64 reference and the naive one on the same inputs; compare out and lse."""
     ref_kw = {key: kw[key] for key in ("softmax_scale", "causal", "window", "softcap", "alibi_slopes", "dropout_p",
                                         "seed", "offset", "cu_seqlens_q", "cu_seqlens_k", "seqused_k") if key in kw}
-    out, lse, _ = fa.forward(q, k, v, **kw)
+    out, lse, _ = abi.forward(q, k, v, **kw)
     sync()
     ref_out, ref_lse, _ = attention_ref(q, k, v, precision=torch.float64, **ref_kw)
     naive_out, naive_lse, _ = attention_ref(q, k, v, precision=q.dtype, **ref_kw)
@@ -84,8 +84,8 @@ def test_long_sequences():
 def test_deterministic():
     torch.manual_seed(2)
     q, k, v = (rand(2, 777, 4, 128) for _ in range(3))
-    a, la, _ = fa.forward(q, k, v, causal=True)
-    b, lb, _ = fa.forward(q, k, v, causal=True)
+    a, la, _ = abi.forward(q, k, v, causal=True)
+    b, lb, _ = abi.forward(q, k, v, causal=True)
     assert torch.equal(a, b) and torch.equal(la, lb)
 
 
@@ -162,8 +162,8 @@ def test_softmax_scale():
     torch.manual_seed(6)
     q, k, v = (rand(2, 100, 2, 64) for _ in range(3))
     run_and_check(q, k, v, name="scale 0.3", softmax_scale=0.3)
-    with pytest.raises(fa.FlashAttnError) as e:  # refused by validation: the max trick needs scale >= 0
-        fa.forward(q, k, v, softmax_scale=-0.2)
+    with pytest.raises(abi.FlashAttnError) as e:  # refused by validation: the max trick needs scale >= 0
+        abi.forward(q, k, v, softmax_scale=-0.2)
     assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "softmax_scale" in e.value.message
 
 
@@ -198,7 +198,7 @@ def test_dense_seqused_k():
 def test_seqlen_k_zero():
     q = rand(2, 10, 2, 64)
     k = v = torch.empty(2, 0, 2, 64, device=DEV, dtype=torch.bfloat16)
-    out, lse, _ = fa.forward(q, k, v)
+    out, lse, _ = abi.forward(q, k, v)
     assert torch.equal(out, torch.zeros_like(out))
     assert torch.isinf(lse).all() and (lse < 0).all()
 
@@ -212,14 +212,14 @@ def test_dropout(causal, hdim):
     kw = dict(causal=causal, dropout_p=p, seed=seed, offset=offset)
     out, lse, _ = run_and_check(q, k, v, name="dropout", **kw)
     # Exactly the same elements as the reference's Philox are dropped: the probabilities say so.
-    _, _, probs = fa.forward(q, k, v, return_probs=True, **kw)
+    _, _, probs = abi.forward(q, k, v, return_probs=True, **kw)
     _, _, ref_probs = attention_ref(q, k, v, want_probs=True, **kw)
     assert not torch.isnan(probs).any()
     significant = ref_probs.abs() > 1e-6
     assert torch.equal(torch.sign(probs)[significant], torch.sign(ref_probs)[significant].float())
     assert (probs.double() - ref_probs).abs().max().item() < 2e-3
     # Another seed drops other elements.
-    out2, _, _ = fa.forward(q, k, v, causal=causal, dropout_p=p, seed=seed + 1, offset=offset)
+    out2, _, _ = abi.forward(q, k, v, causal=causal, dropout_p=p, seed=seed + 1, offset=offset)
     assert not torch.equal(out, out2)
 
 
@@ -227,7 +227,7 @@ def test_attn_probs_without_dropout():
     torch.manual_seed(11)
     q, k, v = rand(2, 130, 2, 64), rand(2, 150, 2, 64), rand(2, 150, 2, 64)
     used = torch.tensor([150, 40], device=DEV, dtype=torch.int32)
-    _, _, probs = fa.forward(q, k, v, return_probs=True, causal=True, seqused_k=used)
+    _, _, probs = abi.forward(q, k, v, return_probs=True, causal=True, seqused_k=used)
     _, _, ref = attention_ref(q, k, v, want_probs=True, causal=True, seqused_k=used)
     assert (probs.double() - ref).abs().max().item() < 2e-3
     assert (probs >= 0).all()
@@ -253,7 +253,7 @@ def test_output_view_in_larger_buffer():
     big[:, :, :, 64:] = 7.0
     big[:, :, 3:] = 7.0
     out = big[:, :, :3, :64]
-    fa.forward(q, k, v, out=out)
+    abi.forward(q, k, v, out=out)
     ref, _, _ = attention_ref(q, k, v)
     naive, _, _ = attention_ref(q, k, v, precision=q.dtype)
     assert_close("view", out, ref, naive)
@@ -275,7 +275,7 @@ def test_large_grid_batch_times_heads():
     torch.manual_seed(15)
     B, H, S, d = 1100, 64, 3, 64
     q, k, v = (rand(B, S, H, d) for _ in range(3))
-    out, lse, _ = fa.forward(q, k, v, causal=True)
+    out, lse, _ = abi.forward(q, k, v, causal=True)
     # Fold the batch into heads for a vectorised reference (no per-batch features here).
     fold = lambda t: t.permute(1, 0, 2, 3).reshape(1, S, B * H, d)
     ref, _, _ = attention_ref(fold(q), fold(k), fold(v), causal=True)
@@ -289,18 +289,18 @@ def test_large_grid_batch_times_heads():
 @cuda_only
 def test_errors_name_the_argument():
     q, k, v = (rand(1, 16, 2, 64) for _ in range(3))
-    with pytest.raises(fa.FlashAttnError) as e:
-        fa.forward(q, k.cpu(), v)
+    with pytest.raises(abi.FlashAttnError) as e:
+        abi.forward(q, k.cpu(), v)
     assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "k.data" in e.value.message
-    with pytest.raises(fa.FlashAttnError) as e:
+    with pytest.raises(abi.FlashAttnError) as e:
         out = torch.empty_like(q)
-        fa.call_forward(fa.make_fwd_params(q, k, v, out, lse=torch.empty(1, 2, 16)))
+        abi.call_forward(abi.make_fwd_params(q, k, v, out, lse=torch.empty(1, 2, 16)))
     assert "softmax_lse" in e.value.message
-    with pytest.raises(fa.FlashAttnError) as e:
-        fa.forward(q.float(), k.float(), v.float())
+    with pytest.raises(abi.FlashAttnError) as e:
+        abi.forward(q.float(), k.float(), v.float())
     assert e.value.status == "FA_ERROR_UNSUPPORTED"
-    with pytest.raises(fa.FlashAttnError) as e:
-        fa.forward(q, k, v, dropout_p=1.0)
+    with pytest.raises(abi.FlashAttnError) as e:
+        abi.forward(q, k, v, dropout_p=1.0)
     assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "dropout_p" in e.value.message
 
 
@@ -311,6 +311,6 @@ def test_malformed_cu_seqlens_on_device_do_not_fault():
     bad_q = torch.tensor([0, 30, 10, 1000], device=DEV, dtype=torch.int32)   # decreasing, past total_q
     bad_k = torch.tensor([-5, 100000, 20, 40], device=DEV, dtype=torch.int32)
     out = torch.zeros_like(q)
-    fa.forward(q, k, v, out=out, cu_seqlens_q=bad_q, cu_seqlens_k=bad_k, max_seqlen_q=64, max_seqlen_k=64)
+    abi.forward(q, k, v, out=out, cu_seqlens_q=bad_q, cu_seqlens_k=bad_k, max_seqlen_q=64, max_seqlen_k=64)
     sync()  # raises if the kernel faulted
     assert torch.isfinite(out).all()

@@ -1,20 +1,20 @@
 """GPU tests of the inference path (issue 6) through the C ABI: fa_kvcache_forward, paged K/V in
 fa_forward / fa_varlen_forward, split-KV, fa_combine.
 
-    FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 -m pytest -q tests/gpu/test_inference.py
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 -m pytest -q tests/gpu/test_inference.py
 
 Outputs are poisoned with NaN; out and lse are compared with the fp64 reference with
 FlashAttention's rule (tests/gpu/test_forward.py). The caches after appending must be bit-identical
 to the CPU backend's (itself checked bit for bit against the C++ fp64 reference in
 tests/backend/kvcache_test.cpp): the rotary formula is part of the definition. Cache entries and
 table rows a sequence must not read hold NaN / invalid block indices, so a stray read shows up as
-NaN in the output (and as an error under compute-sanitizer, scripts/gpu_run.sh step decode).
+NaN in the output (and as an error under compute-sanitizer, scripts/gpu.py pytest --sanitize memcheck).
 """
 
 import pytest
 import torch
 
-import fa_ctypes as fa
+import abi
 from reference import attention_ref
 from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
 from test_forward import assert_close, assert_lse_close
@@ -94,9 +94,9 @@ class KvProblem:
         entry = b if self.cache_batch_idx is None else int(self.cache_batch_idx[b])
         return torch.full_like(rows, entry), rows
 
-    def run(self, k_cache, v_cache, backend=fa.FA_BACKEND_AUTO, to=None, **kw):
+    def run(self, k_cache, v_cache, backend=abi.BACKEND_AUTO, to=None, **kw):
         move = (lambda t: None if t is None else t.to(to)) if to else (lambda t: t)
-        return fa.kvcache_forward(
+        return abi.kvcache_forward(
             move(self.q), k_cache, v_cache, move(self.cache_seqlens), k=move(self.k_new), v=move(self.v_new),
             rotary_cos=move(self.cos), rotary_sin=move(self.sin), rotary_interleaved=self.interleaved,
             cache_batch_idx=move(self.cache_batch_idx), cache_leftpad=move(self.cache_leftpad),
@@ -113,7 +113,7 @@ def check_kvcache(kp, *, causal=False, window=(-1, -1), softcap=0.0, alibi=False
     if compare_cpu and ON_CUDA:  # the caches after appending, bit for bit
         k_cpu, v_cpu = kp.k_cache.cpu(), kp.v_cache.cpu()
         cpu_kw = dict(kw, alibi_slopes=None if slopes is None else slopes.cpu())
-        kp.run(k_cpu, v_cpu, backend=fa.FA_BACKEND_CPU, to="cpu", **cpu_kw)
+        kp.run(k_cpu, v_cpu, backend=abi.BACKEND_CPU, to="cpu", **cpu_kw)
         assert torch.equal(k_cache.cpu().view(torch.int16), k_cpu.view(torch.int16)), "k_cache differs from the CPU's"
         assert torch.equal(v_cache.cpu().view(torch.int16), v_cpu.view(torch.int16)), "v_cache differs from the CPU's"
     # The reference: each sequence's keys are its cache rows [leftpad, cache_seqlens + seqlen_new).
@@ -191,13 +191,6 @@ DECODE_VARIANT_CASES = [(v, page, d) for v in ("auto", "tile64", "split_keys") f
                         for d in (64, 128, 256)]
 
 
-@pytest.fixture
-def overrides():
-    """Sets fa_set_overrides for one test (the planner's forced choices), cleared afterwards."""
-    yield fa.set_overrides
-    fa.set_overrides("")
-
-
 @pytest.mark.parametrize("variant,page,d", DECODE_VARIANT_CASES,
                          ids=[f"{v}-page{p}-d{d}" for v, p, d in DECODE_VARIANT_CASES])
 def test_kvcache_decode_variants(variant, page, d, overrides):
@@ -253,8 +246,8 @@ def test_kvcache_workspace(case):
     spec = WORKSPACE_CASES[case]
     kp = KvProblem(seed=31, **spec["kp"])
     kw = dict(causal=True, num_splits=spec["num_splits"])
-    size = fa.kvcache_workspace_size(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new,
-                                     rotary_cos=kp.cos, rotary_sin=kp.sin, block_table=kp.block_table, **kw)
+    size = abi.kvcache_workspace_size(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new,
+                                      rotary_cos=kp.cos, rotary_sin=kp.sin, block_table=kp.block_table, **kw)
     assert (size == 0) == (case == "no_scratch"), f"workspace size {size}"
     k1, v1 = kp.k_cache.clone(), kp.v_cache.clone()
     out1, lse1 = kp.run(k1, v1, **kw)  # the library's own scratch
@@ -267,11 +260,11 @@ def test_kvcache_workspace(case):
     assert torch.equal(k1.view(torch.int16), k2.view(torch.int16)) and torch.equal(v1.view(torch.int16), v2.view(torch.int16))
     check_kvcache(kp, **kw, compare_cpu=False)  # and both against the reference
     if size:
-        with pytest.raises(fa.FlashAttnError) as e:
+        with pytest.raises(abi.FlashAttnError) as e:
             kp.run(kp.k_cache.clone(), kp.v_cache.clone(), workspace=workspace[:size - 256], **kw)
         assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "fa_kvcache_workspace_size" in e.value.message
         big = torch.empty(size + 64, dtype=torch.uint8, device=DEV)
-        with pytest.raises(fa.FlashAttnError) as e:
+        with pytest.raises(abi.FlashAttnError) as e:
             kp.run(kp.k_cache.clone(), kp.v_cache.clone(), workspace=big[8:], **kw)
         assert "16-byte aligned" in e.value.message
 
@@ -321,8 +314,8 @@ def test_paged_varlen_forward(page, causal):
     lq, lk = [1, 37, 0, 128, 5], [300, 37, 19, 600, 0]
     k_pool, v_pool, table, seqs = make_pool(lk, page, 2, 64, torch.float16, page)
     q = rand(sum(lq), 8, 64, dtype=torch.float16)
-    out, lse = fa.paged_forward(q, k_pool, v_pool, table, causal=causal, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk),
-                                max_seqlen_q=max(lq), max_seqlen_k=max(lk))
+    out, lse = abi.paged_forward(q, k_pool, v_pool, table, causal=causal, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk),
+                                 max_seqlen_q=max(lq), max_seqlen_k=max(lk))
     sync()
     k = torch.cat([s[0] for s in seqs]), torch.cat([s[1] for s in seqs])
     kw = dict(causal=causal, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk))
@@ -341,8 +334,8 @@ def test_paged_dense_forward(num_splits, seqlen_q):
     k_pool, v_pool, table, seqs = make_pool(lk, 16, 2, 128, torch.bfloat16, seqlen_q)
     q = rand(len(lk), seqlen_q, 8, 128)
     used = torch.tensor(lk, dtype=torch.int32, device=DEV)
-    out, lse = fa.paged_forward(q, k_pool, v_pool, table, causal=True, seqused_k=used, seqlen_k=max(lk),
-                                num_splits=num_splits)
+    out, lse = abi.paged_forward(q, k_pool, v_pool, table, causal=True, seqused_k=used, seqlen_k=max(lk),
+                                 num_splits=num_splits)
     sync()
     k = torch.nn.utils.rnn.pad_sequence([s[0] for s in seqs], batch_first=True)
     v = torch.nn.utils.rnn.pad_sequence([s[1] for s in seqs], batch_first=True)
@@ -364,13 +357,13 @@ def test_split_kv_contiguous(num_splits, shape):
     kw = dict(causal=sq > 1)
     if sk == 300:
         kw.update(window=(100, 0), alibi_slopes=torch.rand(hq, device=DEV) * 0.2)
-    out, lse = fa.paged_forward(q, k, v, None, num_splits=num_splits, **kw)
+    out, lse = abi.paged_forward(q, k, v, None, num_splits=num_splits, **kw)
     sync()
     ref, ref_lse, _ = attention_ref(q, k, v, **kw)
     naive, naive_lse, _ = attention_ref(q, k, v, precision=q.dtype, **kw)
     assert_close("split-KV out", out, ref, naive)
     assert_lse_close("split-KV lse", lse, ref_lse, naive_lse)
-    out2, lse2 = fa.paged_forward(q, k, v, None, num_splits=num_splits, **kw)
+    out2, lse2 = abi.paged_forward(q, k, v, None, num_splits=num_splits, **kw)
     assert torch.equal(out, out2) and torch.equal(lse, lse2), "split-KV is not reproducible"
 
 
@@ -412,11 +405,11 @@ def test_forward_workspace(case):
         kw = dict(causal=True, seqused_k=used, seqlen_k=max(lk))
         ref_kw = dict(causal=True, seqused_k=used)
     kw["num_splits"] = spec["num_splits"]
-    size = fa.forward_workspace_size(q, k, v, table, **kw)
+    size = abi.forward_workspace_size(q, k, v, table, **kw)
     assert (size == 0) == (case == "no_scratch"), f"workspace size {size}"
-    out1, lse1 = fa.paged_forward(q, k, v, table, **kw)  # the library's own scratch
+    out1, lse1 = abi.paged_forward(q, k, v, table, **kw)  # the library's own scratch
     workspace = torch.full((max(size, 1),), 255, dtype=torch.uint8, device=DEV)
-    out2, lse2 = fa.paged_forward(q, k, v, table, workspace=workspace[:size], **kw)
+    out2, lse2 = abi.paged_forward(q, k, v, table, workspace=workspace[:size], **kw)
     sync()
     assert torch.equal(out1.view(torch.int16), out2.view(torch.int16)), "out differs with a workspace"
     assert torch.equal(lse1, lse2), "lse differs with a workspace"
@@ -425,12 +418,12 @@ def test_forward_workspace(case):
     assert_close(f"forward with a workspace ({case}) out", out2, ref, naive)
     assert_lse_close(f"forward with a workspace ({case}) lse", lse2, ref_lse, naive_lse)
     if size:
-        with pytest.raises(fa.FlashAttnError) as e:
-            fa.paged_forward(q, k, v, table, workspace=workspace[:size - 256], **kw)
+        with pytest.raises(abi.FlashAttnError) as e:
+            abi.paged_forward(q, k, v, table, workspace=workspace[:size - 256], **kw)
         assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "fa_forward_workspace_size" in e.value.message
         big = torch.empty(size + 64, dtype=torch.uint8, device=DEV)
-        with pytest.raises(fa.FlashAttnError) as e:
-            fa.paged_forward(q, k, v, table, workspace=big[8:size + 8], **kw)
+        with pytest.raises(abi.FlashAttnError) as e:
+            abi.paged_forward(q, k, v, table, workspace=big[8:size + 8], **kw)
         assert "16-byte aligned" in e.value.message
 
 
@@ -462,7 +455,7 @@ def test_combine_with_empty_splits_and_strides(dtype, splits, d, gap):
     partial.copy_(torch.where(keep, full, torch.full_like(full, float("nan"))))  # empty splits stay NaN
     out = torch.full((batch, rows, heads, d), float("nan"), dtype=dtype, device=DEV)
     lse = torch.full((batch, heads, rows), float("nan"), device=DEV)
-    fa.combine(partial, lse_partial, out, lse)
+    abi.combine(partial, lse_partial, out, lse)
     sync()
     # fp64 formula.
     l64 = lse_partial.double()
@@ -496,7 +489,7 @@ def test_combine_chunks_equal_full_attention():
     partial, lse_partial = torch.stack(parts), torch.stack(lses)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((2, 4, 5), float("nan"), device=DEV)
-    fa.combine(partial, lse_partial, out, lse)
+    abi.combine(partial, lse_partial, out, lse)
     sync()
     ref, ref_lse, _ = attention_ref(q, k, v)
     naive, naive_lse, _ = attention_ref(q, k, v, precision=q.dtype)
@@ -510,13 +503,13 @@ def test_combine_chunks_equal_full_attention():
 @cuda_only
 def test_kvcache_errors_name_the_argument():
     kp = KvProblem(batch=2, seqlen_q=1, seqlen_new=1, capacity=64, heads=4, heads_k=2, d=64, dtype=torch.bfloat16)
-    with pytest.raises(fa.FlashAttnError) as e:
-        fa.kvcache_forward(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens.cpu(), k=kp.k_new, v=kp.v_new)
+    with pytest.raises(abi.FlashAttnError) as e:
+        abi.kvcache_forward(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens.cpu(), k=kp.k_new, v=kp.v_new)
     assert "cache_seqlens" in e.value.message
-    with pytest.raises(fa.FlashAttnError) as e:
-        fa.kvcache_forward(kp.q, kp.k_cache.cpu(), kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new)
+    with pytest.raises(abi.FlashAttnError) as e:
+        abi.kvcache_forward(kp.q, kp.k_cache.cpu(), kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new)
     assert e.value.status == "FA_ERROR_INVALID_ARGUMENT" and "k.data" in e.value.message
-    with pytest.raises(fa.FlashAttnError) as e:  # a block table the device cannot read
-        fa.kvcache_forward(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new,
-                           block_table=torch.zeros(2, 4, dtype=torch.int32))
+    with pytest.raises(abi.FlashAttnError) as e:  # a block table the device cannot read
+        abi.kvcache_forward(kp.q, kp.k_cache, kp.v_cache, kp.cache_seqlens, k=kp.k_new, v=kp.v_new,
+                            block_table=torch.zeros(2, 4, dtype=torch.int32))
     assert "block_table" in e.value.message
