@@ -1,7 +1,7 @@
 """Where a key block's time goes in the Hopper backward: per-CTA event times, in a measuring build.
 
     cmake -B build-timeline -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_BWD_TIMELINE=ON -DFLASHATTN_HEADDIMS="64;128" ...
-    FLASHATTN_LIB=build-timeline/src/libflashattn.so python3 bench/bwd_timeline.py --out DIR [SHAPE ...]
+    FLASHATTN_LIB=build-timeline/src/libflashattn.so python3 bench/bwd_timeline.py [--out DIR] [SHAPE ...]
 
 (`scripts/gpu_run.sh` step `bwd_timeline` does both.) A shape is "d128n1k" style (head dim, 'c'
 causal or 'n' not, seqlen in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as
@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import SCRATCH  # noqa: E402
 
 DEFAULT_SHAPES = ["d128n1k", "d128c1k", "d128n16k", "d64n1k"]
 BLOCK_M = 64   # query rows per block of the Hopper backward (bwd_traits_sm90.cuh)
@@ -130,15 +131,14 @@ def self_check():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", help="directory for the per-shape CSVs and bwd-timeline.json")
+    ap.add_argument("--out", default=str(SCRATCH),
+                    help="directory for the per-shape CSVs and bwd-timeline.json (default bench/out)")
     ap.add_argument("--self-check", action="store_true", help="check the analysis on made-up CTAs, then exit")
     ap.add_argument("shapes", nargs="*", default=DEFAULT_SHAPES)
     args = ap.parse_args()
     if args.self_check:
         self_check()
         return
-    if not args.out:
-        ap.error("--out is required")
 
     import ctypes
 

@@ -3,6 +3,8 @@
     FLASHATTN_LIB=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick] [--tiles]
         [--rounds N] [--variant LABEL:ENV=VALUE[,ENV=VALUE]]...
 
+DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
+
 The forward benchmark's grid (bench/gpu_forward.py): bf16, batch * seqlen = 16k tokens, hidden 2048
 (nheads = 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. Backward FLOPs = 2.5 x
 the forward's (4 * b * h * s^2 * d, halved when causal): five products instead of two. Only the
@@ -40,7 +42,8 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fa_ctypes as fa  # noqa: E402
-from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import (HDIMS, HIDDEN, SCRATCH, SEQLENS, TOKENS, best_of_rounds, commit,  # noqa: E402
+                          parse_variant, pyplot)
 # Tilings of a FLASHATTN_CUDA_TUNING build (src/cuda/CMakeLists.txt, FLASHATTN_CUDA_BWD_TILE_VARIANTS),
 # "MxNxW-S.K.Q-sD": block_m x block_n x warps, M extents (in warps) of the S/dP, dK/dV, dQ warp
 # grids, dQ column slabs. The defaults (src/cuda/kernels/bwd_tile_config.h) are 128x128x8-4.4.4-s1
@@ -153,9 +156,9 @@ def measure(shapes, tiles=False, variants=(), rounds=1):
 
 
 def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     panels = [(h, c) for h in HDIMS for c in (False, True)]
     fig, axes = plt.subplots(3, 2, figsize=(13, 12), sharey=True)
     series = (("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
@@ -179,7 +182,7 @@ def plot(rows, path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
     ap.add_argument("--tiles", action="store_true", help="also time each tiling of TILES (tuning build)")
     ap.add_argument("--rounds", type=int, default=1,
