@@ -1,8 +1,13 @@
-"""What the GPU benchmark scripts share."""
+"""What the benchmark scripts share."""
 import contextlib
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+# Where a benchmark writes when no --out is given: a scratch folder (gitignored), so that a run never
+# overwrites the committed figures in bench/results/ unless told to (--out bench/results/...).
+SCRATCH = Path(__file__).resolve().parent / "out"
 
 # The FlashAttention-2 paper's grid (forward and backward benchmarks): bf16, batch * seqlen = 16k
 # tokens, hidden 2048 (heads = 2048 / d).
@@ -40,6 +45,19 @@ def best_of_rounds(entries, rounds, bench_ms, work):
                 rate = work / bench_ms(fn)
             best[column] = max(best.get(column, 0.0), rate)
     return best
+
+
+def pyplot():
+    """matplotlib.pyplot drawing to files, or None, after a one-line note, where matplotlib is not
+    installed: the charts are optional, the numbers are written either way."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no chart (pip install matplotlib draws it)", file=sys.stderr)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def commit():

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """flashattn's CPU backend against PyTorch's CPU scaled_dot_product_attention.
 
-Run (after building, e.g. into build-cpu):
-    python3 bench/cpu_vs_torch.py --lib build-cpu/src/libflashattn.so
-    python3 bench/cpu_vs_torch.py --lib build-cpu/src/libflashattn.so --quick      # small grid
+Run (needs torch; after building the library, which `bash scripts/run.sh` or
+`cmake --preset dev && cmake --build --preset dev` puts in build/src/):
+    python3 bench/cpu_vs_torch.py                      # --lib build/src/libflashattn.so by default
+    python3 bench/cpu_vs_torch.py --quick              # small grid
+    python3 bench/cpu_vs_torch.py --seqlens 256 --head-dims 64 --dtypes fp32 --causal no   # one shape
 
 The library is loaded with ctypes and fed the data pointers and strides of torch CPU tensors, so
 both implementations read the very same memory: (batch, heads, seqlen, head_dim) contiguous, the
@@ -11,7 +13,9 @@ layout torch's SDPA prefers, which our C ABI takes through its explicit strides.
 
 For every shape it checks our output (and gradients) against torch's, reports the max abs error,
 times both (warm-up, then the median of several runs; fewer runs when a run is long), prints a
-table with progress lines, and writes bench/results/cpu-vs-torch.{csv,md,png}.
+table with progress lines, and writes OUT.{csv,md,png}: OUT is --out, by default
+bench/out/cpu-vs-torch (a gitignored scratch folder); `--out bench/results/cpu-vs-torch` refreshes the
+committed figures. The chart needs matplotlib; without it the CSV and the table are still written.
 
 FLOPs: forward 4*b*h*sq*sk*d (halved when causal), backward 2.5x the forward.
 """
@@ -33,7 +37,8 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO / "bench"))
+from bench_common import SCRATCH, pyplot  # noqa: E402
 
 # ---- the C ABI (include/flashattn/flashattn.h) ----------------------------------------------
 
@@ -337,7 +342,8 @@ def run_case(lib, dtype_name, d, s, causal, args, log):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", required=True, help="path to libflashattn.so (e.g. build-cpu/src/libflashattn.so)")
+    ap.add_argument("--lib", default=str(REPO / "build" / "src" / "libflashattn.so"),
+                    help="path to libflashattn.so (default: build/src/libflashattn.so)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both libraries")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=16)
@@ -350,12 +356,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="seqlens 512 1024 only")
     ap.add_argument("--ref-max-seqlen", type=int, default=1024,
                     help="also compare both libraries with an fp64 reference up to this seqlen")
-    ap.add_argument("--out", default=str(RESULTS / "cpu-vs-torch"), help="output path without extension")
+    ap.add_argument("--out", default=str(SCRATCH / "cpu-vs-torch"),
+                    help="output path without extension (default bench/out/cpu-vs-torch)")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     if args.quick:
         args.seqlens = [s for s in args.seqlens if s <= 1024]
 
+    if not Path(args.lib).is_file():
+        ap.error(f"--lib {args.lib}: no such library; build it first (bash scripts/run.sh, or "
+                 "cmake --preset dev && cmake --build --preset dev)")
     lib = Library(args.lib)
     torch.set_num_threads(args.threads)
     lib.lib.fa_set_num_threads(args.threads)
@@ -409,9 +419,8 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(out.with_suffix(".csv"), results)
     write_markdown(out.with_suffix(".md"), results, machine, args, elapsed)
-    if not args.no_plot:
-        plot(out.with_suffix(".png"), results, machine)
-    print(f"wrote {out.with_suffix('.csv')}, .md" + ("" if args.no_plot else ", .png"))
+    plotted = not args.no_plot and plot(out.with_suffix(".png"), results, machine)
+    print(f"wrote {out.with_suffix('.csv')}, .md" + (", .png" if plotted else ""))
 
 
 FIELDS = ["dtype", "head_dim", "seqlen", "causal", "direction", "ours_gflops", "torch_gflops", "speedup",
@@ -476,9 +485,10 @@ def write_markdown(path, results, machine, args, elapsed):
 
 
 def plot(path, results, machine):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """The chart; False where matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
+        return False
 
     dtypes = sorted({r["dtype"] for r in results}, key=["fp32", "bf16", "fp16"].index)
     directions = [x for x in ("fwd", "bwd") if any(r["direction"] == x for r in results)]
@@ -518,6 +528,7 @@ def plot(path, results, machine):
                  f"{machine['threads']} threads ({machine['our_build']})", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
 
 
 if __name__ == "__main__":

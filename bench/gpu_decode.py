@@ -3,6 +3,8 @@
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_decode.py --out DIR [--quick]
         [--variants] [--variant NAME:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
+DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
+
 One query token per sequence, 32 query heads / 8 KV heads, d = 128, bf16, cache lengths L in
 {1k, 8k, 32k, 128k} x batch {1, 16, 64, 256}, every pair whose cache (K and V) fits in the card's
 memory. The figure of merit is KV bytes read per second: batch * L * 8 * 128 * 2 bytes * 2 (K and V)
@@ -54,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from bench_common import best_of_rounds, commit, parse_variant  # noqa: E402
-from bench_common import parse_lib  # noqa: E402
+from bench_common import SCRATCH, parse_lib, pyplot  # noqa: E402
 
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 CACHE_LENS = (1024, 8192, 32768, 131072)
@@ -274,9 +276,9 @@ def measure_shape(cache_len, batch, free_bytes, variants):
 
 
 def plot(rows, copy, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     lens = sorted({r["cache_len"] for r in rows})
     fig, axes = plt.subplots(1, len(lens), figsize=(4.2 * len(lens), 4.5), sharey=True, squeeze=False)
     series = (("ours_tbps", "flashattn", "#1f77b4"), ("ours_paged_tbps", "flashattn paged 16", "#9ecae1"),
@@ -301,7 +303,7 @@ def plot(rows, copy, path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
                     help="also time each inference kernel forced (overrides inference_kernel=tile64, =split_keys)")

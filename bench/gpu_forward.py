@@ -3,6 +3,8 @@
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick]
         [--rounds N] [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
+DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
+
 Shapes of the FlashAttention-2 paper: bf16, batch * seqlen = 16k tokens, hidden 2048 (nheads =
 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. FLOPs = 4 * b * h * s^2 * d, halved
 when causal. All three run in this process on the same (batch, seqlen, heads, d) tensors, timed
@@ -37,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
-from bench_common import parse_lib  # noqa: E402
+from bench_common import SCRATCH, parse_lib, pyplot  # noqa: E402
 
 
 def bench_ms(fn):
@@ -123,9 +125,9 @@ def measure(shapes, variants=(), libs=(), rounds=1, hdims=HDIMS):
 
 def plot(rows, path):
     """Bars per shape: our two kernels (where measured), torch's FA2 and cuDNN backends."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     panels = [(h, c) for h in HDIMS for c in (False, True)]
     fig, axes = plt.subplots(3, 2, figsize=(14, 12), sharey=True)
     series = [("ours_tflops", "flashattn (on Hopper: the wgmma kernel)", "#1f77b4"),
@@ -163,7 +165,7 @@ def replot(csv_path, png_path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                     help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")

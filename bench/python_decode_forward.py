@@ -5,6 +5,8 @@ and cuDNN backends on the same tensors.
 
     PYTHONPATH=python FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/python_decode_forward.py --out DIR
 
+DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
+
 32 query / 8 KV heads, d 128, bf16; ours causal (bottom-right: every query row sees all but the last
 few keys), SDPA unmasked (its causal mask is top-left aligned), the same work to within 3 keys. Each function
 rotates over copies of K/V (at least 256 MB touched, 4x the L2) and is timed by CUDA events, the
@@ -26,6 +28,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 from flashattn import _ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import SCRATCH, pyplot  # noqa: E402
 
 HEADS, HEADS_K, HDIM = 32, 8, 128
 ROTATE_BYTES = 256 << 20
@@ -89,7 +94,7 @@ def rotating(make_call, copies):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--graph", action="store_true", help="time CUDA graph replays (GPU time only)")
     args = ap.parse_args()
     global GRAPH
@@ -144,12 +149,8 @@ def main():
         print(f"{r['batch']:5d} {r['seqlen_q']:3d} {r['seqlen_k']:6d} | {s:6.2f} {r['ours_nosplit_tbps']:7.2f} "
               f"{r['sdpa_flash_tbps']:6.2f} {r['sdpa_cudnn_tbps']:6.2f} | {s / r['ours_nosplit_tbps']:9.2f} "
               f"{s / r['sdpa_flash_tbps']:7.2f} {s / r['sdpa_cudnn_tbps']:7.2f}")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no chart", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     labels = [f"b{r['batch']} q{r['seqlen_q']}\n{r['seqlen_k'] // 1024}k" for r in rows]
     series = [("flashattn (split-KV rule)", "ours_split_tbps"), ("flashattn, one split", "ours_nosplit_tbps"),

@@ -1,12 +1,42 @@
 #!/usr/bin/env bash
 # Install what the build needs (Debian packages; CUTLASS headers from PyPI when CUDA is built) and
-# configure + build. Sourced by run.sh and test.sh; safe to run repeatedly.
-#   FLASHATTN_BUILD_DIR   build folder (default: build, or build-cuda when CUDA is built)
-#   FLASHATTN_CUDA        ON / OFF / AUTO (default AUTO: ON when nvcc and a GPU are present;
-#                         on a machine with nvcc but no GPU: compile-check one head dim, see below)
-#   FLASHATTN_HEADDIMS    CUDA head dims to build (default: all when a GPU is present)
+# configure + build. Sourced by run.sh and test.sh, with the targets to build as arguments (default:
+# all); safe to run repeatedly. Its first line says which backends it builds, why, and how to
+# choose otherwise.
+#   FLASHATTN_BUILD_DIR   build folder (default: build)
+#   FLASHATTN_CUDA        ON / OFF / AUTO (default AUTO: the CUDA backend where it can run, i.e.
+#                         nvcc found and a GPU visible; as CMake's AUTO and `pip install .` decide).
+#                         ON without a GPU compiles one head dim for sm_90: a compile check
+#   FLASHATTN_HEADDIMS    CUDA head dims to build (default: all with a GPU, 128 without)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(all)
+
+has_gpu=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
+has_nvcc=0
+if command -v nvcc >/dev/null; then has_nvcc=1; fi
+cuda=${FLASHATTN_CUDA:-AUTO}
+case "$cuda" in
+    AUTO)
+        if [ "$has_nvcc" = 1 ] && [ "$has_gpu" = 1 ]; then
+            cuda=ON why="nvcc and a GPU found" other="FLASHATTN_CUDA=OFF builds the CPU backend alone"
+        elif [ "$has_nvcc" = 1 ]; then
+            cuda=OFF why="nvcc found but no GPU visible (nvidia-smi -L), so CUDA code could not run here"
+            other="FLASHATTN_CUDA=ON adds the CUDA backend as a compile check (scripts/test.sh does that)"
+        else
+            cuda=OFF why="no nvcc found" other="FLASHATTN_CUDA=ON adds the CUDA backend once the CUDA toolkit is installed"
+        fi ;;
+    ON) why="FLASHATTN_CUDA=ON" other="FLASHATTN_CUDA=OFF builds the CPU backend alone" ;;
+    OFF) why="FLASHATTN_CUDA=OFF" other="FLASHATTN_CUDA=ON adds the CUDA backend" ;;
+    *) echo "setup: FLASHATTN_CUDA must be ON, OFF or AUTO, not '$cuda'" >&2; exit 2 ;;
+esac
+if [ "$cuda" = ON ]; then
+    echo "setup: building the CPU and CUDA backends: $why. $other."
+else
+    echo "setup: building the CPU backend only: $why. $other."
+fi
 
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
@@ -19,29 +49,18 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-has_gpu=0
-if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
-cuda=${FLASHATTN_CUDA:-AUTO}
-headdims=${FLASHATTN_HEADDIMS:-}
-if [ "$cuda" = AUTO ]; then
-    if command -v nvcc >/dev/null; then
-        cuda=ON
-        # Without a GPU the CUDA sources are only compile-checked: one head dim keeps it quick.
-        [ "$has_gpu" = 1 ] || headdims=${headdims:-128}
-    else
-        cuda=OFF
-    fi
-fi
 build=${FLASHATTN_BUILD_DIR:-$root/build}
+headdims=${FLASHATTN_HEADDIMS:-}
 cuda_args=(-DFLASHATTN_CUDA="$cuda")
 if [ "$cuda" = ON ]; then
     "$root/scripts/fetch_cutlass.sh"
+    # Without a GPU the CUDA sources are only compile-checked: one head dim, one architecture.
+    [ "$has_gpu" = 1 ] || { headdims=${headdims:-128}; cuda_args+=(-DFLASHATTN_CUDA_ARCHS=90); }
     [ -n "$headdims" ] && cuda_args+=(-DFLASHATTN_HEADDIMS="$headdims")
-    [ "$has_gpu" = 1 ] || cuda_args+=(-DFLASHATTN_CUDA_ARCHS=90)
 fi
-echo "setup: configuring $build (CUDA $cuda${headdims:+, head dims $headdims}, GPU present: $has_gpu)"
+echo "setup: configuring $build (CUDA $cuda${headdims:+, head dims $headdims}), building ${targets[*]}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" >/dev/null
 start=$(date +%s)
-cmake --build "$build" -j "$(nproc)"
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 echo "setup: build took $(( $(date +%s) - start )) s"
-export FLASHATTN_BUILD="$build" FLASHATTN_HAS_GPU="$has_gpu"
+export FLASHATTN_BUILD="$build" FLASHATTN_HAS_GPU="$has_gpu" FLASHATTN_HAS_NVCC="$has_nvcc" FLASHATTN_CUDA_BUILT="$cuda"

@@ -4,8 +4,8 @@
 # and the CMake build folder (build-py/) are reused, so a second run rebuilds only what changed.
 #   FLASHATTN_PYTHON    interpreter to make the venv with (default: python3)
 #   FLASHATTN_VENV      the venv (default: build-py/venv)
-#   FLASHATTN_CUDA      ON / OFF / AUTO for the library build (default: AUTO with a GPU, else OFF,
-#                       which keeps the build to the CPU backend)
+#   FLASHATTN_CUDA      ON / OFF / AUTO for the library build (default AUTO: the CUDA backend too
+#                       when nvcc and a GPU are found, as for any `pip install .`)
 #   FLASHATTN_HEADDIMS  CUDA head dims to build (default: the CMake default, all)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,12 +31,9 @@ echo "test_python: test dependencies ready in $(elapsed "$start")"
 
 has_gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
-if [ -z "${FLASHATTN_CUDA:-}" ]; then
-    if [ "$has_gpu" = 1 ]; then FLASHATTN_CUDA=AUTO; else FLASHATTN_CUDA=OFF; fi
-fi
-export FLASHATTN_CUDA
+export FLASHATTN_CUDA=${FLASHATTN_CUDA:-AUTO}
 build_args=()
-if [ "$FLASHATTN_CUDA" != OFF ] && command -v nvcc >/dev/null; then
+if [ "$FLASHATTN_CUDA" = ON ] || { [ "$FLASHATTN_CUDA" = AUTO ] && [ "$has_gpu" = 1 ] && command -v nvcc >/dev/null; }; then
     "$root/scripts/fetch_cutlass.sh"
     if [ -n "${FLASHATTN_HEADDIMS:-}" ]; then
         build_args+=(-C "cmake.define.FLASHATTN_HEADDIMS=$FLASHATTN_HEADDIMS")

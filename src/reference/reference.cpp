@@ -1,16 +1,28 @@
-// The reference: naive attention over one (sequence, head) at a time, with S materialised.
+// The reference: naive attention, one block of query rows of one (sequence, head) at a time.
 //
-// One code path serves both precisions. An `Arithmetic` policy says how a dot product accumulates
+// One code path serves both precisions. A policy (Exact, Naive) says how a dot product accumulates
 // and how an intermediate tensor is stored: in fp64 nothing is ever rounded; in same_as_inputs every
 // product accumulates in fp32 and every intermediate tensor (scaled q, S, P, O, dP, dS, gradients)
 // is rounded to the inputs' dtype, which is what unfused framework ops (q * scale, einsum, softmax,
 // dropout, einsum) produce. FlashAttention's accuracy claim is measured against that naive error.
+//
+// Fast enough to check real problems, without changing a bit of any result:
+// - every sum runs in the order the naive formulas give (over features for a dot product, over keys
+//   for a row of P V and of dQ, over query rows for dK and dV, over the query heads of a group for a
+//   KV head's dK and dV), whatever the number of threads or the block size;
+// - (sequence, head) pairs, and in the forward runs of query rows, go to every core; a block of
+//   rows holds at most kBlockElements of each S-shaped matrix, so S is never materialised whole;
+// - the two loops that do almost all the arithmetic (dots, accumulate) keep kWidth results in
+//   registers (dot products of consecutive keys side by side, over K and V transposed), and are
+//   compiled for x86-64-v3 too, chosen when the library loads. FMA rounds once on every CPU and the
+//   file is built without FMA contraction (CMakeLists.txt), so both builds give the same bits.
 //
 // Semantics (scale, mask, softcap, ALiBi, spans, offsets) all come from core/problem.h.
 #include "reference.h"
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "cpu/thread_pool.h"
 
 #include <flashattn/philox.h>
 
@@ -24,78 +36,200 @@ namespace {
 
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
-struct Arithmetic {
-    Precision precision;
+// fp64: every operation in double; a product and a sum round separately.
+struct Exact {
+    using Real = double; // the operands of dot products and weighted sums
+    double store(double x) const { return x; }
+    double exp(double x) const { return std::exp(x); }
+    double log(double x) const { return std::log(x); }
+    double add(double a, double b) const { return a + b; }
+};
+
+// same_as_inputs: products accumulate in fp32 with FMA, as a GEMM on half/bf16/fp32 inputs does;
+// every stored element is rounded to the dtype, so every operand of a product is an exact float.
+struct Naive {
+    using Real = float;
     fa_dtype dtype;
-
-    bool exact() const { return precision == Precision::fp64; }
-
-    // An intermediate tensor element as the naive computation would hold it in memory.
-    double store(double x) const { return exact() ? x : double(round_to(dtype, float(x))); }
-
-    // Dot product of two rows: double, or fp32 accumulation as a GEMM on half/bf16/fp32 inputs does.
-    double dot(const double* a, const double* b, int64_t n) const {
-        if (exact()) {
-            double acc = 0.0;
-            for (int64_t t = 0; t < n; ++t) acc += a[t] * b[t];
-            return acc;
-        }
-        float acc = 0.0f;
-        for (int64_t t = 0; t < n; ++t) acc = std::fma(float(a[t]), float(b[t]), acc);
-        return acc;
-    }
-
-    // acc += weight * row, in the accumulation precision (the caller stores the result).
-    void axpy(double weight, const double* row, double* acc, int64_t n) const {
-        if (exact()) {
-            for (int64_t t = 0; t < n; ++t) acc[t] += weight * row[t];
-        } else {
-            for (int64_t t = 0; t < n; ++t) acc[t] = std::fma(float(weight), float(row[t]), float(acc[t]));
-        }
-    }
-
-    double exp(double x) const { return exact() ? std::exp(x) : double(std::exp(float(x))); }
-    double log(double x) const { return exact() ? std::log(x) : double(std::log(float(x))); }
-    double add(double a, double b) const { return exact() ? a + b : double(float(a) + float(b)); }
+    double store(double x) const { return double(round_to(dtype, float(x))); }
+    double exp(double x) const { return double(std::exp(float(x))); }
+    double log(double x) const { return double(std::log(float(x))); }
+    double add(double a, double b) const { return double(float(a) + float(b)); }
 };
 
-// A (len x head_dim) block of a q-shaped or k-shaped tensor, as doubles, row-major.
-using Rows = std::vector<double>;
+inline double multiply_add(double a, double b, double acc) { return acc + a * b; }
+inline float multiply_add(float a, float b, float acc) { return std::fma(a, b, acc); }
 
-Rows load_q_rows(const Problem& pr, const fa_tensor& t, const Span& s, int64_t h) {
+// ---- the two loops that do almost all the arithmetic ----------------------------------------------
+
+// Elements of a result that the two loops below hold in registers while their inputs stream past.
+constexpr int64_t kWidth = 32;
+
+// out[j] = row . column j for j in [begin, end), each the sum over t = 0..d-1 in order that a single
+// dot product makes; kWidth consecutive keys at a time run side by side. `columns` is d x stride:
+// k-shaped rows transposed.
+template <typename Real>
+inline void dots_impl(const Real* row, const Real* columns, int64_t stride, int64_t d, int64_t begin, int64_t end,
+                      Real* out) {
+    int64_t j0 = begin;
+    for (; j0 + kWidth <= end; j0 += kWidth) {
+        Real part[kWidth] = {};
+        for (int64_t t = 0; t < d; ++t) {
+            const Real a = row[t];
+            const Real* column = columns + t * stride + j0;
+            for (int64_t j = 0; j < kWidth; ++j) part[j] = multiply_add(a, column[j], part[j]);
+        }
+        std::copy_n(part, kWidth, out + j0);
+    }
+    std::fill(out + j0, out + end, Real(0));
+    for (int64_t t = 0; t < d; ++t)
+        for (int64_t j = j0; j < end; ++j) out[j] = multiply_add(row[t], columns[t * stride + j], out[j]);
+}
+
+// acc += w_i * rows[i] for i = 0..count-1 in order, skipping the weights w_i = weights[i * weight_stride]
+// that are 0 (as the naive code does: masked or dropped elements add nothing, not even -0 or NaN).
+// kWidth elements of acc at a time stay in registers while the rows stream past; each element still
+// takes its terms in order of i.
+template <typename Real>
+inline void accumulate_impl(const double* weights, int64_t weight_stride, const Real* rows, int64_t count, int64_t d,
+                            Real* acc) {
+    int64_t c0 = 0;
+    for (; c0 + kWidth <= d; c0 += kWidth) {
+        Real part[kWidth];
+        std::copy_n(acc + c0, kWidth, part);
+        for (int64_t i = 0; i < count; ++i) {
+            const double w = weights[i * weight_stride];
+            if (w == 0.0) continue;
+            const Real* row = rows + i * d + c0;
+            for (int64_t c = 0; c < kWidth; ++c) part[c] = multiply_add(Real(w), row[c], part[c]);
+        }
+        std::copy_n(part, kWidth, acc + c0);
+    }
+    if (c0 == d) return;
+    for (int64_t i = 0; i < count; ++i) {
+        const double w = weights[i * weight_stride];
+        if (w == 0.0) continue;
+        for (int64_t c = c0; c < d; ++c) acc[c] = multiply_add(Real(w), rows[i * d + c], acc[c]);
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+#define FA_REFERENCE_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FA_REFERENCE_CLONES
+#endif
+
+FA_REFERENCE_CLONES void dots(const double* row, const double* columns, int64_t stride, int64_t d, int64_t begin,
+                              int64_t end, double* out) {
+    dots_impl(row, columns, stride, d, begin, end, out);
+}
+FA_REFERENCE_CLONES void dots(const float* row, const float* columns, int64_t stride, int64_t d, int64_t begin,
+                              int64_t end, float* out) {
+    dots_impl(row, columns, stride, d, begin, end, out);
+}
+FA_REFERENCE_CLONES void accumulate(const double* weights, int64_t weight_stride, const double* rows, int64_t count,
+                                    int64_t d, double* acc) {
+    accumulate_impl(weights, weight_stride, rows, count, d, acc);
+}
+FA_REFERENCE_CLONES void accumulate(const double* weights, int64_t weight_stride, const float* rows, int64_t count,
+                                    int64_t d, float* acc) {
+    accumulate_impl(weights, weight_stride, rows, count, d, acc);
+}
+
+// A block of rows against the keys each row sees (keys[r]), chunk of keys by chunk of keys, so
+// that the part of K or V being read (about 256 KB) stays in cache for every row of the block. The
+// order of each sum over keys is unchanged: chunks run in increasing order.
+template <typename Real>
+int64_t keys_per_chunk(int64_t d) {
+    return std::max<int64_t>(1, (int64_t(1) << 18) / (d * int64_t(sizeof(Real))));
+}
+
+// out[r * k_len + j] = rows[r] . column j (dots()) for every row r and j in keys[r].
+template <typename Real>
+void block_dots(const Real* rows, int64_t count, const KeyRange* keys, const Real* columns, int64_t stride,
+                int64_t d, int64_t k_len, Real* out) {
+    const int64_t chunk = keys_per_chunk<Real>(d);
+    for (int64_t j0 = 0; j0 < k_len; j0 += chunk)
+        for (int64_t r = 0; r < count; ++r) {
+            const int64_t begin = std::max(keys[r].begin, j0), end = std::min(keys[r].end, j0 + chunk);
+            if (begin < end) dots(rows + r * d, columns, stride, d, begin, end, out + r * k_len);
+        }
+}
+
+// acc[r] += weights[r * k_len + j] * key_rows[j] (accumulate()) for every row r, j in keys[r] in order.
+template <typename Real>
+void block_accumulate(const double* weights, int64_t count, const KeyRange* keys, const Real* key_rows, int64_t d,
+                      int64_t k_len, Real* acc) {
+    const int64_t chunk = keys_per_chunk<Real>(d);
+    for (int64_t j0 = 0; j0 < k_len; j0 += chunk)
+        for (int64_t r = 0; r < count; ++r) {
+            const int64_t begin = std::max(keys[r].begin, j0), end = std::min(keys[r].end, j0 + chunk);
+            if (begin < end)
+                accumulate(weights + r * k_len + begin, 1, key_rows + begin * d, end - begin, d, acc + r * d);
+        }
+}
+
+// ---- inputs --------------------------------------------------------------------------------------
+
+// Rows [i0, i0 + count) of (sequence s, head h) of a q-shaped tensor, each element times `scale`
+// and stored (with scale 1 that is the value read: it already has the dtype).
+template <typename Math>
+std::vector<typename Math::Real> load_q_rows(const Problem& pr, const fa_tensor& t, const Span& s, int64_t h,
+                                             int64_t i0, int64_t count, double scale, const Math& math) {
     const int64_t d = pr.head_dim();
-    Rows rows(size_t(s.q_len * d));
-    for (int64_t i = 0; i < s.q_len; ++i) {
-        const int64_t base = pr.q_offset(t, s, i, h);
-        for (int64_t c = 0; c < d; ++c) rows[size_t(i * d + c)] = load_float(t.data, pr.p.dtype, base + c);
+    std::vector<typename Math::Real> rows(size_t(count * d));
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t base = pr.q_offset(t, s, i0 + i, h);
+        for (int64_t c = 0; c < d; ++c) {
+            const double x = load_float(t.data, pr.p.dtype, base + c);
+            rows[size_t(i * d + c)] = typename Math::Real(math.store(x * scale));
+        }
     }
     return rows;
 }
 
-Rows load_k_rows(const Problem& pr, const fa_tensor& t, const Span& s, int64_t h_k) {
+// K and V of one (sequence, KV head) as the products read them: as rows (k_len x d) and transposed
+// (d x stride, for dots()), only the forms asked for.
+template <typename Real>
+struct KeyValues {
+    int64_t k_len = 0, stride = 0;
+    std::vector<Real> k, v, k_t, v_t;
+};
+
+enum class Pass { forward, backward };
+
+template <typename Real>
+KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, Pass pass) {
     const int64_t d = pr.head_dim();
-    Rows rows(size_t(s.k_len * d));
-    for (int64_t j = 0; j < s.k_len; ++j) {
-        const int64_t base = pr.k_offset(t, s, j, h_k);
-        for (int64_t c = 0; c < d; ++c) rows[size_t(j * d + c)] = load_float(t.data, pr.p.dtype, base + c);
-    }
-    return rows;
+    KeyValues<Real> kv;
+    kv.k_len = s.k_len;
+    kv.stride = s.k_len;
+    auto load = [&](const fa_tensor& t, std::vector<Real>* rows, std::vector<Real>* columns) {
+        if (rows) rows->assign(size_t(s.k_len * d), Real(0));
+        if (columns) columns->assign(size_t(d * kv.stride), Real(0));
+        for (int64_t j = 0; j < s.k_len; ++j) {
+            const int64_t base = pr.k_offset(t, s, j, h_k);
+            for (int64_t c = 0; c < d; ++c) {
+                const Real x = Real(load_float(t.data, pr.p.dtype, base + c));
+                if (rows) (*rows)[size_t(j * d + c)] = x;
+                if (columns) (*columns)[size_t(c * kv.stride + j)] = x;
+            }
+        }
+    };
+    const bool forward = pass == Pass::forward;
+    load(pr.p.k, forward ? nullptr : &kv.k, &kv.k_t); // S = Q K^T; dQ = dS K
+    load(pr.p.v, forward ? &kv.v : nullptr, forward ? nullptr : &kv.v_t); // O = P V; dP = dO V^T
+    return kv;
 }
 
-// Everything the forward of one (sequence, query head) produces, kept for the backward.
-struct HeadForward {
-    int64_t q_len = 0, k_len = 0, d = 0;
-    Rows q_scaled;                 // q * scale as stored (the backward's dK uses it)
-    Rows k, v;
-    std::vector<double> capped;    // softcapped score before ALiBi (q_len x k_len), for its derivative
-    std::vector<double> prob;      // normalised softmax P, 0 where masked
-    std::vector<double> keep;      // dropout factor: 1/(1-p) kept, 0 dropped (1 without dropout)
-    std::vector<double> dropped;   // P * keep: what multiplies V
-    std::vector<double> lse;       // per row; -inf when the row sees no key
-    Rows out;                      // q_len x d
+// ---- the forward of a block of query rows -------------------------------------------------------
 
-    double& at(std::vector<double>& m, int64_t i, int64_t j) { return m[size_t(i * k_len + j)]; }
-};
+// Each S-shaped matrix of a block holds at most this many elements (2 MB in double).
+constexpr int64_t kBlockElements = int64_t(1) << 18;
+constexpr int64_t kMaxBlockRows = 64;
+
+int64_t block_rows(int64_t k_len) {
+    return std::clamp<int64_t>(kBlockElements / std::max<int64_t>(k_len, 1), 1, kMaxBlockRows);
+}
 
 // Scale applied to kept probabilities, and whether element (i, j) of this head is kept.
 struct DropoutPolicy {
@@ -109,62 +243,83 @@ struct DropoutPolicy {
     }
 };
 
-HeadForward forward_head(const Problem& pr, const Span& s, int64_t h, const Arithmetic& math) {
-    HeadForward f;
-    f.q_len = s.q_len;
-    f.k_len = s.k_len;
-    f.d = pr.head_dim();
-    const int64_t d = f.d;
+// Everything the forward of rows [i0, i0 + rows) of one (sequence, query head) produces, kept for
+// the backward. S-shaped members are rows x k_len.
+template <typename Real>
+struct RowBlock {
+    int64_t i0 = 0, rows = 0, k_len = 0;
+    std::vector<KeyRange> keys;    // per row: the keys the mask lets it see
+    std::vector<Real> q_scaled;    // q * scale as stored (the backward's dK uses it)
+    std::vector<double> capped;    // softcapped score before ALiBi, for its derivative
+    std::vector<double> prob;      // normalised softmax P, 0 where masked
+    std::vector<double> keep;      // dropout factor: 1/(1-p) kept, 0 dropped (1 without dropout)
+    std::vector<double> dropped;   // P * keep: what multiplies V
+    std::vector<double> lse;       // per row; -inf when the row sees no key
+    std::vector<double> out;       // rows x d, when asked for
+
+    double& at(std::vector<double>& m, int64_t r, int64_t j) { return m[size_t(r * k_len + j)]; }
+};
+
+template <typename Math>
+void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<typename Math::Real>& kv, int64_t i0,
+                  int64_t rows, bool want_out, const Math& math, RowBlock<typename Math::Real>& f) {
+    using Real = typename Math::Real;
+    const int64_t d = pr.head_dim(), q_len = s.q_len, k_len = s.k_len;
     const fa_fwd_params& p = pr.p;
+    f.i0 = i0;
+    f.rows = rows;
+    f.k_len = k_len;
+    f.q_scaled = load_q_rows(pr, p.q, s, h, i0, rows, double(pr.scale), math);
 
-    f.q_scaled = load_q_rows(pr, p.q, s, h);
-    for (double& x : f.q_scaled) x = math.store(x * double(pr.scale));
-    f.k = load_k_rows(pr, p.k, s, pr.kv_head(h));
-    f.v = load_k_rows(pr, p.v, s, pr.kv_head(h));
-
-    const size_t cells = size_t(f.q_len * f.k_len);
+    const size_t cells = size_t(rows * k_len);
     f.capped.assign(cells, 0.0);
     f.prob.assign(cells, 0.0);
     f.keep.assign(cells, 0.0);
     f.dropped.assign(cells, 0.0);
-    f.lse.assign(size_t(f.q_len), kMinusInf);
-    f.out.assign(size_t(f.q_len * d), 0.0);
+    f.lse.assign(size_t(rows), kMinusInf);
+    f.keys.resize(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) f.keys[size_t(r)] = pr.mask.keys_for_row(i0 + r, q_len, k_len);
+
+    std::vector<Real> qk(cells);
+    block_dots(f.q_scaled.data(), rows, f.keys.data(), kv.k_t.data(), kv.stride, d, k_len, qk.data());
 
     const double softcap = p.softcap;
     const double slope = pr.alibi_slope(s.batch, h);
     const DropoutPolicy dropout = DropoutPolicy::of(pr);
-    std::vector<double> score(size_t(f.k_len));
-
-    for (int64_t i = 0; i < f.q_len; ++i) {
-        const KeyRange keys = pr.mask.keys_for_row(i, f.q_len, f.k_len);
+    std::vector<double> score(static_cast<size_t>(k_len)), exp_score(static_cast<size_t>(k_len));
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        const KeyRange keys = f.keys[size_t(r)];
         if (keys.empty()) continue; // out 0, lse -inf, P 0: a row that may attend to nothing
         double row_max = kMinusInf;
         for (int64_t j = keys.begin; j < keys.end; ++j) {
-            const double qk = math.store(math.dot(&f.q_scaled[size_t(i * d)], &f.k[size_t(j * d)], d));
-            f.at(f.capped, i, j) = math.store(transform_score(qk, softcap, 0.0, i, j, f.q_len, f.k_len));
-            score[size_t(j)] = math.store(transform_score(qk, softcap, slope, i, j, f.q_len, f.k_len));
+            const double raw = math.store(double(qk[size_t(r * k_len + j)]));
+            f.at(f.capped, r, j) = math.store(transform_score(raw, softcap, 0.0, i, j, q_len, k_len));
+            score[size_t(j)] = math.store(transform_score(raw, softcap, slope, i, j, q_len, k_len));
             row_max = std::max(row_max, score[size_t(j)]);
         }
         double denominator = 0.0;
-        for (int64_t j = keys.begin; j < keys.end; ++j)
-            denominator = math.add(denominator, math.exp(score[size_t(j)] - row_max));
-        f.lse[size_t(i)] = math.add(row_max, math.log(denominator));
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
+            exp_score[size_t(j)] = math.exp(score[size_t(j)] - row_max);
+            denominator = math.add(denominator, exp_score[size_t(j)]);
+        }
+        f.lse[size_t(r)] = math.add(row_max, math.log(denominator));
 
         const DropoutRow rng(pr.dropout_seed(), pr.dropout_offset(), s.batch, p.num_heads, h, i);
-        std::vector<double> acc(size_t(d), 0.0);
         for (int64_t j = keys.begin; j < keys.end; ++j) {
-            const double prob = math.store(math.exp(score[size_t(j)] - row_max) / denominator);
+            const double prob = math.store(exp_score[size_t(j)] / denominator);
             const bool kept = !dropout.active || rng.bits_for_column(j) < dropout.threshold;
             const double keep = kept ? dropout.keep_scale : 0.0;
-            const double dropped = math.store(prob * keep);
-            f.at(f.prob, i, j) = prob;
-            f.at(f.keep, i, j) = keep;
-            f.at(f.dropped, i, j) = dropped;
-            if (dropped != 0.0) math.axpy(dropped, &f.v[size_t(j * d)], acc.data(), d);
+            f.at(f.prob, r, j) = prob;
+            f.at(f.keep, r, j) = keep;
+            f.at(f.dropped, r, j) = math.store(prob * keep);
         }
-        for (int64_t c = 0; c < d; ++c) f.out[size_t(i * d + c)] = math.store(acc[size_t(c)]);
     }
-    return f;
+    f.out.assign(want_out ? size_t(rows * d) : 0, 0.0);
+    if (!want_out) return;
+    std::vector<Real> acc(size_t(rows * d), Real(0));
+    block_accumulate(f.dropped.data(), rows, f.keys.data(), kv.v.data(), d, k_len, acc.data());
+    for (size_t e = 0; e < acc.size(); ++e) f.out[e] = math.store(double(acc[e]));
 }
 
 // Row of (sequence, row) in the canonical (rows, heads, head_dim) results.
@@ -183,11 +338,26 @@ void check_readable(const Problem& pr) {
     check_sequence_arrays(pr);
 }
 
-} // namespace
+// task(i) for i in [0, count), spread over the cores (FLASHATTN_NUM_THREADS, else every core this
+// process may run on). Tasks write disjoint parts of the results, so the order they run in changes nothing.
+template <typename Task>
+void parallel_for(int64_t count, const Task& task) {
+    if (count <= 0) return;
+    cpu::ThreadPool pool(int(std::min<int64_t>(cpu::default_num_threads(), count)));
+    pool.run(count, [](void* context, int64_t i, int) { (*static_cast<const Task*>(context))(i); },
+             const_cast<Task*>(&task));
+}
 
-ForwardResult forward(const Problem& pr, Precision precision, bool want_probs) {
-    check_readable(pr);
-    const Arithmetic math{precision, pr.p.dtype};
+// Query rows [i0, i0 + rows) of one (sequence, query head): a few blocks, so that loading K and V
+// for them costs little next to their products.
+struct RowsTask {
+    int64_t batch, head, i0, rows;
+};
+constexpr int64_t kBlocksPerTask = 4;
+
+template <typename Math>
+ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs) {
+    using Real = typename Math::Real;
     const int64_t H = pr.heads(), d = pr.head_dim(), Sq = pr.p.seqlen_q, Sk = pr.p.seqlen_k;
 
     ForwardResult r;
@@ -195,105 +365,157 @@ ForwardResult forward(const Problem& pr, Precision precision, bool want_probs) {
     r.lse.assign(size_t(pr.varlen ? H * pr.total_q : pr.batch() * H * Sq), kMinusInf);
     if (want_probs) r.probs.assign(size_t(pr.batch() * H * Sq * Sk), 0.0);
 
+    std::vector<RowsTask> tasks;
     for (int64_t b = 0; b < pr.batch(); ++b) {
         const Span s = pr.span(b);
-        for (int64_t h = 0; h < H; ++h) {
-            HeadForward f = forward_head(pr, s, h, math);
-            for (int64_t i = 0; i < s.q_len; ++i) {
-                r.lse[size_t(pr.lse_index(s, i, h))] = f.lse[size_t(i)];
-                double* out = &r.out[size_t((canonical_q_row(pr, s, i) * H + h) * d)];
-                std::copy_n(&f.out[size_t(i * d)], d, out);
+        const int64_t step = kBlocksPerTask * block_rows(s.k_len);
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i0 = 0; i0 < s.q_len; i0 += step) tasks.push_back({b, h, i0, std::min(step, s.q_len - i0)});
+    }
+    parallel_for(int64_t(tasks.size()), [&](int64_t t) {
+        const RowsTask& task = tasks[size_t(t)];
+        const int64_t b = task.batch, h = task.head;
+        const Span s = pr.span(b);
+        const KeyValues<Real> kv = load_key_values<Real>(pr, s, pr.kv_head(h), Pass::forward);
+        const int64_t step = block_rows(s.k_len);
+        RowBlock<Real> f;
+        for (int64_t i0 = task.i0; i0 < task.i0 + task.rows; i0 += step) {
+            const int64_t rows = std::min(step, task.i0 + task.rows - i0);
+            forward_rows(pr, s, h, kv, i0, rows, true, math, f);
+            for (int64_t row = 0; row < rows; ++row) {
+                const int64_t i = i0 + row;
+                r.lse[size_t(pr.lse_index(s, i, h))] = f.lse[size_t(row)];
+                std::copy_n(&f.out[size_t(row * d)], d, &r.out[size_t((canonical_q_row(pr, s, i) * H + h) * d)]);
                 if (!want_probs || s.k_len == 0) continue;
                 double* probs = &r.probs[size_t(((b * H + h) * Sq + i) * Sk)];
                 for (int64_t j = 0; j < s.k_len; ++j) {
-                    const double prob = f.at(f.prob, i, j);
-                    probs[j] = pr.mask.allowed(i, j, s.q_len, s.k_len) && f.at(f.keep, i, j) == 0.0 ? -prob : prob;
+                    const double prob = f.at(f.prob, row, j);
+                    probs[j] = pr.mask.allowed(i, j, s.q_len, s.k_len) && f.at(f.keep, row, j) == 0.0 ? -prob : prob;
                 }
             }
         }
-    }
+    });
     return r;
 }
 
-Gradients backward(const BwdProblem& bp, Precision precision) {
+// The gradients of one (sequence, query head): dQ straight into the results, this head's share
+// of dK and dV (k_len x d, stored) for backward_with to sum over the group.
+template <typename Math>
+void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& math, Gradients& g,
+                   std::vector<double>& dk_head, std::vector<double>& dv_head) {
+    using Real = typename Math::Real;
     const Problem& pr = bp.fwd;
-    check_readable(pr);
-    const Arithmetic math{precision, pr.p.dtype};
-    const int64_t H = pr.heads(), Hk = pr.p.num_heads_k, d = pr.head_dim();
+    const int64_t H = pr.heads(), d = pr.head_dim(), q_len = s.q_len, k_len = s.k_len;
     const double scale = pr.scale, softcap = pr.p.softcap;
+    const KeyValues<Real> kv = load_key_values<Real>(pr, s, pr.kv_head(h), Pass::backward);
+
+    // dK/dV of this query head, summed over every query row in order.
+    std::vector<Real> acc_k(size_t(k_len * d), Real(0)), acc_v(size_t(k_len * d), Real(0));
+    std::vector<Real> dp_raw, acc_q;
+    std::vector<double> dp(static_cast<size_t>(k_len)), ds;
+    RowBlock<Real> f;
+    const int64_t step = block_rows(k_len);
+    for (int64_t i0 = 0; i0 < q_len; i0 += step) {
+        const int64_t rows = std::min(step, q_len - i0);
+        forward_rows(pr, s, h, kv, i0, rows, false, math, f);
+        const std::vector<Real> dout = load_q_rows(pr, bp.p.dout, s, h, i0, rows, 1.0, math);
+        // dP = dO V^T (times the dropout mask and 1/(1-p)); dS = P (dP - rowsum(P dP)).
+        dp_raw.resize(size_t(rows * k_len));
+        block_dots(dout.data(), rows, f.keys.data(), kv.v_t.data(), kv.stride, d, k_len, dp_raw.data());
+        ds.assign(size_t(rows * k_len), 0.0);
+        int64_t first_key = k_len, last_key = 0; // the keys any row of the block sees
+        for (int64_t r = 0; r < rows; ++r) {
+            const KeyRange keys = f.keys[size_t(r)];
+            if (keys.empty()) continue;
+            first_key = std::min(first_key, keys.begin);
+            last_key = std::max(last_key, keys.end);
+            double dsum = 0.0;
+            for (int64_t j = keys.begin; j < keys.end; ++j) {
+                if (f.at(f.prob, r, j) == 0.0) continue; // masked (or underflowed): no gradient
+                dp[size_t(j)] = math.store(math.store(double(dp_raw[size_t(r * k_len + j)])) * f.at(f.keep, r, j));
+                dsum = math.add(dsum, f.at(f.prob, r, j) * dp[size_t(j)]);
+            }
+            for (int64_t j = keys.begin; j < keys.end; ++j) {
+                const double prob = f.at(f.prob, r, j);
+                if (prob == 0.0) continue;
+                double grad = math.store(prob * (dp[size_t(j)] - dsum));
+                if (softcap > 0.0) {
+                    const double t = f.at(f.capped, r, j) / softcap; // tanh of the uncapped score
+                    grad = math.store(grad * math.store(1.0 - t * t));
+                }
+                ds[size_t(r * k_len + j)] = grad;
+            }
+        }
+        // dQ = scale * dS K (the framework's scale sits on q, so its chain rule scales dQ last).
+        acc_q.assign(size_t(rows * d), Real(0));
+        block_accumulate(ds.data(), rows, f.keys.data(), kv.k.data(), d, k_len, acc_q.data());
+        for (int64_t r = 0; r < rows; ++r) {
+            double* dq = &g.dq[size_t((canonical_q_row(pr, s, i0 + r) * H + h) * d)];
+            for (int64_t c = 0; c < d; ++c) dq[c] = math.store(math.store(double(acc_q[size_t(r * d + c)])) * scale);
+        }
+        // dK += dS^T (q * scale), dV += (P * mask / (1-p))^T dO: this block's rows, in order.
+        for (int64_t j = first_key; j < last_key; ++j) {
+            accumulate(&ds[size_t(j)], k_len, f.q_scaled.data(), rows, d, &acc_k[size_t(j * d)]);
+            accumulate(&f.dropped[size_t(j)], k_len, dout.data(), rows, d, &acc_v[size_t(j * d)]);
+        }
+    }
+    dk_head.resize(size_t(k_len * d));
+    dv_head.resize(size_t(k_len * d));
+    for (size_t e = 0; e < dk_head.size(); ++e) {
+        dk_head[e] = math.store(double(acc_k[e]));
+        dv_head[e] = math.store(double(acc_v[e]));
+    }
+}
+
+template <typename Math>
+Gradients backward_with(const BwdProblem& bp, const Math& math) {
+    const Problem& pr = bp.fwd;
+    const int64_t H = pr.heads(), Hk = pr.p.num_heads_k, d = pr.head_dim(), group = pr.group;
 
     Gradients g;
     g.dq.assign(size_t(q_rows(pr) * H * d), 0.0);
     g.dk.assign(size_t(k_rows(pr) * Hk * d), 0.0);
     g.dv.assign(size_t(k_rows(pr) * Hk * d), 0.0);
 
+    // One task per (sequence, query head): task b * H + h.
+    std::vector<std::vector<double>> dk_heads(size_t(pr.batch() * H)), dv_heads(dk_heads.size());
+    parallel_for(pr.batch() * H, [&](int64_t t) {
+        const int64_t b = t / H, h = t % H;
+        backward_head(bp, pr.span(b), h, math, g, dk_heads[size_t(t)], dv_heads[size_t(t)]);
+    });
+    // dK/dV of each KV head: the query heads' shares added in head order (a framework's
+    // repeat_interleave backward), then stored.
     for (int64_t b = 0; b < pr.batch(); ++b) {
         const Span s = pr.span(b);
-        // dK/dV of each KV head: per query head in the working precision, then summed over the
-        // group (a framework's repeat_interleave backward), then stored.
-        std::vector<double> dk_group(size_t(Hk * s.k_len * d), 0.0), dv_group(dk_group.size(), 0.0);
-        for (int64_t h = 0; h < H; ++h) {
-            HeadForward f = forward_head(pr, s, h, math);
-            const Rows dout = load_q_rows(pr, bp.p.dout, s, h);
-            std::vector<double> ds(f.prob.size(), 0.0);
-
-            for (int64_t i = 0; i < s.q_len; ++i) {
-                // dP = dO V^T (times the dropout mask and 1/(1-p)); dS = P (dP - rowsum(P dP)).
-                std::vector<double> dp(size_t(s.k_len), 0.0);
-                double dsum = 0.0;
-                for (int64_t j = 0; j < s.k_len; ++j) {
-                    if (f.at(f.prob, i, j) == 0.0) continue; // masked (or underflowed): no gradient
-                    const double dp_raw = math.store(math.dot(&dout[size_t(i * d)], &f.v[size_t(j * d)], d));
-                    dp[size_t(j)] = math.store(dp_raw * f.at(f.keep, i, j));
-                    dsum = math.add(dsum, f.at(f.prob, i, j) * dp[size_t(j)]);
-                }
-                for (int64_t j = 0; j < s.k_len; ++j) {
-                    const double prob = f.at(f.prob, i, j);
-                    if (prob == 0.0) continue;
-                    double grad = math.store(prob * (dp[size_t(j)] - dsum));
-                    if (softcap > 0.0) {
-                        const double t = f.at(f.capped, i, j) / softcap; // tanh of the uncapped score
-                        grad = math.store(grad * math.store(1.0 - t * t));
-                    }
-                    f.at(ds, i, j) = grad;
-                }
-            }
-
-            // dQ = scale * dS K (the framework's scale sits on q, so its chain rule scales dQ last).
-            for (int64_t i = 0; i < s.q_len; ++i) {
-                std::vector<double> acc(size_t(d), 0.0);
-                for (int64_t j = 0; j < s.k_len; ++j)
-                    if (f.at(ds, i, j) != 0.0) math.axpy(f.at(ds, i, j), &f.k[size_t(j * d)], acc.data(), d);
-                double* dq = &g.dq[size_t((canonical_q_row(pr, s, i) * H + h) * d)];
-                for (int64_t c = 0; c < d; ++c) dq[c] = math.store(math.store(acc[size_t(c)]) * scale);
-            }
-            // dK = dS^T (q * scale), dV = (P * mask / (1-p))^T dO, per query head.
-            const int64_t hk = pr.kv_head(h);
-            for (int64_t j = 0; j < s.k_len; ++j) {
-                std::vector<double> acc_k(size_t(d), 0.0), acc_v(size_t(d), 0.0);
-                for (int64_t i = 0; i < s.q_len; ++i) {
-                    const double dsij = f.at(ds, i, j), pij = f.at(f.dropped, i, j);
-                    if (dsij != 0.0) math.axpy(dsij, &f.q_scaled[size_t(i * d)], acc_k.data(), d);
-                    if (pij != 0.0) math.axpy(pij, &dout[size_t(i * d)], acc_v.data(), d);
-                }
-                double* dk = &dk_group[size_t((hk * s.k_len + j) * d)];
-                double* dv = &dv_group[size_t((hk * s.k_len + j) * d)];
-                for (int64_t c = 0; c < d; ++c) {
-                    dk[c] = math.add(dk[c], math.store(acc_k[size_t(c)]));
-                    dv[c] = math.add(dv[c], math.store(acc_v[size_t(c)]));
-                }
-            }
-        }
         for (int64_t hk = 0; hk < Hk; ++hk)
             for (int64_t j = 0; j < s.k_len; ++j)
                 for (int64_t c = 0; c < d; ++c) {
-                    const size_t from = size_t((hk * s.k_len + j) * d + c);
+                    double dk = 0.0, dv = 0.0;
+                    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+                        const size_t from = size_t(j * d + c);
+                        dk = math.add(dk, dk_heads[size_t(b * H + h)][from]);
+                        dv = math.add(dv, dv_heads[size_t(b * H + h)][from]);
+                    }
                     const size_t to = size_t((canonical_k_row(pr, s, j) * Hk + hk) * d + c);
-                    g.dk[to] = math.store(dk_group[from]);
-                    g.dv[to] = math.store(dv_group[from]);
+                    g.dk[to] = math.store(dk);
+                    g.dv[to] = math.store(dv);
                 }
     }
     return g;
+}
+
+} // namespace
+
+ForwardResult forward(const Problem& pr, Precision precision, bool want_probs) {
+    check_readable(pr);
+    if (precision == Precision::fp64) return forward_with(pr, Exact{}, want_probs);
+    return forward_with(pr, Naive{pr.p.dtype}, want_probs);
+}
+
+Gradients backward(const BwdProblem& bp, Precision precision) {
+    check_readable(bp.fwd);
+    if (precision == Precision::fp64) return backward_with(bp, Exact{});
+    return backward_with(bp, Naive{bp.fwd.p.dtype});
 }
 
 namespace {

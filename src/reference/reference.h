@@ -1,5 +1,7 @@
-// The fp64 reference: naive attention that materialises S, written for clarity, not speed.
-// It is the executable definition the backends are tested against, and what the CLI's --check uses.
+// The fp64 reference: naive attention (S, P, dS row by row in full, no online softmax), written
+// for clarity first. It is the executable definition the backends are tested against, and what the
+// CLI's --check uses. It runs blocks of query rows on every core; its results do not depend on the
+// number of threads (reference.cpp says how).
 //
 // It reads q, k, v (and dout) through the Problem's strides, exactly as a backend does, and returns
 // results in canonical contiguous layouts:

@@ -9,6 +9,7 @@
 #include "workload.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -26,7 +27,11 @@ struct BenchRow {
     std::string error;       // the library's message when the point could not run
 };
 
+// The folder of --out is made if missing, so `--out results/grid` works from any directory.
 std::ofstream open_output(const std::string& path) {
+    std::error_code ignored; // an unusable folder shows up as the open failing below
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
     std::ofstream file(path);
     if (!file) throw UsageError("--out: cannot write " + path);
     return file;

@@ -32,7 +32,7 @@ struct CheckResult {
 TensorCheck compare_values(const char* name, double factor, size_t count, const std::function<double(size_t)>& ours,
                            const std::vector<double>& naive, const std::vector<double>& reference);
 
-// Whether the naive reference (which materialises S) finishes in reasonable time for this problem:
+// Whether the naive reference (O(pairs x head_dim) work) finishes in reasonable time for this problem:
 // --check runs by default only then.
 bool reference_is_affordable(const Problem& problem, bool backward);
 
