@@ -170,7 +170,11 @@ class Library:
         fwd_ptr, bwd_ptr = ctypes.POINTER(FwdParams), ctypes.POINTER(BwdParams)
         kv_ptr, combine_ptr = ctypes.POINTER(KvCacheParams), ctypes.POINTER(CombineParams)
 
-        def bind(name, restype, *argtypes):
+        def bind(name, restype, *argtypes, optional=False):
+            # optional: a function a library built from an earlier commit may lack (A/B benchmarks
+            # load such builds); calling it then raises.
+            if optional and not hasattr(lib, name):
+                return _missing(name, self.path)
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = restype, list(argtypes)
             return fn
@@ -194,9 +198,10 @@ class Library:
         self.kvcache_forward = bind("fa_kvcache_forward", ctypes.c_int, kv_ptr)
         self.kvcache_workspace_size = bind("fa_kvcache_workspace_size", ctypes.c_size_t, kv_ptr)
         self.combine = bind("fa_combine", ctypes.c_int, combine_ptr)
-        self.check_device_faults = bind("fa_check_device_faults", ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+        self.check_device_faults = bind("fa_check_device_faults", ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                        optional=True)
         # Tests and benchmarks only: force the library's own choices (FLASHATTN_OVERRIDES's syntax, b"" = none).
-        self.set_overrides = bind("fa_set_overrides", ctypes.c_int, ctypes.c_char_p)
+        self.set_overrides = bind("fa_set_overrides", ctypes.c_int, ctypes.c_char_p, optional=True)
         # The _sized initialisers: the plain fa_*_params_init symbols initialise earlier layouts.
         fwd_init = bind("fa_fwd_params_init_sized", None, fwd_ptr, ctypes.c_size_t)
         bwd_init = bind("fa_bwd_params_init_sized", None, bwd_ptr, ctypes.c_size_t)
@@ -232,6 +237,12 @@ class Library:
             message = self.last_error().decode(errors="replace")
             error = FlashAttnArgumentError if status == STATUS_INVALID_ARGUMENT else FlashAttnError
             raise error(self.status_name(status).decode(), message)
+
+
+def _missing(name, path):
+    def call(*_args):
+        raise FlashAttnError("FA_ERROR_UNSUPPORTED", f"{path} has no {name} (a build of an earlier commit)")
+    return call
 
 
 def load():

@@ -306,11 +306,18 @@ def test_errors_name_the_argument():
 
 @cuda_only
 def test_malformed_cu_seqlens_on_device_do_not_fault():
-    """Device-side cu_seqlens cannot be validated on the host: the kernel clamps, never faults."""
+    """Device-side cu_seqlens cannot be validated on the host: the kernel clamps what it reads (no
+    fault, the context stays usable), writes NaN for the sequences whose values are out of range and
+    records the first such value for fa_check_device_faults (docs/semantics.md)."""
     q, k, v = rand(50, 2, 64), rand(40, 2, 64), rand(40, 2, 64)
     bad_q = torch.tensor([0, 30, 10, 1000], device=DEV, dtype=torch.int32)   # decreasing, past total_q
     bad_k = torch.tensor([-5, 100000, 20, 40], device=DEV, dtype=torch.int32)
     out = torch.zeros_like(q)
     abi.forward(q, k, v, out=out, cu_seqlens_q=bad_q, cu_seqlens_k=bad_k, max_seqlen_q=64, max_seqlen_k=64)
     sync()  # raises if the kernel faulted
-    assert torch.isfinite(out).all()
+    # Sequence 2 (rows [10, 50): its end is past total_q) is NaN; sequence 0's keys start at -5.
+    assert out[10:50].isnan().all() and out[0:30].isnan().all()
+    status = abi.lib.check_device_faults(torch.cuda.current_device(), None)
+    assert status == abi.C.STATUS_INVALID_ARGUMENT, status
+    assert "cu_seqlens" in abi.lib.last_error().decode()
+    assert abi.lib.check_device_faults(torch.cuda.current_device(), None) == 0  # reported once
