@@ -67,9 +67,9 @@ def sdpa_backward_fn(q, k, v, dout, causal, backend):
     return run
 
 
-def measure(shapes, variants=(), libs=(), rounds=1):
+def measure(shapes, variants=(), libs=(), rounds=1, hdims=HDIMS):
     rows = []
-    for hdim in HDIMS:
+    for hdim in hdims:
         nheads = HIDDEN // hdim
         for causal in (False, True):
             for seqlen in shapes:
@@ -134,7 +134,7 @@ def plot(rows, path):
     plt = pyplot()
     if plt is None:
         return
-    panels = [(h, c) for h in HDIMS for c in (False, True)]
+    panels = [(h, c) for h in sorted({r["hdim"] for r in rows}) for c in (False, True)]
     fig, axes = plt.subplots(3, 2, figsize=(13, 12), sharey=True)
     series = (("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c"))
@@ -159,6 +159,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
+    ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
@@ -172,7 +173,9 @@ def main():
 
     variants = [parse_variant(v) for v in args.variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, variants=variants, libs=libs, rounds=args.rounds)
+    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
+    rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, variants=variants, libs=libs, rounds=args.rounds,
+                   hdims=hdims)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2"]
