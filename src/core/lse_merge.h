@@ -61,4 +61,21 @@ struct LseSum {
     }
 };
 
+// The merged lse2 of N logsumexps held at once (the decode kernel's warps): the max, then one sum, so
+// that the N exponentials do not wait for each other as the running form's do.
+template <int N>
+FA_LSE_HD float merged_lse2(const float (&lse2)[N]) {
+    float max = -INFINITY;
+    bool nan = false;
+    for (int i = 0; i < N; ++i) {
+        nan = nan || lse2[i] != lse2[i];
+        max = lse2[i] > max ? lse2[i] : max;
+    }
+    if (nan) return NAN;
+    if (!(max > -INFINITY)) return -INFINITY;
+    float sum = 0.0f;
+    for (int i = 0; i < N; ++i) sum += lse_exp2(lse2[i] - max); // 2^-inf = 0
+    return max + log2f(sum);
+}
+
 } // namespace flashattn

@@ -36,9 +36,12 @@ struct DeviceFault {
 };
 
 #if defined(__CUDACC__)
-// Keep the first fault since the last check. (Inlined: a call from a lane-divergent branch could
-// leave the warp diverged at the warp-wide instructions after it.)
-__device__ __forceinline__ void record_fault(DeviceFault* fault, FaultArg arg, int sequence, int column,
+// Keep the first fault since the last check. Out of line, so that the never-taken fault paths cost
+// the kernels one call instruction each instead of their code in the instruction stream. Callers
+// reach it from warp-uniform branches (sequence bounds) or after their last warp-wide instruction
+// (PageTable::report): a call from a lane-divergent branch could leave the warp diverged at the next
+// ldmatrix or mma.
+static __device__ __noinline__ void record_fault(DeviceFault* fault, FaultArg arg, int sequence, int column,
                                                  int value, int64_t low, int64_t high) {
     if (fault == nullptr || atomicCAS(&fault->arg, 0, -1) != 0) return;
     fault->sequence = sequence;

@@ -415,16 +415,12 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         if (row >= rows_valid) break; // rows grow with index
         if (col >= args.head_dim) continue;
         float lse2_w[kWarps];
-        LseSum total;
         CUTE_UNROLL
-        for (int w = 0; w < kWarps; ++w) {
-            lse2_w[w] = merge_lse[w * kBlockM + row] * kLog2e;
-            total.add(lse2_w[w]);
-        }
+        for (int w = 0; w < kWarps; ++w) lse2_w[w] = merge_lse[w * kBlockM + row] * kLog2e;
+        const float lse2 = merged_lse2(lse2_w);
         float lse = -INFINITY;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (total.max > -INFINITY) {
-            const float lse2 = total.lse2();
+        if (lse2 > -INFINITY) {
             lse = lse2 * kLn2;
             CUTE_UNROLL
             for (int w = 0; w < kWarps; ++w) {
