@@ -399,7 +399,7 @@ def main():
     p.add_argument("--compare", action="append", default=[], metavar="NAME:PATH",
                    help="also time the library at PATH, interleaved, in column ours_NAME_*")
     p.add_argument("--show", type=int, default=40, help="lines of the benchmark's output to print")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for the benchmark script")
+    p.epilog = "Arguments after a lone -- go to the benchmark script."
 
     p = command("profile", cmd_profile, "Nsight Compute over one call of each implementation (bench/profile_*.py)",
                 400, lib=True)
@@ -415,9 +415,13 @@ def main():
     command("plan", lambda args: print(PLAN, end=""), "print the full validation run, one device call per paragraph")
     command("summary", lambda args: print(tail(out_dir(args) / "summary.txt", 200)), "print OUT/summary.txt")
 
-    args = ap.parse_args()
-    if getattr(args, "extra", None) and args.extra[0] == "--":
-        args.extra = args.extra[1:]
+    # Everything after a lone "--" belongs to the benchmark script; argparse's REMAINDER after a
+    # positional would also swallow this script's own options (--compare, --timeout).
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    args = ap.parse_args(argv)
+    args.extra = extra
     sys.exit(args.fn(args))
 
 if __name__ == "__main__":
