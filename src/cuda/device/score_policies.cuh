@@ -43,46 +43,61 @@ __device__ __forceinline__ void poison_rows(AccRows& acc_o_rows, float (&row_lse
     for (int r = 0; r < kRows; ++r) row_lse[r] = __int_as_float(0x7fffffff);
 }
 
-// Rows [cu[b], cu[b + 1]) of a packed tensor: cu[0] = 0, cu[b] <= cu[b + 1] <= total, at most
-// max_len rows. Returns the first row; `len` the (clamped) number of rows.
-__device__ __forceinline__ int64_t checked_rows(const int32_t* cu, int b, int64_t total, int64_t max_len,
+// Rows [start, end) of a packed tensor, as read from cu_seqlens[b] and [b + 1]: cu[0] = 0, cu[b] <=
+// cu[b + 1] <= total, at most max_len rows. Returns the first row; `len` the (clamped) number of rows.
+__device__ __forceinline__ int64_t checked_rows(int32_t start, int32_t end, int b, int64_t total, int64_t max_len,
                                                 FaultArg arg, DeviceFault* fault, bool& faulted, int64_t& len) {
-    const int64_t row0 = checked_index(fault, faulted, arg, b, b, cu[b], 0, b == 0 ? 0 : total);
-    const int64_t row1 = checked_index(fault, faulted, arg, b, b + 1, cu[b + 1], row0, min(total, row0 + max_len));
+    const int64_t row0 = checked_index(fault, faulted, arg, b, b, start, 0, b == 0 ? 0 : total);
+    const int64_t row1 = checked_index(fault, faulted, arg, b, b + 1, end, row0, min(total, row0 + max_len));
     len = row1 - row0;
     return row0;
 }
 
+// A sequence's rows and keys from the index arrays in device memory. Every value is read before any
+// is checked: a check's fault report is a call the compiler cannot move a load across, so checking
+// each value as it arrives would put the reads' latencies one after another at the start of every CTA.
 template <bool kInference = false>
 __device__ __forceinline__ SequenceBounds sequence_bounds(const FwdArgs& args, int b) {
+    const bool varlen = args.cu_seqlens_q != nullptr;
+    const int32_t q_start = varlen ? args.cu_seqlens_q[b] : 0, q_end = varlen ? args.cu_seqlens_q[b + 1] : 0;
+    const int32_t k_start = varlen ? args.cu_seqlens_k[b] : 0, k_end = varlen ? args.cu_seqlens_k[b + 1] : 0;
+    const int32_t used_k = args.seqused_k ? args.seqused_k[b] : 0;
+    int32_t cache_len = 0, leftpad = 0, cache_entry = b;
+    if constexpr (kInference) {
+        if (args.cache_seqlens) {
+            cache_len = args.cache_seqlens[b];
+            if (args.cache_leftpad) leftpad = args.cache_leftpad[b];
+            if (args.cache_batch_idx) cache_entry = args.cache_batch_idx[b];
+        }
+    }
+
     SequenceBounds s{args.seqlen_q, args.seqlen_k, 0, 0};
     s.k_batch = b;
     const bool paged = kInference && args.block_table != nullptr;
-    if (args.cu_seqlens_q) {
+    if (varlen) {
         int64_t q_len, k_len;
-        s.q_row0 = checked_rows(args.cu_seqlens_q, b, args.total_q, args.seqlen_q, FaultArg::cu_seqlens_q, args.fault,
+        s.q_row0 = checked_rows(q_start, q_end, b, args.total_q, args.seqlen_q, FaultArg::cu_seqlens_q, args.fault,
                                 s.faulted, q_len);
         // Paged: cu_seqlens_k gives only lengths (rows start at 0 of the table); total_k bounds nothing.
-        const int64_t k0 = checked_rows(args.cu_seqlens_k, b, paged ? int64_t(INT_MAX) : args.total_k, args.seqlen_k,
+        const int64_t k0 = checked_rows(k_start, k_end, b, paged ? int64_t(INT_MAX) : args.total_k, args.seqlen_k,
                                         FaultArg::cu_seqlens_k, args.fault, s.faulted, k_len);
         s.k_row0 = paged ? 0 : k0;
         s.q_len = int(q_len);
         s.k_len = int(k_len);
     }
-    if (args.seqused_k)
-        s.k_len = int(checked_index(args.fault, s.faulted, FaultArg::seqused_k, b, 0, args.seqused_k[b], 0, s.k_len));
+    if (args.seqused_k) s.k_len = int(checked_index(args.fault, s.faulted, FaultArg::seqused_k, b, 0, used_k, 0, s.k_len));
     if constexpr (kInference) {
         if (args.cache_seqlens) { // keys are cache rows [leftpad, c + seqlen_new) (docs/semantics.md)
-            const int c = int(checked_index(args.fault, s.faulted, FaultArg::cache_seqlens, b, 0, args.cache_seqlens[b],
-                                            0, args.seqlen_k - args.seqlen_new));
-            const int pad = args.cache_leftpad ? int(checked_index(args.fault, s.faulted, FaultArg::cache_leftpad, b, 0,
-                                                                   args.cache_leftpad[b], 0, c))
-                                               : 0;
+            const int c = int(checked_index(args.fault, s.faulted, FaultArg::cache_seqlens, b, 0, cache_len, 0,
+                                            args.seqlen_k - args.seqlen_new));
+            const int pad =
+                args.cache_leftpad ? int(checked_index(args.fault, s.faulted, FaultArg::cache_leftpad, b, 0, leftpad, 0, c))
+                                   : 0;
             s.k_row0 = pad;
             s.k_len = c + args.seqlen_new - pad;
             if (args.cache_batch_idx)
-                s.k_batch = checked_index(args.fault, s.faulted, FaultArg::cache_batch_idx, b, 0, args.cache_batch_idx[b],
-                                          0, args.cache_entries - 1);
+                s.k_batch = checked_index(args.fault, s.faulted, FaultArg::cache_batch_idx, b, 0, cache_entry, 0,
+                                          args.cache_entries - 1);
         }
         if (args.pack_gqa) {
             s.q_len = args.heads_per_kv_head;

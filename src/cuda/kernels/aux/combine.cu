@@ -52,6 +52,21 @@ __device__ __forceinline__ void warp_reduce(LseSum& s) {
     }
 }
 
+// The merged lse2 of the warp's 64 values (lane j: lo, hi) in merged_lse2's two-pass form
+// (core/lse_merge.h): the max over the warp, then one sum of independent exponentials. It is the
+// critical path of split-KV's combine; a running LseSum across the shuffles would wait on an
+// exponential at every step. NaN when any value is NaN, -inf when all are -inf.
+__device__ __forceinline__ float warp_merged_lse2(float lo, float hi) {
+    const bool nan = __any_sync(0xffffffffu, lo != lo || hi != hi);
+    float max = fmaxf(lo, hi);
+    for (int offset = 16; offset > 0; offset /= 2) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
+    if (nan) return NAN;
+    if (!(max > -INFINITY)) return -INFINITY;
+    float sum = lse_exp2(lo - max) + lse_exp2(hi - max); // 2^-inf = 0
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    return max + log2f(sum);
+}
+
 // This CTA's output row: (batch, row, head) of blockIdx.x. 32-bit arithmetic (launch_combine: at
 // most INT_MAX rows): 64-bit divisions were calls, three of them in front of the first load.
 struct OutputRow {
@@ -203,11 +218,7 @@ __global__ void __launch_bounds__(kThreads) split_kv_combine_kernel(const __grid
     if (warp == 0) {
         lo *= kLog2e;
         hi *= kLog2e;
-        LseSum total;
-        total.add(lo);
-        total.add(hi);
-        warp_reduce(total);
-        const float lse = total.lse2(); // -inf: every split empty, every weight 0
+        const float lse = warp_merged_lse2(lo, hi); // -inf: every split empty, every weight 0
         weights[lane] = LseSum::weight(lo, lse);
         weights[lane + 32] = LseSum::weight(hi, lse);
         if (args.lse && lane == 0)
