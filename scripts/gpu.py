@@ -237,21 +237,29 @@ def cmd_smoke(args):
 
 def cmd_pytest(args):
     name = (args.name or "pytest-" + "-".join(Path(f).stem for f in args.files)) + label(args.overrides)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs", *args.files]
     if args.sanitize:
-        command = ["compute-sanitizer", f"--tool={args.sanitize}", "--error-exitcode=9",
-                   "--target-processes=all", *command]
         name += f"-{args.sanitize}"
-    # Each -k in its own process: a kernel fault (which ends the CUDA context) costs one group only.
+    # One process per test folder (tests/gpu and tests/python each import their own `reference`
+    # module) and per -k (a kernel fault, which ends the CUDA context, costs one group only).
+    folders = {}
+    for f in args.files:
+        folders.setdefault(str(Path(f).parent), []).append(f)
     worst = 0
-    for group in args.k or [None]:
-        rc, seconds = run(args, name, command + (["-k", group] if group else []), args.timeout,
-                          library_env(args.lib, args.overrides))
-        log = out_dir(args) / f"{name}.log"
-        report(args, f"{name}{f' -k {group!r}' if group else ''}: rc={rc} {seconds:.0f} s: {pytest_result(log)}")
-        if rc:
-            print(tail(log, 25))
-        worst = worst or rc
+    for files in folders.values():
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs", *files]
+        if args.sanitize:
+            command = ["compute-sanitizer", f"--tool={args.sanitize}", "--error-exitcode=9",
+                       "--target-processes=all", *command]
+        for group in args.k or [None]:
+            rc, seconds = run(args, name, command + (["-k", group] if group else []), args.timeout,
+                              library_env(args.lib, args.overrides))
+            log = out_dir(args) / f"{name}.log"
+            what = " ".join(Path(f).name for f in files) if len(folders) > 1 else ""
+            report(args, f"{name}{f' [{what}]' if what else ''}{f' -k {group!r}' if group else ''}: rc={rc} "
+                         f"{seconds:.0f} s: {pytest_result(log)}")
+            if rc:
+                print(tail(log, 25))
+            worst = worst or rc
     return worst
 
 
