@@ -127,6 +127,18 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
 # The work, once. `probs` and `rng_state` are None when not asked for (the operators below turn
 # them into empty tensors, since an operator returns tensors).
 
+def _run_forward(params, q, varlen):
+    """fa_forward / fa_varlen_forward. The library switches to the tensors' GPU itself (the stream in
+    params is that GPU's current one); on CUDA its scratch (split-KV's partials, staged copies of odd
+    layouts) comes from torch's allocator."""
+    if q.is_cuda and (size := lib.forward_workspace_size(params)):
+        workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+        call = lib.varlen_forward_with_workspace if varlen else lib.forward_with_workspace
+        lib.check(call(params, workspace.data_ptr(), size))
+    else:
+        lib.check((lib.varlen_forward if varlen else lib.forward)(params))
+
+
 def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                  dropout_p, softmax_scale, causal, window_left, window_right, softcap, return_probs,
                  deterministic):
@@ -136,15 +148,7 @@ def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, m
     params = _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                          window_right, softcap, rng_state)
-    # The library switches to the tensors' GPU itself; the stream in params is that GPU's current one.
-    # Its scratch (split-KV's partials, staged copies of odd layouts) comes from torch's allocator.
-    varlen = cu_seqlens_q is not None
-    if q.is_cuda and (size := lib.forward_workspace_size(params)):
-        workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
-        call = lib.varlen_forward_with_workspace if varlen else lib.forward_with_workspace
-        lib.check(call(params, workspace.data_ptr(), size))
-    else:
-        lib.check((lib.varlen_forward if varlen else lib.forward)(params))
+    _run_forward(params, q, varlen=cu_seqlens_q is not None)
     return out, lse, probs, rng_state
 
 
@@ -366,9 +370,5 @@ def paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_t
     for name, value in _paged_fields(block_table, k).items():
         setattr(params, name, value)
     params.k, params.v = _view(k), _view(v)  # (num_blocks, page_size, heads_k, dim): 4-D strides
-    if q.is_cuda and (size := lib.forward_workspace_size(params)):
-        workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
-        lib.check(lib.varlen_forward_with_workspace(params, workspace.data_ptr(), size))
-    else:
-        lib.check(lib.varlen_forward(params))
+    _run_forward(params, q, varlen=True)
     return out, lse

@@ -174,6 +174,16 @@ int backward_device(const BwdProblem& problem) {
     return -1;
 }
 
+// The arrays of a forward problem that the forward and the backward both read, on `device`.
+void require_problem_on_device(const fa_fwd_params& p, int device) {
+    for (const auto& [ptr, name] : {std::pair<const void*, const char*>{p.q.data, "q.data"}, {p.k.data, "k.data"},
+                                    {p.v.data, "v.data"}, {p.out.data, "out.data"}, {p.softmax_lse, "softmax_lse"},
+                                    {p.cu_seqlens_q, "cu_seqlens_q"}, {p.cu_seqlens_k, "cu_seqlens_k"},
+                                    {p.seqused_k, "seqused_k"}, {p.alibi_slopes, "alibi_slopes"},
+                                    {p.rng_state, "rng_state"}})
+        require_on_device(ptr, device, name);
+}
+
 ForwardPlan forward_plan(const Problem& problem, int device) {
     if (device < 0) {
         ForwardPlan empty;
@@ -210,11 +220,8 @@ bool is_device_pointer(const void* ptr) { return device_of(ptr) >= 0; }
 void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspace& workspace, int device) {
     const fa_fwd_params& p = problem.p;
     if (plan.empty) return;
-    for (const auto& [ptr, name] : {std::pair<const void*, const char*>{p.q.data, "q.data"}, {p.k.data, "k.data"},
-                                    {p.v.data, "v.data"}, {p.out.data, "out.data"}, {p.softmax_lse, "softmax_lse"},
-                                    {p.cu_seqlens_q, "cu_seqlens_q"}, {p.cu_seqlens_k, "cu_seqlens_k"},
-                                    {p.seqused_k, "seqused_k"}, {p.alibi_slopes, "alibi_slopes"},
-                                    {p.attn_probs, "attn_probs"}, {p.rng_state, "rng_state"},
+    require_problem_on_device(p, device);
+    for (const auto& [ptr, name] : {std::pair<const void*, const char*>{p.attn_probs, "attn_probs"},
                                     {problem.kv.block_table, "block_table"}, {problem.kv.cache_seqlens, "cache_seqlens"},
                                     {problem.kv.cache_batch_idx, "cache_batch_idx"},
                                     {problem.kv.cache_leftpad, "cache_leftpad"}})
@@ -301,11 +308,8 @@ void backward(const BwdProblem& problem) {
     require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
     const int device = backward_device(problem);
     if (device < 0) return; // no tensor has a row: nothing to compute or write
-    for (const auto& [ptr, name] : {std::pair<const void*, const char*>{p.q.data, "q.data"}, {p.k.data, "k.data"},
-                                    {p.v.data, "v.data"}, {p.out.data, "out.data"}, {p.softmax_lse, "softmax_lse"},
-                                    {p.cu_seqlens_q, "cu_seqlens_q"}, {p.cu_seqlens_k, "cu_seqlens_k"},
-                                    {p.seqused_k, "seqused_k"}, {p.alibi_slopes, "alibi_slopes"},
-                                    {p.rng_state, "rng_state"}, {bp.dout.data, "dout.data"}, {bp.dq.data, "dq.data"},
+    require_problem_on_device(p, device);
+    for (const auto& [ptr, name] : {std::pair<const void*, const char*>{bp.dout.data, "dout.data"}, {bp.dq.data, "dq.data"},
                                     {bp.dk.data, "dk.data"}, {bp.dv.data, "dv.data"}, {bp.workspace, "workspace"}})
         require_on_device(ptr, device, name);
     DeviceGuard guard(device);

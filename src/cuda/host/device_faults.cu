@@ -2,6 +2,7 @@
 #include "device/device_faults.h"
 
 #include "host/cuda_check.h"
+#include "host/device_info.h"
 #include "host/device_scope.h"
 
 #include "core/backend.h"
@@ -18,7 +19,6 @@ namespace {
 // allocates nothing for it (a cudaMalloc would be refused inside CUDA-graph capture).
 __device__ DeviceFault g_device_fault;
 
-constexpr int kMaxDevices = 64;
 std::atomic<DeviceFault*> g_records[kMaxDevices];
 
 const char* argument_name(FaultArg arg) {
@@ -37,9 +37,7 @@ const char* argument_name(FaultArg arg) {
 } // namespace
 
 DeviceFault* device_fault_record(int device) {
-    if (device < 0 || device >= kMaxDevices)
-        fail(FA_ERROR_UNSUPPORTED, "CUDA device ", device, ": the CUDA backend supports device ordinals below ",
-             kMaxDevices);
+    require_device_in_tables(device);
     DeviceFault* record = g_records[device].load(std::memory_order_acquire);
     if (record == nullptr) {
         DeviceGuard guard(device);

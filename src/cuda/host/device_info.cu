@@ -15,8 +15,6 @@
 namespace flashattn::cuda {
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 DeviceInfo read_device_info(int device) {
     DeviceGuard guard(device);
     DeviceInfo info;
@@ -39,12 +37,16 @@ DeviceInfo read_device_info(int device) {
 
 } // namespace
 
-const DeviceInfo& device_info(int device) {
-    static std::array<std::unique_ptr<DeviceInfo>, kMaxDevices> infos;
-    static std::mutex mutex;
+void require_device_in_tables(int device) {
     if (device < 0 || device >= kMaxDevices)
         fail(FA_ERROR_UNSUPPORTED, "CUDA device ", device, ": the CUDA backend supports device ordinals below ",
              kMaxDevices);
+}
+
+const DeviceInfo& device_info(int device) {
+    static std::array<std::unique_ptr<DeviceInfo>, kMaxDevices> infos;
+    static std::mutex mutex;
+    require_device_in_tables(device);
     std::lock_guard<std::mutex> lock(mutex);
     if (!infos[size_t(device)]) infos[size_t(device)] = std::make_unique<DeviceInfo>(read_device_info(device));
     return *infos[size_t(device)];

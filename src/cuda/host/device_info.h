@@ -7,6 +7,11 @@
 
 namespace flashattn::cuda {
 
+// Per-device tables (this DeviceInfo, the fault records) hold this many devices.
+constexpr int kMaxDevices = 64;
+// Refuses a device ordinal past the per-device tables (FA_ERROR_UNSUPPORTED).
+void require_device_in_tables(int device);
+
 const DeviceInfo& device_info(int device);
 
 } // namespace flashattn::cuda

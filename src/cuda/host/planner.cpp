@@ -23,15 +23,15 @@ bool chunk_aligned(const fa_tensor& t, bool has_batch) {
            (!has_batch || aligned(t.batch_stride));
 }
 
-// Index of a compiled tile dim in DeviceInfo's per-tile-dim tables.
+// A per-tile-dim occupancy table of DeviceInfo at `tile_dim` (at least 1).
 int occupancy(const std::vector<int>& table, const DeviceInfo& device, int tile_dim) {
     for (size_t i = 0; i < device.tile_dims.size() && i < table.size(); ++i)
         if (device.tile_dims[i] == tile_dim) return std::max(table[i], 1);
     return 1;
 }
 
+// (The dtype is checked by each plan first: an empty forward returns before this.)
 void require_runnable(const DeviceInfo& device, const fa_fwd_params& p) {
-    require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
     if (device.cc_major < 8)
         fail(FA_ERROR_UNSUPPORTED, "the CUDA backend needs compute capability 8.0 or newer; this device is ",
              device.cc_major, ".", device.cc_minor);
