@@ -1,5 +1,7 @@
 """What the benchmark scripts share."""
 import contextlib
+import csv
+import math
 import os
 import subprocess
 import sys
@@ -9,11 +11,92 @@ from pathlib import Path
 # overwrites the committed figures in bench/results/ unless told to (--out bench/results/...).
 SCRATCH = Path(__file__).resolve().parent / "out"
 
-# The FlashAttention-2 paper's grid (forward and backward benchmarks): bf16, batch * seqlen = 16k
-# tokens, hidden 2048 (heads = 2048 / d).
+# The training benchmarks' grid (forward and backward): bf16, batch * seqlen = 16k tokens. MHA rows are
+# the FlashAttention-2 paper's shapes (hidden 2048: heads = 2048 / d, as many K/V heads); GQA rows the
+# grouped shapes models train with, (hdim, query heads, K/V heads).
 HDIMS = (64, 128, 256)
-SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+SEQLENS = (1024, 2048, 4096, 8192, 16384)
+QUICK_SEQLENS = (1024, 4096, 16384)
 TOKENS, HIDDEN = 16384, 2048
+GQA_SHAPES = ((128, 32, 8), (128, 64, 8), (256, 32, 4))
+FAMILIES = ("mha", "gqa")
+EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def parse_families(text):
+    """--shapes "mha,gqa" -> the tuple of families, checked."""
+    families = tuple(text.split(","))
+    if any(f not in FAMILIES for f in families):
+        raise SystemExit(f"--shapes {text!r}: expected a comma-separated subset of {','.join(FAMILIES)}")
+    return families
+
+
+def shape_grid(hdims=HDIMS, seqlens=SEQLENS, families=FAMILIES):
+    """The problems to time, in the order measured and charted: per head shape (MHA at each head dim,
+    then the GQA shapes at the head dims asked for), non-causal then causal, each seqlen. Each is a dict
+    of hdim, nheads, nheads_k, causal, seqlen, batch."""
+    heads = [(d, HIDDEN // d, HIDDEN // d) for d in hdims] if "mha" in families else []
+    heads += [s for s in GQA_SHAPES if s[0] in hdims] if "gqa" in families else []
+    return [{"hdim": d, "nheads": h, "nheads_k": hk, "causal": c, "seqlen": s, "batch": TOKENS // s}
+            for d, h, hk in heads for c in (False, True) for s in seqlens]
+
+
+def shape_label(row):
+    """A row's head shape as the chart and tables name it: "MHA d128", "GQA 32/8 d128"."""
+    h, hk = int(row["nheads"]), int(row["nheads_k"])
+    return f"MHA d{row['hdim']}" if h == hk else f"GQA {h}/{hk} d{row['hdim']}"
+
+
+def read_rows(csv_path):
+    """A results CSV's rows with numbers parsed (an empty cell: nan). A file from before the GQA rows
+    has no nheads_k: its rows are MHA."""
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["causal"] = r["causal"] == "True"
+        r["nheads_k"] = r.get("nheads_k") or r["nheads"]
+        for k in ("hdim", "seqlen", "batch", "nheads", "nheads_k"):
+            r[k] = int(r[k])
+        for k in r:
+            if k.endswith(("_tflops", "_diff")) or k == "max_abs_diff_vs_fa2":
+                r[k] = float(r[k] or "nan")
+    return rows
+
+
+def plot_grid(rows, path, title, series, hide=()):
+    """Grouped bars per seqlen, one panel per (head shape, causal): a row of panels per head shape
+    (MHA d64 ... GQA 32/4 d256), non-causal left, causal right. series: (column, label, color); the
+    other ours_*_tflops columns (--variant, --lib) but those in hide come after them; a column
+    measured in no row is left out."""
+    plt = pyplot()
+    if plt is None:
+        return
+    named = {key for key, _, _ in series} | set(hide)
+    extra = [k for k in dict.fromkeys(k for r in rows for k in r)
+             if k.startswith("ours_") and k.endswith("_tflops") and k not in named]
+    series = list(series) + [(k, f"flashattn, {k[5:-7]}", c) for k, c in zip(extra, EXTRA_COLORS)]
+    series = [s for s in series if any(not math.isnan(r.get(s[0], math.nan)) for r in rows)]
+    labels = list(dict.fromkeys(shape_label(r) for r in rows))
+    fig, axes = plt.subplots(len(labels), 2, figsize=(14, 4 * len(labels)), sharey=True, squeeze=False)
+    width = 0.8 / len(series)
+    for (label, causal), ax in zip([(lab, c) for lab in labels for c in (False, True)], axes.flat):
+        sel = [r for r in rows if shape_label(r) == label and r["causal"] == causal]
+        xs = range(len(sel))
+        for i, (key, name, color) in enumerate(series):
+            bars = ax.bar([x + (i - (len(series) - 1) / 2) * width for x in xs], [r.get(key, math.nan) for r in sel],
+                          width=width, label=name, color=color)
+            ax.bar_label(bars, fmt="%.0f", fontsize=5)
+        ax.set_xticks(list(xs), [f"{r['seqlen'] // 1024}k" if r["seqlen"] >= 1024 else str(r["seqlen"]) for r in sel])
+        ax.set_title(f"{label}, {'causal' if causal else 'non-causal'}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+    # Title and legend above the panels (in a panel, the legend hides bars), in a band kept free of them.
+    top = 1 - 0.7 / fig.get_figheight()
+    fig.suptitle(title, fontsize=10, y=1 - 0.15 / fig.get_figheight(), va="top")
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="upper center", ncol=len(series), fontsize=8,
+               bbox_to_anchor=(0.5, 1 - 0.4 / fig.get_figheight()))
+    fig.tight_layout(rect=(0, 0, 1, top))
+    fig.savefig(path, dpi=110)
 
 
 def parse_variant(text):
@@ -32,6 +115,22 @@ def parse_lib(text):
     if not sep or not name or not Path(path).is_file():
         raise SystemExit(f"--lib {text!r}: expected NAME:PATH of a built libflashattn.so")
     return name, path
+
+
+def native_or_expanded(make, gqa, name, noted):
+    """A torch baseline on a row: make(expand) builds and runs it once. With fewer K/V heads it gets them
+    as they are (enable_gqa: "native"); where the backend raises RuntimeError for that, K/V expanded to
+    the query heads beforehand ("expanded"; the reason printed once per backend, name, in the set
+    noted). Returns (make's value, how); how is "" on an MHA row."""
+    try:
+        return make(False), "native" if gqa else ""
+    except RuntimeError as e:
+        if not gqa:
+            raise
+        if name not in noted:
+            noted.add(name)
+            print(f"  {name} with enable_gqa: {str(e)[:100]}; K/V expanded to the query heads instead", flush=True)
+        return make(True), "expanded"
 
 
 def best_of_rounds(entries, rounds, bench_ms, work):

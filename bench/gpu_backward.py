@@ -1,34 +1,44 @@
 """Backward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
-        [--rounds N] [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
+        [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
+        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
-The forward benchmark's grid (bench/gpu_forward.py): bf16, batch * seqlen = 16k tokens, hidden 2048
-(nheads = 2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. Backward FLOPs = 2.5 x
-the forward's (4 * b * h * s^2 * d, halved when causal): five products instead of two. Only the
-backward is timed: ours is fa_backward on the forward's out and lse (library scratch, as a plain
-C caller gets it); torch's is torch.autograd.grad through SDPA with the graph kept, so each timed
-call is exactly one backward (no grad accumulation). All in this process, on the same tensors,
-timed with triton's do_bench (CUDA events, median, L2 flushed between runs).
+The forward benchmark's grid (bench/gpu_forward.py, bench_common.shape_grid): bf16, batch * seqlen =
+16k tokens, seqlen 1k/2k/4k/8k/16k (--quick: 1k/4k/16k), causal and not, MHA (nheads = nheads_k =
+2048 / d, d in {64, 128, 256}) and GQA ((nheads, nheads_k) = (32, 8) and (64, 8) at d128, (32, 4) at
+d256), chosen with --shapes. Backward FLOPs = 2.5 x the forward's (4 * b * h_q * s^2 * d on the
+query heads, halved when causal): five products instead of two. Only the backward is timed: ours is
+fa_backward on the forward's out and lse (library scratch, as a plain C caller gets it), dk and dv
+with nheads_k heads; torch's is torch.autograd.grad through SDPA with the graph kept, so each timed
+call is exactly one backward (no grad accumulation). Torch's backends get (b, h, s, d) leaves; on a
+GQA row, K/V with their nheads_k heads (enable_gqa=True), or, for a backend that raises for that,
+K/V repeated to nheads heads beforehand (outside the graph: its gradients are per query head, and
+their per-group sums are compared with ours); column baseline_gqa says which, per backend (e.g.
+fa2=native;cudnn=expanded; empty on MHA rows). All in this process, on the same tensors, timed with
+triton's do_bench (CUDA events, median, L2 flushed between runs).
 
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
-seqlen, batch, nheads, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
-ours_deterministic_tflops and max_abs_diff_vs_fa2, the largest |dq|, |dk|, |dv| difference to torch
-FA2's gradients) and DIR/h200-backward.png. Each --variant LABEL:OVERRIDES (e.g.
+seqlen, batch, nheads, nheads_k, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
+ours_deterministic_tflops, max_abs_diff_vs_fa2, the largest |dq|, |dk|, |dv| difference to torch
+FA2's gradients, and baseline_gqa) and DIR/h200-backward.png (the forward's panels: a row per head
+shape, non-causal and causal). Each --variant LABEL:OVERRIDES (e.g.
 `sm80:backward_kernel=sm80`, the mma.sync kernel; fa_set_overrides, FLASHATTN_OVERRIDES's syntax) is
 timed as its own column ours_LABEL_tflops with those overrides set while it runs, plus
 ours_LABEL_diff: its largest gradient difference to the library's own choice on the same tensors (a
 wrong kernel shows here; the dQ atomics make it nonzero even between two runs of one kernel). Each
 --lib NAME:PATH (a build of another commit: a before/after comparison in one process, interleaved)
 gets the same two columns, ours_NAME_tflops and ours_NAME_diff, and the table prints ours / NAME.
+`--replot CSV` only redraws the chart from a results file (one without nheads_k: all MHA).
 """
 import argparse
 import csv
 import ctypes
 import datetime
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,8 +49,11 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
-from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
-from bench_common import SCRATCH, parse_lib, pyplot  # noqa: E402
+from bench_common import FAMILIES, HDIMS, QUICK_SEQLENS, SEQLENS, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import SCRATCH, native_or_expanded, parse_families, parse_lib, plot_grid, read_rows  # noqa: E402
+from bench_common import shape_grid, shape_label  # noqa: E402
+
+BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn", SDPBackend.CUDNN_ATTENTION))
 
 
 def bench_ms(fn):
@@ -56,129 +69,138 @@ def ours_fn(q, k, v, out, lse, dout, grads, causal, deterministic, library=abi.l
     return lambda: backward(ref)
 
 
-def sdpa_backward_fn(q, k, v, dout, causal, backend):
-    leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]  # (b, h, s, d) views
+def sdpa_backward_fn(q, k, v, dout, causal, backend, expand):
+    """torch.autograd.grad through SDPA on (b, h, s, d) leaves, the forward's graph kept; run once here
+    (a refusal raises); returns (run, its (dq, dk, dv)). Fewer K/V heads go in as they are (enable_gqa)
+    or, with expand, repeated to q's heads here, outside the graph and the timed call. MHA rows go
+    without enable_gqa: the call the MHA records were timed with."""
+    gqa = k.shape[2] != q.shape[2]
+    if expand:
+        k, v = (t.repeat_interleave(q.shape[2] // k.shape[2], dim=2) for t in (k, v))
+    leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
     with sdpa_kernel([backend]):
-        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa and not expand)
     dout_t = dout.transpose(1, 2)
 
     def run():
         return torch.autograd.grad(out, leaves, dout_t, retain_graph=True)
-    return run
+    return run, run()
 
 
-def measure(shapes, variants=(), libs=(), rounds=1, hdims=HDIMS):
-    rows = []
-    for hdim in hdims:
-        nheads = HIDDEN // hdim
-        for causal in (False, True):
-            for seqlen in shapes:
-                batch = TOKENS // seqlen
-                flops = 2.5 * 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
-                q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
-                                 for _ in range(4))
-                out, lse, _ = abi.forward(q, k, v, causal=causal)
-                grads = [torch.empty_like(t) for t in (q, k, v)]
-                row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
-                ours = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
-                ours()
-                ours_grads = [g.clone() for g in grads]
-                # Each implementation keeps its best round (bench_common.best_of_rounds).
-                entries = [("ours", ours, None),
-                           ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
-                for label, spec in variants:
-                    try:
-                        with abi.overrides(spec):
-                            abi.lib.check(ours())
-                    except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
-                        row[f"ours_{label}_tflops"] = row[f"ours_{label}_diff"] = float("nan")
-                        print(f"  {label}: {e}", flush=True)
-                        continue
-                    entries.append((f"ours_{label}", ours, lambda spec=spec: abi.overrides(spec)))
-                    row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
-                                                    for g, o in zip(grads, ours_grads))
-                for name, library in libs:
-                    entries.append((f"ours_{name}", ours_fn(q, k, v, out, lse, dout, grads, causal, False, library),
-                                    None))  # (called once: grads hold its result)
-                    row[f"ours_{name}_diff"] = max((g.float() - o.float()).abs().max().item()
-                                                   for g, o in zip(grads, ours_grads))
-                for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                    try:
-                        f = sdpa_backward_fn(q, k, v, dout, causal, backend)
-                        ref = f()
-                        entries.append((name, f, None))
-                        if name == "torch_fa2":  # sanity: the same gradients as the reference backend
-                            row["max_abs_diff_vs_fa2"] = max(
-                                (o.float() - r.transpose(1, 2).float()).abs().max().item()
-                                for o, r in zip(ours_grads, ref))
-                        del ref
-                    except RuntimeError as e:
-                        row[f"{name}_tflops"] = float("nan")
-                        print(f"  {name} failed: {str(e)[:100]}", flush=True)
-                for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
-                    row[f"{column}_tflops"] = tflops
-                del entries
-                rows.append(row)
-                print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f} "
-                      f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
-                      f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
-                      + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
-                                for label, _ in variants + libs),
-                      flush=True)
-                del q, k, v, dout, out, lse, grads, ours_grads
-                torch.cuda.empty_cache()
+def folded(grad, nheads):
+    """A torch gradient (b, h, s, d) in ours' layout (b, s, nheads, d), fp32: the gradient of K/V
+    expanded to the query heads summed over each group (repeat_interleave's heads are contiguous)."""
+    return grad.transpose(1, 2).float().unflatten(2, (nheads, -1)).sum(3)
+
+
+def measure(grid, variants=(), libs=(), rounds=1):
+    rows, noted = [], set()
+    for shape in grid:
+        b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
+        flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)  # on the query heads, GQA or not
+        q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse, _ = abi.forward(q, k, v, causal=causal)
+        grads = [torch.empty_like(t) for t in (q, k, v)]  # dk, dv with nheads_k heads
+        row = dict(shape)
+        ours = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
+        ours()
+        ours_grads = [g.clone() for g in grads]
+        # Each implementation keeps its best round (bench_common.best_of_rounds).
+        entries = [("ours", ours, None),
+                   ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
+        for label, spec in variants:
+            try:
+                with abi.overrides(spec):
+                    abi.lib.check(ours())
+            except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
+                row[f"ours_{label}_tflops"] = row[f"ours_{label}_diff"] = float("nan")
+                print(f"  {label}: {e}", flush=True)
+                continue
+            entries.append((f"ours_{label}", ours, lambda spec=spec: abi.overrides(spec)))
+            row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
+                                            for g, o in zip(grads, ours_grads))
+        for name, library in libs:
+            entries.append((f"ours_{name}", ours_fn(q, k, v, out, lse, dout, grads, causal, False, library),
+                            None))  # (called once: grads hold its result)
+            row[f"ours_{name}_diff"] = max((g.float() - o.float()).abs().max().item()
+                                           for g, o in zip(grads, ours_grads))
+        hows = []
+        for name, short, backend in BASELINES:
+            try:
+                (f, ref), how = native_or_expanded(partial(sdpa_backward_fn, q, k, v, dout, causal, backend),
+                                                   hk != h, name, noted)
+            except RuntimeError as e:
+                row[f"{name}_tflops"] = float("nan")
+                print(f"  {name} failed: {str(e)[:100]}", flush=True)
+                continue
+            entries.append((name, f, None))
+            hows += [f"{short}={how}"] if how else []
+            if name == "torch_fa2":  # sanity: the same gradients as the reference backend
+                row["max_abs_diff_vs_fa2"] = max((o.float() - folded(r, o.shape[2])).abs().max().item()
+                                                 for o, r in zip(ours_grads, ref))
+            del ref
+        row["baseline_gqa"] = ";".join(hows)
+        for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
+            row[f"{column}_tflops"] = tflops
+        del entries
+        rows.append(row)
+        print(f"{shape_label(row):>13} causal={causal!s:5} s={s:5d}: ours {row['ours_tflops']:6.1f} "
+              f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
+              f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
+              + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
+                        for label, _ in variants + libs)
+              + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else ""), flush=True)
+        del q, k, v, dout, out, lse, grads, ours_grads
+        torch.cuda.empty_cache()
     return rows
 
 
 def plot(rows, path):
-    plt = pyplot()
-    if plt is None:
-        return
-    panels = [(h, c) for h in sorted({r["hdim"] for r in rows}) for c in (False, True)]
-    fig, axes = plt.subplots(3, 2, figsize=(13, 12), sharey=True)
-    series = (("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
-              ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c"))
-    for ax, (hdim, causal) in zip(axes.flat, panels):
-        sel = [r for r in rows if r["hdim"] == hdim and r["causal"] == causal]
-        xs = range(len(sel))
-        for i, (key, label, color) in enumerate(series):
-            bars = ax.bar([x + (i - 1) * 0.27 for x in xs], [r[key] for r in sel], width=0.27, label=label,
-                          color=color)
-            ax.bar_label(bars, fmt="%.0f", fontsize=6)
-        ax.set_xticks(list(xs), [f"{r['seqlen'] // 1024}k" if r["seqlen"] >= 1024 else str(r["seqlen"]) for r in sel])
-        ax.set_title(f"head dim {hdim}, {'causal' if causal else 'non-causal'}")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("TFLOP/s")
-    axes.flat[0].legend(loc="lower right", fontsize=8)
-    fig.suptitle("Backward, bf16, H200 (batch x seqlen = 16k, hidden 2048; FLOPs = 2.5 x forward)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    """Bars per shape: ours (the library's own choice), torch's FA2 and cuDNN backends, the --variant
+    and --lib columns."""
+    plot_grid(rows, path, "Backward, bf16, H200 (batch x seqlen = 16k; MHA: hidden 2048; FLOPs = 2.5 x forward, "
+                          "on the query heads)",
+              [("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
+               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")], hide=("ours_deterministic_tflops",))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
-    ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256)")
+    ap.add_argument("--shapes", default=",".join(FAMILIES), help="comma-separated families: mha, gqa (default both)")
+    ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
+    ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                     help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
+    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-backward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        plot(read_rows(args.replot), out / "h200-backward.png")
+        return
+    seqlens = QUICK_SEQLENS if args.quick else SEQLENS
+    if args.seqlens:
+        seqlens = tuple(int(s) for s in args.seqlens.split(","))
+    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
+    grid = shape_grid(hdims, seqlens, parse_families(args.shapes))
+    if not grid:
+        raise SystemExit(f"no problem to time: --shapes {args.shapes} has no shape at --hdims {args.hdims}")
+    print(f"{len(grid)} problems", flush=True)
     props = torch.cuda.get_device_properties(0)
 
     variants = [parse_variant(v) for v in args.variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
-    rows = measure((1024, 4096, 16384) if args.quick else SEQLENS, variants=variants, libs=libs, rounds=args.rounds,
-                   hdims=hdims)
+    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds)
     date, rev = datetime.date.today().isoformat(), commit()
-    fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
-              "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2"]
+    fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
+              "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2", "baseline_gqa"]
     for label, _ in variants + libs:
         fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
     with open(out / "h200-backward.csv", "w", newline="") as f:
@@ -194,10 +216,11 @@ def main():
         print("plot failed:", e)
 
     print("\nbackward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
-    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'det':>6} {'FA2':>6} {'cuDNN':>6} | "
-          f"{'/FA2':>5} {'/cuDNN':>6} | diff")
+    print(f"{'hdim':>4} {'h':>3} {'hk':>3} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'det':>6} {'FA2':>6} "
+          f"{'cuDNN':>6} | {'/FA2':>5} {'/cuDNN':>6} | diff")
     for r in rows:
-        print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
+        print(f"{r['hdim']:4d} {r['nheads']:3d} {r['nheads_k']:3d} {str(r['causal']):>6} {r['seqlen']:6d} | "
+              f"{r['ours_tflops']:6.1f} "
               f"{r['ours_deterministic_tflops']:6.1f} {r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} | "
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"

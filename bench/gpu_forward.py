@@ -1,26 +1,36 @@
 """Forward benchmark of the CUDA backend against PyTorch SDPA's FlashAttention-2 and cuDNN backends.
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick]
-        [--rounds N] [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
+        [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
+        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
-Shapes of the FlashAttention-2 paper: bf16, batch * seqlen = 16k tokens, hidden 2048 (nheads =
-2048 / d), d in {64, 128, 256}, causal and not, seqlen 512..16k. FLOPs = 4 * b * h * s^2 * d, halved
-when causal. All three run in this process on the same (batch, seqlen, heads, d) tensors, timed
-with triton's do_bench (CUDA events, median, L2 flushed between runs).
+The shapes models train (bench_common.shape_grid): bf16, batch * seqlen = 16k tokens, seqlen
+1k/2k/4k/8k/16k (--quick: 1k/4k/16k), causal and not, for two families (--shapes):
+  mha: the FlashAttention-2 paper's, hidden 2048: nheads = nheads_k = 2048 / d, d in {64, 128, 256};
+  gqa: grouped K/V heads, (nheads, nheads_k) = (32, 8) and (64, 8) at d128, (32, 4) at d256.
+FLOPs are counted on the query heads, as FlashAttention does: 4 * b * h_q * s^2 * d, halved when
+causal. All implementations run in this process on the same tensors (q (batch, seqlen, nheads, d),
+k/v (batch, seqlen, nheads_k, d)), timed with triton's do_bench (CUDA events, median, L2 flushed
+between runs). Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their nheads_k heads
+(enable_gqa=True), or, for a backend that raises for that, K/V repeated to nheads heads beforehand,
+outside the timed call: column baseline_gqa says which, per backend (e.g. fa2=native;cudnn=expanded;
+empty on MHA rows).
 
-Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, ours_tflops,
-torch_fa2_tflops, cudnn_tflops, ours_sm80_tflops, max_abs_diff_vs_fa2, then one column per --variant
-and --lib) and DIR/h200-forward.png (grouped bars per seqlen, one panel per (hdim, causal)). Also
-measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
+Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, nheads_k,
+ours_tflops, torch_fa2_tflops, cudnn_tflops, ours_sm80_tflops, max_abs_diff_vs_fa2, baseline_gqa, then
+one column per --variant and --lib) and DIR/h200-forward.png (grouped bars per seqlen, one panel per
+(head shape, causal): rows MHA d64, MHA d128, MHA d256, GQA 32/8 d128, GQA 64/8 d128, GQA 32/4 d256;
+columns non-causal, causal; bars ours, ours_sm80, FA2, cuDNN, then the --variant and --lib columns).
+Also measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
 Column ours_sm80_tflops times the portable mma.sync kernel on the same shapes (overrides
 forward_kernel=sm80; on Hopper the library's own choice, column ours_tflops, is mostly the wgmma kernel).
 --variant LABEL:OVERRIDES times ours with those overrides set (fa_set_overrides, FLASHATTN_OVERRIDES's
 syntax), column ours_LABEL_tflops; --lib NAME:PATH times the library at PATH (a build of another
 commit: a before/after comparison in one process, interleaved), column ours_NAME_tflops, and the
 table prints ours / NAME.
-`--replot CSV` only redraws the chart from a results file.
+`--replot CSV` only redraws the chart from a results file (one without nheads_k: all MHA).
 """
 import argparse
 import csv
@@ -28,6 +38,7 @@ import ctypes
 import datetime
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -38,8 +49,11 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
-from bench_common import HDIMS, HIDDEN, SEQLENS, TOKENS, best_of_rounds, commit, parse_variant  # noqa: E402
-from bench_common import SCRATCH, parse_lib, pyplot  # noqa: E402
+from bench_common import FAMILIES, HDIMS, QUICK_SEQLENS, SEQLENS, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import SCRATCH, native_or_expanded, parse_families, parse_lib, plot_grid, read_rows  # noqa: E402
+from bench_common import shape_grid, shape_label  # noqa: E402
+
+BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn", SDPBackend.CUDNN_ATTENTION))
 
 
 def bench_ms(fn):
@@ -66,122 +80,109 @@ def ours_fn(q, k, v, out, causal, library=abi.lib):
     return lambda: forward(ref)
 
 
-def sdpa_fn(q, k, v, causal, backend):
-    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (b, h, s, d) views of the same memory
+def sdpa_fn(q, k, v, causal, backend, expand):
+    """Torch SDPA on (b, h, s, d) views of the same memory, run once (a refusal raises here); returns
+    (run, its output). Fewer K/V heads go in as they are (enable_gqa) or, with expand, repeated to q's
+    heads here, outside the timed call. MHA rows go without enable_gqa: the call the MHA records were
+    timed with."""
+    gqa = k.shape[2] != q.shape[2]
+    if expand:
+        k, v = (t.repeat_interleave(q.shape[2] // k.shape[2], dim=2) for t in (k, v))
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
     def run():
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-    return run
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa and not expand)
+    return run, run()
 
 
-def measure(shapes, variants=(), libs=(), rounds=1, hdims=HDIMS):
-    rows = []
-    for hdim in hdims:
-        nheads = HIDDEN // hdim
-        for causal in (False, True):
-            for seqlen in shapes:
-                batch = TOKENS // seqlen
-                flops = 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
-                q, k, v = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
-                           for _ in range(3))
-                out = torch.empty_like(q)
-                row = {"hdim": hdim, "causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads}
-                fn = ours_fn(q, k, v, out, causal)
-                # (column, function, context while it runs): the library's own choice (the Hopper
-                # kernel on sm_90), the portable mma.sync kernel forced, the --variant overrides, the
-                # --lib builds, torch's two backends; each keeps its best round.
-                entries = [("ours", fn, None)]
-                for label, spec in [("sm80", "forward_kernel=sm80"), *variants]:
-                    try:
-                        with abi.overrides(spec):
-                            abi.lib.check(fn())
-                        entries.append((f"ours_{label}", fn, lambda spec=spec: abi.overrides(spec)))
-                    except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
-                        row[f"ours_{label}_tflops"] = float("nan")
-                        print(f"  {label}: {e}", flush=True)
-                entries += [(f"ours_{name}", ours_fn(q, k, v, out, causal, library), None) for name, library in libs]
-                for name, backend in (("torch_fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                    try:
-                        f = sdpa_fn(q, k, v, causal, backend)
-                        ref = f()
-                        entries.append((name, f, None))
-                        if name == "torch_fa2":  # sanity: same function as the reference backend
-                            fn()
-                            row["max_abs_diff_vs_fa2"] = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
-                    except RuntimeError as e:
-                        row[f"{name}_tflops"] = float("nan")
-                        print(f"  {name} failed: {str(e)[:100]}", flush=True)
-                for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
-                    row[f"{column}_tflops"] = tflops
-                rows.append(row)
-                print(f"d{hdim:3d} causal={causal!s:5} s={seqlen:5d}: ours {row['ours_tflops']:6.1f}  "
-                      f"fa2 {row['torch_fa2_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
-                      f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})", flush=True)
-                del q, k, v, out
-                torch.cuda.empty_cache()
+def measure(grid, variants=(), libs=(), rounds=1):
+    rows, noted = [], set()
+    for shape in grid:
+        b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)  # on the query heads, GQA or not
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out = torch.empty_like(q)
+        row = dict(shape)
+        fn = ours_fn(q, k, v, out, causal)
+        # (column, function, context while it runs): the library's own choice (the Hopper kernel on
+        # sm_90), the portable mma.sync kernel forced, the --variant overrides, the --lib builds,
+        # torch's two backends; each keeps its best round.
+        entries = [("ours", fn, None)]
+        for label, spec in [("sm80", "forward_kernel=sm80"), *variants]:
+            try:
+                with abi.overrides(spec):
+                    abi.lib.check(fn())
+                entries.append((f"ours_{label}", fn, lambda spec=spec: abi.overrides(spec)))
+            except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
+                row[f"ours_{label}_tflops"] = float("nan")
+                print(f"  {label}: {e}", flush=True)
+        entries += [(f"ours_{name}", ours_fn(q, k, v, out, causal, library), None) for name, library in libs]
+        hows = []
+        for name, short, backend in BASELINES:
+            try:
+                (f, ref), how = native_or_expanded(partial(sdpa_fn, q, k, v, causal, backend), hk != h, name, noted)
+            except RuntimeError as e:
+                row[f"{name}_tflops"] = float("nan")
+                print(f"  {name} failed: {str(e)[:100]}", flush=True)
+                continue
+            entries.append((name, f, None))
+            hows += [f"{short}={how}"] if how else []
+            if name == "torch_fa2":  # sanity: same function as the reference backend
+                fn()
+                row["max_abs_diff_vs_fa2"] = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
+            del ref
+        row["baseline_gqa"] = ";".join(hows)
+        for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
+            row[f"{column}_tflops"] = tflops
+        rows.append(row)
+        print(f"{shape_label(row):>13} causal={causal!s:5} s={s:5d}: ours {row['ours_tflops']:6.1f}  "
+              f"fa2 {row['torch_fa2_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
+              f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
+              + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else ""), flush=True)
+        del q, k, v, out, entries
+        torch.cuda.empty_cache()
     return rows
 
 
 def plot(rows, path):
     """Bars per shape: our two kernels (where measured), torch's FA2 and cuDNN backends."""
-    plt = pyplot()
-    if plt is None:
-        return
-    panels = [(h, c) for h in HDIMS for c in (False, True)]
-    fig, axes = plt.subplots(3, 2, figsize=(14, 12), sharey=True)
-    series = [("ours_tflops", "flashattn (on Hopper: the wgmma kernel)", "#1f77b4"),
-              ("ours_sm80_tflops", "flashattn, mma.sync kernel forced", "#9ecae1"),
-              ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
-              ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")]
-    series = [s for s in series if any(r.get(s[0]) for r in rows)]
-    width = 0.8 / len(series)
-    for ax, (hdim, causal) in zip(axes.flat, panels):
-        sel = [r for r in rows if r["hdim"] == hdim and r["causal"] == causal]
-        xs = range(len(sel))
-        for i, (key, label, color) in enumerate(series):
-            vals = [float(r[key]) for r in sel]
-            bars = ax.bar([x + (i - (len(series) - 1) / 2) * width for x in xs], vals, width=width, label=label,
-                          color=color)
-            ax.bar_label(bars, fmt="%.0f", fontsize=5)
-        ax.set_xticks(list(xs), [f"{r['seqlen'] // 1024}k" if r["seqlen"] >= 1024 else str(r["seqlen"]) for r in sel])
-        ax.set_title(f"head dim {hdim}, {'causal' if causal else 'non-causal'}")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("TFLOP/s")
-    axes.flat[0].legend(loc="lower right", fontsize=7)
-    fig.suptitle("Forward, bf16, H200 (batch x seqlen = 16k, hidden 2048)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def replot(csv_path, png_path):
-    """Redraw a chart from a results CSV (same numbers; e.g. after a change to the chart)."""
-    with open(csv_path) as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["hdim"], r["seqlen"], r["causal"] = int(r["hdim"]), int(r["seqlen"]), r["causal"] == "True"
-    plot(rows, png_path)
+    plot_grid(rows, path, "Forward, bf16, H200 (batch x seqlen = 16k; MHA: hidden 2048; FLOPs on the query heads)",
+              [("ours_tflops", "flashattn (on Hopper: the wgmma kernel)", "#1f77b4"),
+               ("ours_sm80_tflops", "flashattn, mma.sync kernel forced", "#9ecae1"),
+               ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
+               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="seqlen 1k, 4k, 16k only")
+    ap.add_argument("--shapes", default=",".join(FAMILIES), help="comma-separated families: mha, gqa (default both)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                     help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation this many times, round-robin, and keep each one's best")
-    ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256)")
+    ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
-        replot(args.replot, out / "h200-forward.png")
+        plot(read_rows(args.replot), out / "h200-forward.png")
         return
+    seqlens = QUICK_SEQLENS if args.quick else SEQLENS
+    if args.seqlens:
+        seqlens = tuple(int(s) for s in args.seqlens.split(","))
+    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
+    grid = shape_grid(hdims, seqlens, parse_families(args.shapes))
+    if not grid:
+        raise SystemExit(f"no problem to time: --shapes {args.shapes} has no shape at --hdims {args.hdims}")
+    print(f"{len(grid)} problems", flush=True)
     props = torch.cuda.get_device_properties(0)
     ceil = ceilings()
     ceil.update({"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
@@ -191,15 +192,11 @@ def main():
 
     variants = [parse_variant(v) for v in args.variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    seqlens = (1024, 4096, 16384) if args.quick else SEQLENS
-    if args.seqlens:
-        seqlens = tuple(int(s) for s in args.seqlens.split(","))
-    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
-    rows = measure(seqlens, variants=variants, libs=libs, rounds=args.rounds, hdims=hdims)
+    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds)
     date, rev = datetime.date.today().isoformat(), commit()
-    fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "ours_tflops",
-              "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops",
-              "max_abs_diff_vs_fa2"] + [f"ours_{label}_tflops" for label, _ in variants + libs]
+    fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
+              "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "max_abs_diff_vs_fa2",
+              "baseline_gqa"] + [f"ours_{label}_tflops" for label, _ in variants + libs]
     with open(out / "h200-forward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -213,10 +210,11 @@ def main():
         print("plot failed:", e)
 
     print("\nforward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
-    print(f"{'hdim':>4} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} {'sm80':>6} | "
-          f"{'/FA2':>5} {'/cuDNN':>6} | diff")
+    print(f"{'hdim':>4} {'h':>3} {'hk':>3} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} "
+          f"{'sm80':>6} | {'/FA2':>5} {'/cuDNN':>6} | diff")
     for r in rows:
-        print(f"{r['hdim']:4d} {str(r['causal']):>6} {r['seqlen']:6d} | {r['ours_tflops']:6.1f} "
+        print(f"{r['hdim']:4d} {r['nheads']:3d} {r['nheads_k']:3d} {str(r['causal']):>6} {r['seqlen']:6d} | "
+              f"{r['ours_tflops']:6.1f} "
               f"{r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} {r['ours_sm80_tflops']:6.1f} | "
               f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
