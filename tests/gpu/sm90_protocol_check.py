@@ -4,10 +4,14 @@ The producer and the two consumer warpgroups are generators; mbarriers complete 
 by parity, as mbarrier.try_wait.parity), named barriers gather sync + arrive. Copies land after a
 random delay, the three run in random interleavings. A CTA runs a sequence of tiles (the persistent
 grid), each with its own number of K/V blocks (0 included); the K/V ring position runs on across
-tiles, and Q's buffer (which also stages O) is handed over by q_full / q_empty. Checks: no
-deadlock, every product reads the block (tile, index) it expects from its stage, S reads this
-tile's Q, the O store reads this tile's O (not a next Q landed over it), and the ping-pong
-barriers end balanced. Run: python3 tests/gpu/sm90_protocol_check.py (ctest: sm90_protocol_check)
+tiles, and Q's buffer is handed over by q_full / q_empty: O is staged either in Q's buffer (Q
+released after O's store) or in a buffer of its own (own_o: Q released once the tile's last S is
+done). Checks: no deadlock, every product reads the block (tile, index) it expects from its stage,
+every S reads this tile's Q from its issue to its completion, the O store reads this tile's O (not
+a next Q or the other consumer's next O landed over it), and the ping-pong barriers end balanced.
+With claims, each next tile is handed from the producer to all three roles through a ring of two
+slots (tile_full / tile_empty), as when the CTAs claim their tiles from a counter: every role must
+read each tile's index, in order, from a slot not yet overwritten. Run: python3 tests/gpu/sm90_protocol_check.py (ctest: sm90_protocol_check)
 """
 import random
 
@@ -40,7 +44,7 @@ class NBar:  # named barrier: completes when `count` arrivals (sync or arrive) g
             self.gen += 1
 
 
-def run(tiles, S, seed):
+def run(tiles, S, seed, own_o=False, claims=False):
     rnd = random.Random(seed)
     q_full, q_empty = MBar(1), MBar(2)
     k_full = [MBar(1) for _ in range(S)]; v_full = [MBar(1) for _ in range(S)]
@@ -48,8 +52,24 @@ def run(tiles, S, seed):
     turn = [NBar(2), NBar(2)]
     epilogue = NBar(2)
     kstage = [None] * S; vstage = [None] * S
-    qbuf = [None]      # ('Q', tile) once a Q copy landed, ('O', tile) once the consumers staged O
+    qbuf = [None]      # ('Q', tile) once a Q copy landed, ('O', tile) once the consumers staged O there
+    obuf = qbuf if not own_o else [None]  # where O is staged
     pending = []       # async copies: [when, stage list, index, value, barrier]
+    tile_full = [MBar(1) for _ in range(2)]; tile_empty = [MBar(3) for _ in range(2)]
+    tile_slot = [None, None]
+
+    def next_tile(t, writer):  # after tile t: publication t (the index of tile t + 1), read by all roles
+        if not claims: return
+        slot = t & 1
+        if writer:
+            if t >= 2:
+                while not tile_empty[slot].done(((t >> 1) - 1) & 1): yield
+            tile_slot[slot] = t + 1
+            tile_full[slot].arrive()
+        while not tile_full[slot].done((t >> 1) & 1): yield
+        yield
+        assert tile_slot[slot] == t + 1, ("tile slot", t, tile_slot)
+        tile_empty[slot].arrive()
 
     def producer():
         ring_base = 0
@@ -69,6 +89,7 @@ def run(tiles, S, seed):
                 yield from block(idx, vstage, v_full, v_empty)
                 yield
             ring_base += num_blocks
+            yield from next_tile(t, True)
 
     def consumer(c):
         ring_base = 0
@@ -88,33 +109,44 @@ def run(tiles, S, seed):
             def pass_turn(k):
                 if c == 0 or k + 1 < steps: turn[1 - c].arrive()
 
+            def release_q_after_s(last_s):
+                if own_o and last_s: q_empty.arrive()
+
             while not q_full.done(t & 1): yield
+            release_q_after_s(num_blocks == 0)
             if num_blocks > 0:
                 if c == 1 and steps > 0: turn[0].arrive()
                 yield from wait_full(k_full, 0, kstage)
-                assert qbuf[0] == ('Q', t), (c, t, qbuf)
+                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
+                yield
+                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[ring_base % S].arrive()
+                release_q_after_s(num_blocks == 1)
             for idx in range(1, num_blocks):
                 r = ring_base + idx
                 yield from wait_full(k_full, idx, kstage)
                 yield from wait_full(v_full, idx - 1, vstage)
                 yield from sync(turn[c])
-                assert qbuf[0] == ('Q', t), (c, t, qbuf)
+                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
                 yield
                 pass_turn(idx - 1)
+                yield
+                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[r % S].arrive()
+                release_q_after_s(idx == num_blocks - 1)
                 yield
                 v_empty[(r - 1) % S].arrive()
             if num_blocks > 0:
                 yield from wait_full(v_full, num_blocks - 1, vstage)
                 v_empty[(ring_base + num_blocks - 1) % S].arrive()
-            yield from sync(epilogue)      # both are done reading Q
-            qbuf[0] = ('O', t)
+            yield from sync(epilogue)      # both are done with the buffer (Q, or the previous store)
+            obuf[0] = ('O', t)
             yield from sync(epilogue)      # O staged by both
             yield
-            assert qbuf[0] == ('O', t), (c, t, qbuf)  # the store reads this tile's O
-            q_empty.arrive()
+            assert obuf[0] == ('O', t), (c, t, obuf)  # the store reads this tile's O
+            if not own_o: q_empty.arrive()
             ring_base += num_blocks
+            yield from next_tile(t, False)
 
     procs = [producer(), consumer(0), consumer(1)]
     alive = list(procs); stall = 0
@@ -141,10 +173,11 @@ def run(tiles, S, seed):
 
 if __name__ == "__main__":
     rnd = random.Random(0)
-    for S in (2, 3):
-        for n in range(0, 9):  # one tile per CTA (grid = tiles)
-            for seed in range(100):
-                run([n], S, seed)
-        for seed in range(1500):  # several tiles per CTA, empty ones included
-            run([rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 5))], S, seed)
+    for own_o, claims in ((False, False), (True, False), (True, True)):
+        for S in (2, 3):
+            for n in range(0, 9):  # one tile per CTA (grid = tiles)
+                for seed in range(100):
+                    run([n], S, seed, own_o, claims)
+            for seed in range(1500):  # several tiles per CTA, empty ones included
+                run([rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 6))], S, seed, own_o, claims)
     print("ok")

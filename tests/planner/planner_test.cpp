@@ -93,8 +93,7 @@ TEST(PlannerForward, HopperRunsTheWgmmaKernelPersistentWithoutAMask) {
     EXPECT_EQ(p.block_m, 128);
     EXPECT_EQ(p.block_n, 128);
     EXPECT_EQ(p.num_m_blocks, 8);
-    EXPECT_TRUE(p.sm90_persistent_grid);
-    EXPECT_TRUE(p.sm90_persistent_form);
+    EXPECT_TRUE(p.sm90_persistent);
     EXPECT_EQ(p.ctas, 132); // min(8 x 2 x 16 tiles, the SMs)
     EXPECT_EQ(p.section_heads, 0);
     EXPECT_EQ(p.workspace.total, 0u);
@@ -139,29 +138,31 @@ TEST(PlannerForward, OverridesPickAmongTheKernelsThatCanRun) {
     EXPECT_EQ(plan(Dense{}, a100(), overrides("forward_kernel=sm90")).kernel, Kernel::forward_sm80);
 }
 
-TEST(PlannerForward, MaskedTilesRunOneCtaPerTileInHeavyFirstSections) {
+TEST(PlannerForward, MaskedTilesAreClaimedHeavyFirstInSections) {
     Dense d;
     d.causal = true;
     const ForwardPlan p = plan(d);
     EXPECT_EQ(p.kernel, Kernel::forward_sm90);
-    EXPECT_FALSE(p.sm90_persistent_grid);
-    EXPECT_FALSE(p.sm90_persistent_form);
-    EXPECT_EQ(p.ctas, 8 * 2 * 16);
+    EXPECT_TRUE(p.sm90_persistent);
+    EXPECT_TRUE(p.sm90_claims_tiles);
+    EXPECT_EQ(p.ctas, 132);
+    EXPECT_EQ(p.workspace.size(Piece::tile_counter), sizeof(unsigned)); // zeroed before the launch
+    EXPECT_EQ(p.workspace.total, 256u);
+    EXPECT_FALSE(plan(Dense{}).sm90_claims_tiles); // equal tiles: a grid stride
     // 16 MB sections of K/V: 2 x 1024 keys x 128 x 2 bytes = 512 KB a pair -> 32 pairs, all of them.
     EXPECT_EQ(p.section_heads, 32);
     d.seqlen_k = d.seqlen_q = 32768, d.batch = 1;
     EXPECT_EQ(plan(d).section_heads, 1); // 16 MB of K/V a pair
-    d.softcap = 30.0f; // the extras kernel exists in the looping form only, up to d128
+    d.softcap = 30.0f;
     const ForwardPlan extras = plan(d);
-    EXPECT_FALSE(extras.sm90_persistent_grid);
-    EXPECT_TRUE(extras.sm90_persistent_form);
-    Dense d64;
-    d64.causal = true, d64.head_dim = 64;
-    EXPECT_TRUE(plan(d64).sm90_persistent_grid); // short tiles: persistent measured as fast
+    EXPECT_TRUE(extras.sm90_claims_tiles);
+    EXPECT_TRUE(extras.sm90_persistent);
     Dense d256;
-    d256.head_dim = 256;
+    d256.head_dim = 256, d256.causal = true;
     const ForwardPlan wide = plan(d256);
-    EXPECT_FALSE(wide.sm90_persistent_grid); // no looping form above d128
+    EXPECT_FALSE(wide.sm90_persistent); // no looping form above d128: one CTA per tile
+    EXPECT_FALSE(wide.sm90_claims_tiles);
+    EXPECT_EQ(wide.workspace.total, 0u);
     EXPECT_EQ(wide.block_n, 64);
     EXPECT_EQ(wide.ctas, 8 * 2 * 16);
 }

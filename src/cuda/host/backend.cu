@@ -97,7 +97,7 @@ void launch_forward(const ForwardPlan& plan, const FwdArgs& args, fa_dtype dtype
             switch (plan.kernel) {
                 case Kernel::forward_sm90:
 #if FLASHATTN_CUDA_HAS_SM90
-                    return run_forward_sm90<kDim, kDtype>(args, plan.ctas, plan.sm90_persistent_form, stream);
+                    return run_forward_sm90<kDim, kDtype>(args, plan.ctas, stream);
 #else
                     fail(FA_ERROR_INTERNAL, "the plan chose the sm90 forward in a build without it");
 #endif
@@ -248,6 +248,10 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
 
     args.num_m_blocks = plan.num_m_blocks;
     args.section_heads = plan.section_heads;
+    if (plan.sm90_claims_tiles) {
+        args.tile_counter = static_cast<unsigned*>(workspace.at(Piece::tile_counter));
+        check_cuda(cudaMemsetAsync(args.tile_counter, 0, sizeof(unsigned), stream), "zeroing the forward's tile counter");
+    }
     if (plan.kernel == Kernel::inference || plan.kernel == Kernel::decode) {
         const KvLayout& kv = problem.kv;
         args.block_table = kv.block_table;

@@ -18,9 +18,9 @@ template <int kTileDim, fa_dtype kDtype>
 void run_forward_sm80(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 
 // Compiled when FLASHATTN_CUDA_ARCHS contains 90 (FLASHATTN_CUDA_HAS_SM90, build_config.h).
-// persistent_form: the kernel's looping form (ForwardPlan::sm90_persistent_form).
+// Up to d128 the kernel's looping form (ForwardPlan::sm90_persistent), above the one-tile form.
 template <int kTileDim, fa_dtype kDtype>
-void run_forward_sm90(const FwdArgs& args, int64_t ctas, bool persistent_form, cudaStream_t stream);
+void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 
 // The inference variant of the forward kernel (Kernel::inference) and the decode kernel.
 template <int kTileDim, fa_dtype kDtype>

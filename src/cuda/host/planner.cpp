@@ -87,17 +87,16 @@ void plan_training_forward(const Problem& problem, const DeviceInfo& device, con
     const int64_t tiles_total = int64_t(plan.num_m_blocks) * p.batch * p.num_heads;
     plan.ctas = tiles_total;
     if (sm90) {
-        // Persistent (a CTA per SM looping over tiles: the next tile's K/V arrive under the epilogue)
-        // measured 1-8% faster without a mask. Under a causal or local mask the tiles do unequal work
-        // and a grid stride hands some SMs twice the others' (d256 causal 16k: 342 against 533
-        // TFLOP/s), so there one CTA per tile, dispatched by the hardware as SMs free up; except at
-        // d <= 64, where persistence measured equal or faster. The extras kernel (softcap, ALiBi,
-        // dropout) is compiled in the looping form only, up to d128.
-        const bool can_persist = tiles::forward_sm90(plan.tile_dim).can_persist;
-        const bool extras = problem.has_dropout() || p.softcap > 0.0f || p.alibi_slopes || !(problem.scale > 0.0f);
-        plan.sm90_persistent_grid = can_persist && !(problem.mask.is_local() && plan.tile_dim > 64);
-        plan.sm90_persistent_form = plan.sm90_persistent_grid || (can_persist && extras);
-        if (plan.sm90_persistent_grid) plan.ctas = std::min<int64_t>(tiles_total, device.sm_count);
+        // Persistent (a CTA per SM looping over tiles: the next tile's Q and K/V arrive under the
+        // epilogue) measured 1-8% faster without a mask. Under a causal or local mask the tiles do
+        // unequal work, and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
+        // against 533 TFLOP/s), so there the CTAs claim their tiles from a counter, heaviest first
+        // (an SM that drew light tiles claims more). Up to d128: above, the looping form does not
+        // fit its registers, and one CTA per tile is dispatched by the hardware as SMs free up.
+        plan.sm90_persistent = tiles::forward_sm90(plan.tile_dim).can_persist;
+        plan.sm90_claims_tiles = plan.sm90_persistent && problem.mask.is_local();
+        if (plan.sm90_persistent) plan.ctas = std::min<int64_t>(tiles_total, device.sm_count);
+        plan.workspace.add(Piece::tile_counter, plan.sm90_claims_tiles ? sizeof(unsigned) : 0);
     }
 }
 

@@ -58,6 +58,7 @@ enum class Piece : uint8_t {
     lse,         // the lse attn_probs is derived from, when the caller asked for none
     partial_out, partial_lse, // split-KV's fp32 partials
     dsum, dq_accum, dk_accum, dv_accum, // the backward's fp32 accumulators
+    tile_counter, // forward_sm90 claiming its tiles: the counter, zeroed before the launch
     count
 };
 struct WorkspaceLayout {
@@ -99,8 +100,8 @@ struct ForwardPlan {
     int64_t ctas = 0;
     int num_m_blocks = 0; // query tiles per (sequence, head): of seqlen_q rows, or the packed GQA heads
     int section_heads = 0; // tile order of a masked forward (kernels/tile_order.cuh); 0 = plain order
-    bool sm90_persistent_grid = false; // forward_sm90: one CTA per SM looping over the tiles
-    bool sm90_persistent_form = false; // forward_sm90: the kernel's looping form (also one per tile)
+    bool sm90_persistent = false;   // forward_sm90: at most one CTA per SM, each looping over tiles
+    bool sm90_claims_tiles = false; // forward_sm90 persistent: CTAs claim tiles from a counter
     // Inference (kernels inference and decode):
     int splits = 1;
     bool pack_gqa = false;       // one query row per sequence: a tile's rows are the heads of one KV head

@@ -32,6 +32,9 @@ struct FwdArgs {
     int32_t seqlen_q, seqlen_k;  // varlen: the maxima
     int32_t num_m_blocks;        // query blocks per (sequence, head); set by the launcher
     int32_t section_heads;       // tile order, set by the launcher (kernels/tile_order.cuh); 0 = plain
+    // The Hopper kernel's looping form: the counter its CTAs claim tiles from (zeroed before the
+    // launch), or null: each CTA strides over the tiles by gridDim.x.
+    unsigned* tile_counter;
 
     // Varlen (device memory, never validated on the host: the kernels clamp what they read and record
     // a value out of range in `fault`, device_faults.h).

@@ -11,13 +11,17 @@
 // other runs its softmax, so the tensor cores are busy during the exp2s (the softmax of one
 // warpgroup is a third of its block time at d128, half at d64).
 //
-// Persistent grid (kPersistent; else one tile per CTA, the loop's state folded away): a CTA computes tiles blockIdx.x, blockIdx.x + gridDim.x, ...
-// (the launcher makes the grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
+// Persistent grid (kPersistent; else one tile per CTA, the loop's state folded away): a CTA computes
+// tile blockIdx.x, then blockIdx.x + gridDim.x, ... or, with a tile counter (masked problems, whose
+// tiles do unequal work), the next unclaimed tile each time it finishes one (the launcher makes the
+// grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
 // the consumers still normalise and store this tile's O, and the per-CTA start-up (launch, barrier
 // set-up, register reconfiguration) is paid once per SM instead of once per tile. The stage
-// counters run on across tiles. Q's buffer (which also stages O) has an mbarrier for each direction
-// (q_full, q_empty), and every tile passes through both, also one without K/V blocks, so neither
-// side can get two phases ahead.
+// counters run on across tiles. Q's buffer has an mbarrier for each direction (q_full, q_empty),
+// and every tile passes through both, also one without K/V blocks, so neither side can get two
+// phases ahead. Where O has a buffer of its own (Sm90FwdTraits::kOwnOBuffer) the consumers release
+// Q once their last S = Q K^T of the tile is done, so the next tile's Q arrives under the last
+// P V and the epilogue; else O is staged in Q's buffer and Q is released after O's store.
 //
 // Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
 // size of 0 where rows or columns lie outside the tensor), so the mbarrier that tracks its cp.asyncs
@@ -55,21 +59,27 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     const int warpgroup = int(threadIdx.x) / 128;
     const bool varlen = args.cu_seqlens_q != nullptr;
 
-    // Shared memory: Q, kStages K blocks, kStages V blocks, then the barriers.
+    // Shared memory: Q, kStages K blocks, kStages V blocks, O's buffer (or none: O in Q's), then
+    // the barriers.
     extern __shared__ __align__(1024) char smem[];
     constexpr int kKvElems = cosize(typename Traits::SmemLayoutKV{});
+    constexpr int kTileElems = cosize(typename Traits::SmemLayoutQ{});
     Element* smem_q = reinterpret_cast<Element*>(smem);
-    Element* smem_k = smem_q + cosize(typename Traits::SmemLayoutQ{});
+    Element* smem_k = smem_q + kTileElems;
     Element* smem_v = smem_k + kStages * kKvElems;
-    uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kKvElems);
+    Element* smem_o = Traits::kOwnOBuffer ? smem_v + kStages * kKvElems : smem_q;
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kKvElems + (Traits::kOwnOBuffer ? kTileElems : 0));
     // K and V have separate rings, so a K stage is refilled as soon as S = Q K^T is done with it,
     // a full P V earlier than its V.
     uint64_t* q_full = bar;                     // Q landed (producer threads)
-    uint64_t* q_empty = bar + 1;                // both consumers are done with Q's buffer (and O in it)
+    uint64_t* q_empty = bar + 1;                // both consumers are done with Q's buffer
     uint64_t* k_full = bar + 2;                 // [kStages] K[j] landed
     uint64_t* v_full = bar + 2 + kStages;       // [kStages] V[j] landed
     uint64_t* k_empty = bar + 2 + 2 * kStages;  // [kStages] both consumers are done with K[j]
     uint64_t* v_empty = bar + 2 + 3 * kStages;  // [kStages] ... with V[j]
+    uint64_t* tile_full = bar + 2 + 4 * kStages;  // [2] a claimed tile index published in its slot
+    uint64_t* tile_empty = bar + 4 + 4 * kStages; // [2] every thread has read that slot
+    unsigned* tile_slot = reinterpret_cast<unsigned*>(bar + 6 + 4 * kStages); // [2]
     Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
     auto k_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_k + s * kKvElems), typename Traits::SmemLayoutKV{}); };
     auto v_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutKV{}); };
@@ -84,6 +94,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             cutlass::arch::ClusterBarrier::init(k_empty + s, kConsumerThreads);
             cutlass::arch::ClusterBarrier::init(v_empty + s, kConsumerThreads);
         }
+        for (int s = 0; s < 2; ++s) {
+            cutlass::arch::ClusterBarrier::init(tile_full + s, 1);
+            cutlass::arch::ClusterBarrier::init(tile_empty + s, Traits::kCtaThreads);
+        }
         cutlass::arch::fence_barrier_init();
     }
     __syncthreads(); // the last CTA-wide barrier
@@ -91,6 +105,26 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     // The tiles of this CTA, the same sequence for the producer and the consumers. A tile whose
     // query block starts past its sequence's end (varlen) is skipped by both.
     const int total_tiles = args.num_m_blocks * args.batch * args.num_heads;
+    // With a tile counter, thread 0 (a producer thread) claims each next tile and publishes it in a
+    // ring of two slots that all 384 threads read. Claims follow the tile order (heaviest first under
+    // a mask, tile_order.cuh), so an SM that drew light tiles claims more: the balance of one CTA per
+    // tile without its start-up per tile. The claim is issued a tile ahead, hiding the atomic.
+    const bool claim_tiles = kPersistent && args.tile_counter != nullptr;
+    auto claim = [&]() { return atomicAdd(args.tile_counter, 1u) + gridDim.x; };
+    auto publish = [&](unsigned claimed, int published) { // thread 0
+        const int slot = published & 1;
+        if (published >= 2) cutlass::arch::ClusterBarrier::wait(tile_empty + slot, ((published >> 1) - 1) & 1);
+        tile_slot[slot] = claimed;
+        cutlass::arch::ClusterBarrier::arrive(tile_full + slot);
+    };
+    auto next_tile = [&](unsigned index, int published) __attribute__((always_inline)) -> unsigned {
+        if (!claim_tiles) return index + gridDim.x;
+        const int slot = published & 1;
+        cutlass::arch::ClusterBarrier::wait(tile_full + slot, (published >> 1) & 1);
+        const unsigned next = tile_slot[slot];
+        cutlass::arch::ClusterBarrier::arrive(tile_empty + slot);
+        return next;
+    };
     struct Tile {
         int m_block, b, h, m0, e, num_blocks;
         SequenceBounds seq;
@@ -134,7 +168,19 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         const int64_t q_stride = args.q.row_stride, k_stride = args.k.row_stride, v_stride = args.v.row_stride;
 
         int ring_base = 0, tiles_done = 0;
-        for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
+        // Thread 0 claims each next tile a tile ahead (the atomic's latency hides under a tile's
+        // loads) and publishes it when the CTA moves on.
+        unsigned claimed = claim_tiles && ptid == 0 ? claim() : 0u;
+        auto publish_next = [&](int published) {
+            if (claim_tiles && ptid == 0) {
+                publish(claimed, published);
+                claimed = claim();
+            }
+            return published;
+        };
+        int published = 0;
+        for (unsigned index = blockIdx.x; index < unsigned(total_tiles);
+             index = next_tile(index, publish_next(published++))) {
             const Tile t = tile_at(index);
             if (t.m0 >= t.seq.q_len) {
                 if constexpr (kPersistent) continue;
@@ -218,7 +264,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     };
 
     int ring_base = 0, tiles_done = 0;
-    for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index += gridDim.x) {
+    int published = 0;
+    for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index = next_tile(index, published++)) {
         const Tile t = tile_at(index);
         if (t.m0 >= t.seq.q_len) {
             if constexpr (kPersistent) continue;
@@ -261,9 +308,14 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 1 - consumer);
         };
 
-        // Every tile waits for its Q, also one without K/V blocks (whose epilogue writes O into Q's
-        // buffer): that keeps q_full and q_empty in step with the producer.
+        // Every tile waits for its Q and releases it once, also one without K/V blocks: that keeps
+        // q_full and q_empty in step with the producer. With O in a buffer of its own, Q is released
+        // when this thread's last S = Q K^T of the tile is done (after the wait that follows it).
+        auto release_q_after_s = [&](bool last_s) {
+            if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty);
+        };
         cutlass::arch::ClusterBarrier::wait(q_full, tiles_done & 1);
+        release_q_after_s(num_blocks == 0);
         if (num_blocks > 0) {
             if (consumer == 1 && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
             wait_full(k_full, ring_base);
@@ -271,6 +323,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_s);
             release(k_empty, ring_base);
+            release_q_after_s(num_blocks == 1);
             float unused[kRows];
             softmax_block(e - 1, cute::true_type{}, unused);
             scores_to_p();
@@ -291,6 +344,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
             release(k_empty, r);
+            release_q_after_s(idx == num_blocks - 1);
             float correction[kRows];
             softmax_block(j, masked_tag, correction);
             warpgroup_wait<0>();
@@ -314,17 +368,19 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             release(v_empty, r);
         }
 
-        // Epilogue: O normalised, through Q's buffer to global memory; the lse.
+        // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
         float row_lse[kRows];
         softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
         if (t.seq.faulted) poison_rows(acc_o_rows, row_lse); // an index out of range (device_faults.h)
         Tensor o = convert_fragment<Element>(acc_o);
-        Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});
+        Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});
         auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);
         auto copy_o_thr = copy_o.get_thread_slice(tid);
         Tensor tOrO_view = copy_o_thr.retile_S(o);
         Tensor tOsO = copy_o_thr.partition_D(sO);
-        cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier); // both consumers are done with sQ
+        // Both consumers are done with the buffer: with the previous tile's store from it, and where it
+        // is Q's, with this tile's Q.
+        cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier);
         copy(copy_o, tOrO_view, tOsO);
 
         if (args.lse) {
@@ -351,7 +407,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
         Tensor store_column_ok = head_dim_chunks(tOc, args.head_dim);
         store_tile<typename Traits::GmemStore>(tid, sO, gO, store_column_ok, t.seq.q_len - m0);
-        cutlass::arch::ClusterBarrier::arrive(q_empty); // this thread has read its part of O
+        if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O
         ring_base += num_blocks;
         ++tiles_done;
         if constexpr (!kPersistent) break;

@@ -61,12 +61,18 @@ struct Sm90FwdTraits {
     // V seen as V^T (head_dim x keys): the same bytes, an MN-major operand for wgmma.
     using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-    using SmemLayoutO = SmemLayoutQ; // O is staged in Q's buffer
+    using SmemLayoutO = SmemLayoutQ;
 
-    // Q, the K and V rings, and the mbarriers: one per K/V stage filled and one per stage released
-    // (4 * kStages), and Q's two (filled, released).
-    static constexpr int kSmemBytes =
-        (kBlockM + 2 * kStages * kBlockN) * kHeadDim * int(sizeof(Element)) + (4 * kStages + 2) * 8;
+    // O is staged for its store in a buffer of its own where one fits (d <= 128): Q's buffer is then
+    // free as soon as a tile's last S = Q K^T is done, and the next tile's Q loads under the last
+    // P V and the epilogue. Above d128 it does not fit beside Q and the rings, and O is staged in
+    // Q's buffer, which frees only after the store.
+    static constexpr int kTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
+    // mbarriers: K/V filled and released per stage, Q's two, the tile ring's four; then its two slots.
+    static constexpr int kBarrierBytes = (4 * kStages + 2 + 4) * 8 + 2 * 4;
+    static constexpr int kRingBytes = 2 * kStages * kBlockN * kHeadDim * int(sizeof(Element));
+    static constexpr bool kOwnOBuffer = 2 * kTileBytes + kRingBytes + kBarrierBytes <= 227 * 1024;
+    static constexpr int kSmemBytes = (kOwnOBuffer ? 2 : 1) * kTileBytes + kRingBytes + kBarrierBytes;
     static_assert(kSmemBytes <= 227 * 1024, "Q and two stages of K and V must fit in shared memory");
 
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
@@ -85,12 +91,12 @@ struct Sm90FwdTraits {
     // the consumers 232; above d128 the consumers need 240 (232 spilled 124 B at d256), which
     // leaves the producer 24 (624 B of spills, all in the producer); ptxas -v, bf16.
     static constexpr int kLaunchRegs = 65536 / kCtaThreads / 8 * 8;
-    // Whether the persistent form of the kernel (a CTA loops over tiles, fwd_kernel_sm90.cuh) is
-    // compiled; the one-tile form always is. Above d128 the loop's state does not fit beside O's
-    // accumulator (128 of the consumers' 240 registers) and a 24-register producer: the persistent
-    // form spilled 624 B (plain) / 836 B (extras) at d256 against 16 / 40 B for one tile, and ran
-    // d256 8-22% slower at 512-1k tokens than the one-tile kernel, while persistence gained
-    // it 0-3%. At d128 the one-tile form spills 12 B (persistent: 68; extras 260 against 344).
+    // Whether the kernel runs in its looping form (a CTA loops over tiles, fwd_kernel_sm90.cuh),
+    // the only form compiled up to d128; above, the one-tile form is. Above d128 the loop's state
+    // does not fit beside O's accumulator (128 of the consumers' 240 registers) and a 24-register
+    // producer: the looping form spilled 624 B (plain) / 836 B (extras) at d256 against 16 / 40 B
+    // for one tile, and ran d256 8-22% slower at 512-1k tokens than the one-tile kernel, while
+    // persistence gained it 0-3%.
     static constexpr bool kCanPersist = tiles::forward_sm90(kHeadDim).can_persist;
     static constexpr int kProducerRegs = kHeadDim <= 128 ? 40 : 24;
     static constexpr int kConsumerRegs = kHeadDim <= 128 ? 232 : 240;
