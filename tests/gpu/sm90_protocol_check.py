@@ -53,7 +53,7 @@ def run(tiles, S, seed, own_o=False, claims=False):
     epilogue = NBar(2)
     kstage = [None] * S; vstage = [None] * S
     qbuf = [None]      # ('Q', tile) once a Q copy landed, ('O', tile) once the consumers staged O there
-    obuf = qbuf if not own_o else [None]  # where O is staged
+    obuf = qbuf if not own_o else [None, None]  # where O is staged (own_o: each consumer its rows)
     pending = []       # async copies: [when, stage list, index, value, barrier]
     tile_full = [MBar(1) for _ in range(2)]; tile_empty = [MBar(3) for _ in range(2)]
     tile_slot = [None, None]
@@ -139,11 +139,12 @@ def run(tiles, S, seed, own_o=False, claims=False):
             if num_blocks > 0:
                 yield from wait_full(v_full, num_blocks - 1, vstage)
                 v_empty[(ring_base + num_blocks - 1) % S].arrive()
-            yield from sync(epilogue)      # both are done with the buffer (Q, or the previous store)
-            obuf[0] = ('O', t)
-            yield from sync(epilogue)      # O staged by both
+            part = c if own_o else 0       # own_o: a consumer stages and stores its own rows alone
+            if not own_o: yield from sync(epilogue)  # both are done with Q's buffer
+            obuf[part] = ('O', t)
+            if not own_o: yield from sync(epilogue)  # O staged by both
             yield
-            assert obuf[0] == ('O', t), (c, t, obuf)  # the store reads this tile's O
+            assert obuf[part] == ('O', t), (c, t, obuf)  # the store reads this tile's O
             if not own_o: q_empty.arrive()
             ring_base += num_blocks
             yield from next_tile(t, False)

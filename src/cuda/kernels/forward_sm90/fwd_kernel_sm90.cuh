@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     const int tid = int(threadIdx.x) - 128; // 0..255 over the two consumer warpgroups
     const int consumer = warpgroup - 1;
     // Named barriers (cutlass::arch::NamedBarrier adds its reserved offset): the ping-pong pair,
-    // and one for the two consumers' epilogue.
+    // and the epilogue's: one per consumer (O in its own buffer), or one for both (kEpilogueBarrier).
     constexpr uint32_t kTurnBarrier0 = 0, kEpilogueBarrier = 2;
 
     typename Traits::TiledMmaS mma_s;
@@ -378,9 +378,12 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         auto copy_o_thr = copy_o.get_thread_slice(tid);
         Tensor tOrO_view = copy_o_thr.retile_S(o);
         Tensor tOsO = copy_o_thr.partition_D(sO);
-        // Both consumers are done with the buffer: with the previous tile's store from it, and where it
-        // is Q's, with this tile's Q.
-        cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier);
+        // The threads that stage and store these rows (Sm90FwdTraits::kEpilogueRows) are done with
+        // the buffer: with the previous tile's store from it, and where it is Q's, with this tile's Q.
+        constexpr int kEpilogueRows = Traits::kEpilogueRows, kEpilogueThreads = Traits::kEpilogueThreads;
+        const int epilogue_part = Traits::kOwnOBuffer ? consumer : 0; // rows of O this thread stores
+        const uint32_t epilogue_barrier = kEpilogueBarrier + epilogue_part;
+        cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
         copy(copy_o, tOrO_view, tOsO);
 
         if (args.lse) {
@@ -398,15 +401,20 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 }
             }
         }
-        cutlass::arch::NamedBarrier::sync(kConsumerThreads, kEpilogueBarrier);
+        cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
         Tensor mO = rows_of(t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
-        Tensor gO = local_tile(mO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(t.m_block, 0));
+        const int part_rows = kBlockM / kEpilogueRows; // parts per tile
+        Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDim>>{},
+                               make_coord(t.m_block * part_rows + epilogue_part, 0));
+        Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDim>>{}, make_coord(epilogue_part, 0));
+        const int store_tid = tid - epilogue_part * kEpilogueThreads;
         // The store's column predicate: chunks whose first column is past the real head dim.
         typename Traits::GmemStore gmem_store;
-        auto store_thr = gmem_store.get_thread_slice(tid);
-        Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+        auto store_thr = gmem_store.get_thread_slice(store_tid);
+        Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDim>>{}));
         Tensor store_column_ok = head_dim_chunks(tOc, args.head_dim);
-        store_tile<typename Traits::GmemStore>(tid, sO, gO, store_column_ok, t.seq.q_len - m0);
+        store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
+                                               t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
         if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O
         ring_base += num_blocks;
         ++tiles_done;

@@ -81,7 +81,12 @@ struct Sm90FwdTraits {
     // Global <-> shared, 16-byte chunks in kSwizzleCols-wide rows: loads by the producer's threads
     // (SwizzledTileCopy, producer_copies.cuh), the O store by the consumers' (gmem_copies.cuh).
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    using GmemStore = typename GmemTileCopies<Element, kSwizzleCols, kThreads>::Store;
+    // O's store: with O in its own buffer each consumer stages and stores its own 64 rows and
+    // synchronises only its warpgroup, so the two keep their ping-pong offset into the next tile;
+    // with O in Q's buffer both must be done with Q first, and they store the tile together.
+    static constexpr int kEpilogueRows = kOwnOBuffer ? 64 : kBlockM;
+    static constexpr int kEpilogueThreads = kOwnOBuffer ? 128 : kThreads;
+    using GmemStore = typename GmemTileCopies<Element, kSwizzleCols, kEpilogueThreads>::Store;
     // Registers per thread after setmaxnreg. A CTA gets kLaunchRegs per thread at launch
     // (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8 = 168), and setmaxnreg.inc waits
     // until the registers it asks for have been released by the CTA's other warps: the split must
