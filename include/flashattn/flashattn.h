@@ -7,7 +7,8 @@
  *
  * Layout. Q, K, V, O and their gradients are (batch, seqlen, heads, head_dim) views: element
  * (b, s, h, d) of a tensor t lives at t.data + b*t.batch_stride + s*t.row_stride + h*t.head_stride + d
- * (strides in elements, not bytes; head_dim is always contiguous). In the varlen entry points the
+ * (strides in elements, not bytes; head_dim is always contiguous; v, out, dout and dv have head_dim_v
+ * columns, see fa_fwd_params). In the varlen entry points the
  * batch dimension is gone: sequences are packed along the row dimension, (total_tokens, heads, head_dim),
  * sequence b occupying rows [cu_seqlens[b], cu_seqlens[b+1]), and batch_stride is ignored.
  *
@@ -194,7 +195,8 @@ typedef struct fa_bwd_params {
  *   seqlen_k     capacity of one sequence's cache (contiguous: the cache's rows per batch entry;
  *                paged: at most max_blocks_per_seq * page_size)
  *   softmax_lse, softmax_scale, causal, window_left/right, softcap, alibi_slopes, num_splits,
- *   head_dim_v (v caches and v_new), learnable_sink, backend, stream: as in fa_forward. Must stay unset: cu_seqlens_q/k, seqused_k, dropout_p,
+ *   head_dim_v (v caches and v_new), learnable_sink, backend, stream: as in fa_forward.
+ *   Must stay unset: cu_seqlens_q/k, seqused_k, dropout_p,
  *   attn_probs (this is a forward-only, dense-query entry point).
  * Sequence b attends to cache rows [leftpad_b, cache_seqlens[b] + seqlen_new) of cache batch
  * entry cache_batch_idx[b] (or b), after rows [cache_seqlens[b], cache_seqlens[b] + seqlen_new)

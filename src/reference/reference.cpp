@@ -585,7 +585,8 @@ ForwardResult kvcache_forward(const KvCacheProblem& kp, Precision precision) {
                 for (int64_t i = 0; i < p.seqlen_new; ++i) {
                     rotated_row_into(p, p.k_new.data,
                                      b * p.k_new.batch_stride + i * p.k_new.row_stride + h_k * p.k_new.head_stride,
-                                     f.k.data, kp.cache_offset(f.k, b, i, h_k), f.head_dim, kp.rotary(), kp.new_row(b, i));
+                                     f.k.data, kp.cache_offset(f.k, b, i, h_k), f.head_dim, kp.rotary(),
+                                     kp.new_row(b, i));
                     rotated_row_into(p, p.v_new.data,
                                      b * p.v_new.batch_stride + i * p.v_new.row_stride + h_k * p.v_new.head_stride,
                                      f.v.data, kp.cache_offset(f.v, b, i, h_k), f.head_dim_v, false, 0);

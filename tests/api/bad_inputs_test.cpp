@@ -226,16 +226,14 @@ std::vector<BwdBreak> backward_breaks() {
         "dsink");
     add("dv_heads_overlap_head_dim_v", false,
         [](P& p, AttentionRun& r) {
-            // v, out and dout as wide as head_dim_v asks, dv still 16 columns per head
-            static Tensor wide_v, wide_out, wide_dout;
-            wide_v = Tensor(FA_FLOAT16, 2, 8, 2, 32, Layout::bshd);
-            wide_out = Tensor(FA_FLOAT16, 2, 8, 4, 32, Layout::bshd);
-            wide_dout = Tensor(FA_FLOAT16, 2, 8, 4, 32, Layout::bshd);
+            // v, out and dout as wide as head_dim_v asks; dv still 16 columns per head
+            r.v = Tensor(FA_FLOAT16, 2, 8, 2, 32, Layout::bshd);
+            r.out = Tensor(FA_FLOAT16, 2, 8, 4, 32, Layout::bshd);
+            r.dout = Tensor(FA_FLOAT16, 2, 8, 4, 32, Layout::bshd);
             p.fwd.head_dim_v = 32;
-            p.fwd.v = wide_v.view();
-            p.fwd.out = wide_out.view();
-            p.dout = wide_dout.view();
-            (void)r;
+            p.fwd.v = r.v.view();
+            p.fwd.out = r.out.view();
+            p.dout = r.dout.view();
         },
         "dv");
     add("dq_rows_alias", false, [](P& p, AttentionRun&) { p.dq.row_stride = 0; }, "dq");

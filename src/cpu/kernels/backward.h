@@ -10,10 +10,12 @@
 // with dsum = rowsum(dO * O) computed beforehand. A learnable sink changes none of this: the lse the
 // forward saved includes it, so P is right, and it has no value, so dsum is too. Its own gradient,
 // dsink = -sum_i p_sink(i) dsum_i with p_sink(i) = exp(sink - lse_i), is a by-product of the dsum
-// pass. V, dO and dV are head_dim_v wide, Q, K, dQ and dK head_dim. dQ is reduced without races and in a fixed
-// order: each chunk accumulates into its own fp32 buffer, and a last pass adds the chunks in chunk
-// order. The number of chunks depends on the problem's shape only, never on the thread count, so
-// the gradients are bitwise identical on any number of threads.
+// pass. V, dO and dV are head_dim_v wide, Q, K, dQ and dK head_dim.
+//
+// dQ is reduced without races and in a fixed order: each chunk accumulates into its own fp32
+// buffer, and a last pass adds the chunks in chunk order. The number of chunks depends on the
+// problem's shape only, never on the thread count, so the gradients are bitwise identical on any
+// number of threads.
 //
 // Here S is kept as computed (query rows down, keys across the lanes): the per-row lse and dsum are
 // broadcasts, and dS^T, P^T are read as column-major A operands without transposing anything.
