@@ -7,7 +7,8 @@
  *
  * Layout. Q, K, V, O and their gradients are (batch, seqlen, heads, head_dim) views: element
  * (b, s, h, d) of a tensor t lives at t.data + b*t.batch_stride + s*t.row_stride + h*t.head_stride + d
- * (strides in elements, not bytes; head_dim is always contiguous). In the varlen entry points the
+ * (strides in elements, not bytes; head_dim is always contiguous; v, out, dout and dv have head_dim_v
+ * columns, see fa_fwd_params). In the varlen entry points the
  * batch dimension is gone: sequences are packed along the row dimension, (total_tokens, heads, head_dim),
  * sequence b occupying rows [cu_seqlens[b], cu_seqlens[b+1]), and batch_stride is ignored.
  *
@@ -77,10 +78,10 @@ typedef struct fa_fwd_params {
     int32_t seqlen_k;     /* varlen: max_seqlen_k */
     int32_t num_heads;    /* query heads */
     int32_t num_heads_k;  /* key/value heads; num_heads % num_heads_k == 0 (MQA/GQA) */
-    int32_t head_dim;     /* 1..256 */
+    int32_t head_dim;     /* 1..256, of q and k (v and out: head_dim_v, below) */
 
     fa_tensor q, k, v;    /* inputs */
-    fa_tensor out;        /* output, same shape as q */
+    fa_tensor out;        /* output, shaped like q but with head_dim_v columns */
     /* Output, fp32, contiguous: (batch, num_heads, seqlen_q); varlen: (num_heads, total_q).
      * The natural log of the softmax denominator per query row; -inf for a row that may attend to
      * no key. Optional in the forward (NULL = not written), required by the backward. */
@@ -148,6 +149,19 @@ typedef struct fa_fwd_params {
      * backend reads host memory at the call. Same memory as q. The mask is the one the by-value
      * fields would give for the same pair, on every backend. */
     const uint64_t* rng_state;
+
+    /* ---- appended after rng_state: callers built before pass that struct_size and get the defaults ----
+     * Value head dim (DeepSeek's multi-head latent attention runs q/k at 192, v at 128): v, out (and
+     * in the backward dout and dv; in fa_kvcache_forward v_new) have head_dim_v columns, q and k
+     * keep head_dim. 0 = head_dim; else 1..256. The default softmax scale stays 1/sqrt(head_dim).
+     * The CUDA backend does not take head_dim_v != head_dim yet (FA_ERROR_UNSUPPORTED). */
+    int32_t head_dim_v;
+    /* Optional learnable attention sinks (gpt-oss): fp32 (num_heads), one logit per query head, in
+     * the memory of q. Each row's softmax denominator gains exp(sink[h]), which takes no value:
+     * out_i = sum_j exp(s_ij - m) v_j / (exp(sink[h] - m) + sum_j exp(s_ij - m)), and softmax_lse
+     * includes the sink's term. Finite values (checked at the call on the CPU). NULL = no sink.
+     * The CUDA backend does not take it yet (FA_ERROR_UNSUPPORTED). See docs/semantics.md. */
+    const float* learnable_sink;
 } fa_fwd_params;
 
 typedef struct fa_bwd_params {
@@ -156,11 +170,19 @@ typedef struct fa_bwd_params {
     fa_fwd_params fwd;
     fa_tensor dout;       /* gradient of out (input) */
     fa_tensor dq, dk, dv; /* outputs, same shapes as q, k, v; dk/dv summed over each KV head's query heads */
+                          /* (dout and dv have fwd.head_dim_v columns) */
     int32_t deterministic; /* bitwise reproducible across runs (no atomics in any reduction) */
     /* Optional scratch memory for the CUDA backend (fa_bwd_workspace_size bytes, device memory);
      * NULL = the library allocates it. Lets a framework keep all allocation in its own allocator. */
     void* workspace;
     size_t workspace_size;
+
+    /* ---- appended with fa_fwd_params' head_dim_v and learnable_sink ----
+     * Optional output, fp32 (num_heads), in the memory of q: the gradient of fwd.learnable_sink,
+     * dsink[h] = -sum over the batch and the rows i of head h of exp(sink[h] - lse_i) * D_i, with
+     * D_i = rowsum(dout_i * out_i). Overwritten, like dq/dk/dv. Needs fwd.learnable_sink; NULL = not
+     * computed. */
+    float* dsink;
 } fa_bwd_params;
 
 /*
@@ -173,7 +195,8 @@ typedef struct fa_bwd_params {
  *   seqlen_k     capacity of one sequence's cache (contiguous: the cache's rows per batch entry;
  *                paged: at most max_blocks_per_seq * page_size)
  *   softmax_lse, softmax_scale, causal, window_left/right, softcap, alibi_slopes, num_splits,
- *   backend, stream: as in fa_forward. Must stay unset: cu_seqlens_q/k, seqused_k, dropout_p,
+ *   head_dim_v (v caches and v_new), learnable_sink, backend, stream: as in fa_forward.
+ *   Must stay unset: cu_seqlens_q/k, seqused_k, dropout_p,
  *   attn_probs (this is a forward-only, dense-query entry point).
  * Sequence b attends to cache rows [leftpad_b, cache_seqlens[b] + seqlen_new) of cache batch
  * entry cache_batch_idx[b] (or b), after rows [cache_seqlens[b], cache_seqlens[b] + seqlen_new)
@@ -194,7 +217,7 @@ typedef struct fa_kvcache_params {
     const int32_t* cache_batch_idx; /* optional, int32 (batch): cache batch entry of sequence b; NULL = b.
                                        Not with a block table (the table already maps sequences). */
     const int32_t* cache_leftpad;   /* optional, int32 (batch): first valid cache row; NULL = 0 */
-    /* Optional new keys/values, (batch, seqlen_new, num_heads_k, head_dim), fwd.dtype: written into
+    /* Optional new keys/values, (batch, seqlen_new, num_heads_k, head_dim; v_new head_dim_v), fwd.dtype: written into
      * the cache at rows cache_seqlens[b] + i before attending. Sequences must not write the same
      * cache rows (distinct cache_batch_idx; paged: distinct blocks where they append). */
     fa_tensor k_new, v_new;
@@ -259,8 +282,8 @@ typedef struct fa_combine_params {
  * sizeof the struct as this header defines it. The plain exported functions of those names are what
  * an older binary calls: fa_fwd/bwd_params_init initialise exactly the 0.1.0 layout,
  * fa_kvcache_params_init the layout before rng_state (never writing past its end), and the library
- * accepts those struct_sizes (and the fwd/bwd layouts before rng_state, through the _sized
- * functions). Bindings without macros (ctypes) call the _sized functions. */
+ * accepts those struct_sizes (and the later layouts before rng_state and before head_dim_v, through
+ * the _sized functions). Bindings without macros (ctypes) call the _sized functions. */
 FA_API void fa_fwd_params_init_sized(fa_fwd_params* params, size_t size);
 FA_API void fa_bwd_params_init_sized(fa_bwd_params* params, size_t size);
 FA_API void fa_kvcache_params_init_sized(fa_kvcache_params* params, size_t size);

@@ -71,6 +71,9 @@ class FwdParams(ctypes.Structure):
         ("num_blocks", ctypes.c_int32),
         # appended after the block table: dropout's {seed, offset} read from memory when the work runs
         ("rng_state", ctypes.c_void_p),
+        # appended after rng_state: a value head dim unlike the query's (0 = head_dim), learnable sinks
+        ("head_dim_v", ctypes.c_int32),
+        ("learnable_sink", ctypes.c_void_p),
     ]
 
 
@@ -85,6 +88,8 @@ class BwdParams(ctypes.Structure):
         ("deterministic", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        # appended with head_dim_v and learnable_sink: the sinks' gradient (fp32, nheads)
+        ("dsink", ctypes.c_void_p),
     ]
 
 

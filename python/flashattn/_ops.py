@@ -7,8 +7,10 @@ allocate outputs with torch (so the caching allocator and CUDA-graph capture see
 one `fa_fwd_params` / `fa_bwd_params` struct and call the C ABI on the current CUDA stream.
 
 Both operators take the dense and the varlen form: `cu_seqlens_q is None` selects the dense one.
-Arguments arrive already checked by `flash_attn_interface.py` (head_dim padded to a multiple of 8,
-softmax_scale resolved); the library checks everything again and reports what it rejects.
+v's head dim may differ from q's (out and dv follow v); `learnable_sink` (fp32, nheads) is optional
+and gets its gradient (dsink) from the backward. Arguments arrive already checked by
+`flash_attn_interface.py` (head dims padded to multiples of 8, softmax_scale resolved); the library
+checks everything again and reports what it rejects.
 """
 
 from typing import Optional
@@ -51,15 +53,16 @@ def _draw_rng_state(device: torch.device) -> Tensor:
 # Outputs. Allocated with torch (caching allocator, capture-safe); the fake implementations use the
 # same functions, so traced and real shapes cannot drift apart.
 
-def _forward_outputs(q: Tensor, k: Tensor, cu_seqlens_q: Optional[Tensor]):
+def _forward_outputs(q: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor]):
+    out_shape = (*q.shape[:-1], v.shape[-1])  # shaped like q, as wide as v
     if cu_seqlens_q is None:
         batch, seqlen_q, heads, _ = q.shape
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
     else:
         # Packed rows after cu_seqlens_q[-1] belong to no sequence: define them as attending to nothing.
         total_q, heads, _ = q.shape
-        out = torch.zeros_like(q, memory_format=torch.contiguous_format)
+        out = torch.zeros(out_shape, dtype=q.dtype, device=q.device)
         lse = torch.full((heads, total_q), float("-inf"), dtype=torch.float32, device=q.device)
     return out, lse
 
@@ -79,17 +82,21 @@ def _rng_output(q: Tensor, dropout_p: float):
     return torch.empty(2 if dropout_p > 0 else 0, dtype=torch.int64, device=q.device)
 
 
-def _backward_outputs(q: Tensor, k: Tensor, v: Tensor, varlen: bool):
+def _backward_outputs(q: Tensor, k: Tensor, v: Tensor, learnable_sink: Optional[Tensor], varlen: bool):
+    """(dq, dk, dv, dsink); dsink is empty without sinks (an operator returns tensors)."""
     make = torch.zeros_like if varlen else torch.empty_like  # varlen: rows outside every sequence get 0
     fmt = torch.contiguous_format
-    return make(q, memory_format=fmt), make(k, memory_format=fmt), make(v, memory_format=fmt)
+    dsink = (torch.empty(0, dtype=torch.float32, device=q.device) if learnable_sink is None
+             else torch.empty_like(learnable_sink, memory_format=fmt))
+    return make(q, memory_format=fmt), make(k, memory_format=fmt), make(v, memory_format=fmt), dsink
 
 
 # ----------------------------------------------------------------------------------------------
 # The C structs.
 
-def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
-                max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap, rng_state):
+def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink,
+                max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+                rng_state):
     cuda = q.is_cuda
     if cu_seqlens_q is None:
         batch, seqlen_q, heads, dim = q.shape
@@ -103,6 +110,7 @@ def _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k,
         struct_size=lib.fwd_struct_size,
         dtype=_DTYPE_CODES[q.dtype],
         batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_heads=heads, num_heads_k=heads_k, head_dim=dim,
+        head_dim_v=v.shape[-1], learnable_sink=_ptr(learnable_sink),
         q=_view(q), k=_view(k), v=_view(v), out=_view(out),
         softmax_lse=lse.data_ptr(),
         cu_seqlens_q=_ptr(cu_seqlens_q), cu_seqlens_k=_ptr(cu_seqlens_k),
@@ -139,31 +147,32 @@ def _run_forward(params, q, varlen):
         lib.check((lib.varlen_forward if varlen else lib.forward)(params))
 
 
-def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
-                 dropout_p, softmax_scale, causal, window_left, window_right, softcap, return_probs,
+def forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink, max_seqlen_q,
+                 max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap, return_probs,
                  deterministic):
-    out, lse = _forward_outputs(q, k, cu_seqlens_q)
+    out, lse = _forward_outputs(q, v, cu_seqlens_q)
     probs = _probs_output(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, True) if return_probs else None
     rng_state = _draw_rng_state(q.device) if dropout_p > 0 else None
     params = _fwd_params(q, k, v, out, lse, probs, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
-                         max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                         learnable_sink, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
                          window_right, softcap, rng_state)
     _run_forward(params, q, varlen=cu_seqlens_q is not None)
     return out, lse, probs, rng_state
 
 
-def backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state,
-                  max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
-                  deterministic):
+def backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
+                  learnable_sink, rng_state, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
+                  window_right, softcap, deterministic):
     if dout.stride(-1) != 1:  # e.g. an expanded gradient; the library needs head_dim contiguous
         dout = dout.contiguous()
     varlen = cu_seqlens_q is not None
-    dq, dk, dv = _backward_outputs(q, k, v, varlen)
+    dq, dk, dv, dsink = _backward_outputs(q, k, v, learnable_sink, varlen)
     fwd_params = _fwd_params(q, k, v, out, softmax_lse, None, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                             alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-                             window_left, window_right, softcap, rng_state)
+                             alibi_slopes, learnable_sink, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                             causal, window_left, window_right, softcap, rng_state)
     params = C.BwdParams(struct_size=lib.bwd_struct_size, fwd=fwd_params, dout=_view(dout), dq=_view(dq),
-                         dk=_view(dk), dv=_view(dv), deterministic=deterministic)
+                         dk=_view(dk), dv=_view(dv), deterministic=deterministic,
+                         dsink=dsink.data_ptr() if learnable_sink is not None else None)
     workspace = None
     if q.is_cuda:
         # Scratch from torch's allocator (no cudaMalloc in the library, capture-safe). Freeing it when
@@ -173,7 +182,7 @@ def backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, s
             workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
             params.workspace, params.workspace_size = workspace.data_ptr(), size
     lib.check((lib.varlen_backward if varlen else lib.backward)(params))
-    return dq, dk, dv
+    return dq, dk, dv, dsink
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,15 +190,16 @@ def backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, s
 
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-        seqused_k: Optional[Tensor], alibi_slopes: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+        seqused_k: Optional[Tensor], alibi_slopes: Optional[Tensor], learnable_sink: Optional[Tensor],
+        max_seqlen_q: int, max_seqlen_k: int,
         dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
         softcap: float, return_probs: bool, deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state: (seed, offset) int64 on q's
     device with dropout, else empty). `deterministic` only matters to the backward; it is an input here so
     that autograd can hand it on."""
     out, lse, probs, rng_state = forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
-                                              max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-                                              window_left, window_right, softcap, return_probs, deterministic)
+                                              learnable_sink, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                                              causal, window_left, window_right, softcap, return_probs, deterministic)
     if probs is None:
         probs = _probs_output(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, False)
     if rng_state is None:
@@ -198,9 +208,9 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
 
 
 @fwd.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p,
-      softmax_scale, causal, window_left, window_right, softcap, return_probs, deterministic):
-    return (*_forward_outputs(q, k, cu_seqlens_q),
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink, max_seqlen_q, max_seqlen_k,
+      dropout_p, softmax_scale, causal, window_left, window_right, softcap, return_probs, deterministic):
+    return (*_forward_outputs(q, v, cu_seqlens_q),
             _probs_output(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, return_probs),
             _rng_output(q, dropout_p))
 
@@ -208,41 +218,52 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q
 @torch.library.custom_op("flashattn::bwd", mutates_args=())
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
-        alibi_slopes: Optional[Tensor], rng_state: Tensor, max_seqlen_q: int, max_seqlen_k: int,
-        dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
-        softcap: float, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (dq, dk, dv) for the forward that produced out, softmax_lse and rng_state."""
+        alibi_slopes: Optional[Tensor], learnable_sink: Optional[Tensor], rng_state: Tensor, max_seqlen_q: int,
+        max_seqlen_k: int, dropout_p: float, softmax_scale: float, causal: bool, window_left: int,
+        window_right: int, softcap: float, deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv, dsink) for the forward that produced out, softmax_lse and rng_state; dsink is
+    empty without learnable_sink."""
     return backward_impl(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
-                         rng_state, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
-                         window_right, softcap, deterministic)
+                         learnable_sink, rng_state, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                         window_left, window_right, softcap, deterministic)
 
 
 @bwd.register_fake
-def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state,
-      max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink,
+      rng_state, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right, softcap,
       deterministic):
-    return _backward_outputs(q, k, v, cu_seqlens_q is not None)
+    return _backward_outputs(q, k, v, learnable_sink, cu_seqlens_q is not None)
 
 
-# Autograd: gradients flow to q, k and v only; softmax_lse, attn_probs and rng_state are not
-# differentiable (as in flash_attn).
-_NUM_FWD_INPUTS = 17
+# Autograd: gradients flow to q, k, v and learnable_sink; softmax_lse, attn_probs and rng_state are
+# not differentiable (as in flash_attn).
+_NUM_FWD_INPUTS = 18
+_SINK_INPUT = 7  # learnable_sink's position among the forward's inputs
 
 
 def _save_for_backward(ctx, inputs, output):
-    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q, max_seqlen_k, dropout_p,
-     softmax_scale, causal, window_left, window_right, softcap, _return_probs, deterministic) = inputs
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink, max_seqlen_q, max_seqlen_k,
+     dropout_p, softmax_scale, causal, window_left, window_right, softcap, _return_probs, deterministic) = inputs
     out, lse, probs, rng_state = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink,
+                          rng_state)
     ctx.options = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left, window_right,
                    softcap, deterministic)
     ctx.mark_non_differentiable(*(t for t in (lse, probs, rng_state) if t is not None))
 
 
+def _input_grads(dq, dk, dv, dsink, learnable_sink):
+    """The forward inputs' gradients: dq, dk, dv, and dsink in learnable_sink's place."""
+    grads = [dq, dk, dv] + [None] * (_NUM_FWD_INPUTS - 3)
+    if learnable_sink is not None:
+        grads[_SINK_INPUT] = dsink.to(learnable_sink.dtype)
+    return tuple(grads)
+
+
 def _op_backward(ctx, dout, *_unused_grads):
-    q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state, *ctx.options)
-    return (dq, dk, dv) + (None,) * (_NUM_FWD_INPUTS - 3)
+    q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, sink, rng_state = ctx.saved_tensors
+    dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, sink, rng_state, *ctx.options)
+    return _input_grads(dq, dk, dv, dsink, sink)
 
 
 fwd.register_autograd(_op_backward, setup_context=_save_for_backward)
@@ -261,19 +282,23 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, *_unused_grads):
-        q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state = ctx.saved_tensors
-        dq, dk, dv = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, rng_state, *ctx.options)
-        return (dq, dk, dv) + (None,) * (_NUM_FWD_INPUTS - 3)
+        q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, sink, rng_state = ctx.saved_tensors
+        dq, dk, dv, dsink = backward_impl(dout, q, k, v, out, lse, cu_q, cu_k, seqused_k, alibi, sink, rng_state,
+                                          *ctx.options)
+        return _input_grads(dq, dk, dv, dsink, sink)
 
 
 def attention(q, k, v, *options):
-    """(out, softmax_lse, attn_probs, rng_state) with autograd to q, k and v; attn_probs and rng_state
-    are None or empty when not asked for.
+    """(out, softmax_lse, attn_probs, rng_state) with autograd to q, k, v and learnable_sink (options[4]);
+    attn_probs and rng_state are None or empty when not asked for.
 
     Traced code (torch.compile, export, tensor subclasses, FakeTensor) goes through the registered
     operator; plain eager tensors take the fast path with the same semantics."""
-    if type(q) is Tensor and type(k) is Tensor and type(v) is Tensor and not torch.compiler.is_compiling():
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    sink = options[_SINK_INPUT - 3]
+    if (type(q) is Tensor and type(k) is Tensor and type(v) is Tensor and (sink is None or type(sink) is Tensor)
+            and not torch.compiler.is_compiling()):
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                        (sink is not None and sink.requires_grad)):
             return _EagerAttention.apply(q, k, v, *options)
         return forward_impl(q, k, v, *options)
     return fwd(q, k, v, *options)
@@ -292,18 +317,18 @@ def _paged_fields(block_table: Optional[Tensor], k: Tensor):
 
 
 def kvcache_forward_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                         cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left, window_right,
-                         softcap, rotary_interleaved, num_splits):
+                         cache_leftpad, block_table, alibi_slopes, learnable_sink, softmax_scale, causal, window_left,
+                         window_right, softcap, rotary_interleaved, num_splits):
     cuda = q.is_cuda
     batch, seqlen_q, heads, dim = q.shape
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device)
+    out, lse = _forward_outputs(q, v_cache, None)
     paged = block_table is not None
     fwd = C.FwdParams(
         struct_size=lib.fwd_struct_size, dtype=_DTYPE_CODES[q.dtype],
         batch=batch, seqlen_q=seqlen_q,
         seqlen_k=block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1],
         num_heads=heads, num_heads_k=k_cache.shape[2], head_dim=dim,
+        head_dim_v=v_cache.shape[-1], learnable_sink=_ptr(learnable_sink),
         q=_view(q), k=_view(k_cache), v=_view(v_cache), out=_view(out), softmax_lse=lse.data_ptr(),
         softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
         softcap=softcap, alibi_slopes=_ptr(alibi_slopes),
@@ -337,21 +362,20 @@ def kvcache_forward_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cach
 def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
                 rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Tensor,
                 cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
-                alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int,
-                window_right: int, softcap: float, rotary_interleaved: bool,
+                alibi_slopes: Optional[Tensor], learnable_sink: Optional[Tensor], softmax_scale: float, causal: bool,
+                window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
                 num_splits: int) -> tuple[Tensor, Tensor]:
     """Returns (out, softmax_lse); k/v (when given) are written into k_cache/v_cache first."""
     return kvcache_forward_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                                cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_left,
-                                window_right, softcap, rotary_interleaved, num_splits)
+                                cache_leftpad, block_table, alibi_slopes, learnable_sink, softmax_scale, causal,
+                                window_left, window_right, softcap, rotary_interleaved, num_splits)
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
-      alibi_slopes, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
-    batch, seqlen_q, heads, _ = q.shape
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            torch.empty(batch, heads, seqlen_q, dtype=torch.float32, device=q.device))
+      alibi_slopes, learnable_sink, softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved,
+      num_splits):
+    return _forward_outputs(q, v_cache, None)
 
 
 def kvcache_attention(q, k_cache, v_cache, *options):
@@ -361,12 +385,13 @@ def kvcache_attention(q, k_cache, v_cache, *options):
     return fwd_kvcache(q, k_cache, v_cache, *options)
 
 
-def paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, max_seqlen_q,
-                         max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap):
+def paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, alibi_slopes, learnable_sink,
+                         max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap):
     """fa_varlen_forward with a block table (forward only): (out, softmax_lse)."""
-    out, lse = _forward_outputs(q, k, cu_seqlens_q)
-    params = _fwd_params(q, k, v, out, lse, None, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
-                         max_seqlen_k, 0.0, softmax_scale, causal, window_left, window_right, softcap, None)
+    out, lse = _forward_outputs(q, v, cu_seqlens_q)
+    params = _fwd_params(q, k, v, out, lse, None, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes,
+                         learnable_sink, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal, window_left,
+                         window_right, softcap, None)
     for name, value in _paged_fields(block_table, k).items():
         setattr(params, name, value)
     params.k, params.v = _view(k), _view(v)  # (num_blocks, page_size, heads_k, dim): 4-D strides

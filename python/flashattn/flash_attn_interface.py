@@ -48,21 +48,30 @@ def _check_tensor(name: str, t, ref: Optional[Tensor], ndim: int, layout: str):
         raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {t.stride()}")
 
 
+def _check_value_head_dim(name, t, k):
+    """v (or v_cache) may be narrower or wider than q and k (head_dim_v), nothing else may differ."""
+    if t.shape[:-1] != k.shape[:-1]:
+        key = "k" if name == "v" else "k_cache"
+        raise ValueError(f"{key} and {name} must have the same shape except the last dimension ({name}'s head dim "
+                         f"may differ), got {key} {tuple(k.shape)} and {name} {tuple(t.shape)}")
+    if not 1 <= t.shape[-1] <= _MAX_HEAD_DIM:
+        raise ValueError(f"{name} has head_dim_v {t.shape[-1]}: flashattn supports head dims 1 to {_MAX_HEAD_DIM}")
+
+
 def _check_qkv(q, k, v, varlen: bool):
     ndim = 3 if varlen else 4
     q_layout = "(total_q, nheads, headdim)" if varlen else "(batch, seqlen_q, nheads, headdim)"
     kv_layout = "(total_k, nheads_k, headdim)" if varlen else "(batch, seqlen_k, nheads_k, headdim)"
     _check_tensor("q", q, None, ndim, q_layout)
     _check_tensor("k", k, q, ndim, kv_layout)
-    _check_tensor("v", v, q, ndim, kv_layout)
+    _check_tensor("v", v, q, ndim, kv_layout.replace("headdim)", "headdim_v)"))
     q_shape, k_shape = q.shape, k.shape
     head_dim = q_shape[-1]
     if not 1 <= head_dim <= _MAX_HEAD_DIM:
         raise ValueError(f"q has head_dim {head_dim}: flashattn supports head_dim 1 to {_MAX_HEAD_DIM}")
-    if k_shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got k {tuple(k_shape)} and v {tuple(v.shape)}")
     if k_shape[-1] != head_dim:
-        raise ValueError(f"k and v must have q's head_dim {head_dim}, got shape {tuple(k_shape)}")
+        raise ValueError(f"k must have q's head_dim {head_dim}, got shape {tuple(k_shape)}")
+    _check_value_head_dim("v", v, k)
     if not varlen and k_shape[0] != q_shape[0]:
         raise ValueError(f"k has batch size {k_shape[0]} but q has {q_shape[0]}")
     heads, heads_k = q_shape[-2], k_shape[-2]
@@ -124,6 +133,34 @@ def _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slop
     return alibi_slopes, window
 
 
+def _check_sink(learnable_sink, q):
+    """learnable_sink: None, or a float32 (nheads,) tensor on q's device (made contiguous)."""
+    if learnable_sink is None:
+        return None
+    if not isinstance(learnable_sink, Tensor):
+        raise TypeError(f"learnable_sink must be a torch.Tensor, got {type(learnable_sink).__name__}")
+    if learnable_sink.dtype != torch.float32:
+        raise TypeError(f"learnable_sink must be float32 (one sink logit per query head), got {learnable_sink.dtype}")
+    if learnable_sink.device != q.device:
+        raise ValueError(f"learnable_sink is on {learnable_sink.device} but q is on {q.device}")
+    heads = q.shape[-2]
+    if tuple(learnable_sink.shape) != (heads,):
+        raise ValueError(f"learnable_sink must have shape (nheads,) = ({heads},), got {tuple(learnable_sink.shape)}")
+    return learnable_sink.contiguous()
+
+
+def _pad_head_dims(q, k, v):
+    """Like flash_attn: kernels see head dims in multiples of 8 (q/k's and v's each); zero columns change
+    no dot product and add only zero output columns. Returns the tensors and v's original head dim."""
+    pad_qk, pad_v = -q.shape[-1] % 8, -v.shape[-1] % 8
+    head_dim_v = v.shape[-1]
+    if pad_qk:
+        q, k = F.pad(q, (0, pad_qk)), F.pad(k, (0, pad_qk))
+    if pad_v:
+        v = F.pad(v, (0, pad_v))
+    return q, k, v, head_dim_v
+
+
 def _check_int32_vector(name, t, q, length, length_text):
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -156,7 +193,8 @@ def _check_varlen(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
 # The one path every public function takes.
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
-               softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
+               softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+               learnable_sink=None):
     varlen = cu_seqlens_q is not None
     _check_qkv(q, k, v, varlen)
     if varlen:
@@ -167,23 +205,20 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     alibi_slopes, window_size = _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slopes, batch)
     if seqused_k is not None:
         _check_int32_vector("seqused_k", seqused_k, q, batch, "batch_size")
+    learnable_sink = _check_sink(learnable_sink, q)
 
-    head_dim = q.shape[-1]
     if softmax_scale is None:
-        softmax_scale = head_dim ** -0.5  # of the caller's head_dim, not the padded one
-    # Like flash_attn: kernels see head_dim in multiples of 8; zero columns change no dot product.
-    pad = -head_dim % 8
-    if pad:
-        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+        softmax_scale = q.shape[-1] ** -0.5  # of the caller's q/k head_dim, not the padded one (nor v's)
+    q, k, v, head_dim_v = _pad_head_dims(q, k, v)
 
     # As in flash_attn, S_dmask is only made with dropout (it is O(seqlen^2)).
     return_probs = bool(return_attn_probs and dropout_p > 0)
-    out, lse, probs, _ = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, max_seqlen_q,
-                                        max_seqlen_k, float(dropout_p), float(softmax_scale), bool(causal),
-                                        window_size[0], window_size[1], float(softcap), return_probs,
+    out, lse, probs, _ = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, learnable_sink,
+                                        max_seqlen_q, max_seqlen_k, float(dropout_p), float(softmax_scale),
+                                        bool(causal), window_size[0], window_size[1], float(softcap), return_probs,
                                         bool(deterministic))
-    if pad:
-        out = out[..., :head_dim]
+    if out.shape[-1] != head_dim_v:
+        out = out[..., :head_dim_v]
     if not return_attn_probs:
         return out
     return out, lse, (probs if return_probs else None)
@@ -200,14 +235,16 @@ def _check_packed(name, t, ndim, axis, count, layout):
 # Public API (flash_attn 2.x).
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seqused_k=None):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seqused_k=None,
+                    learnable_sink=None):
     """Exact attention softmax(q k^T * softmax_scale) v, FlashAttention-2 style.
 
     Arguments:
-        q: (batch_size, seqlen_q, nheads, headdim); k, v: (batch_size, seqlen_k, nheads_k, headdim).
-            float16 or bfloat16 (float32 too on the CPU); headdim <= 256; the last dimension must be
-            contiguous. nheads must be a multiple of nheads_k (MQA/GQA: query head h reads key/value
-            head h // (nheads // nheads_k)).
+        q: (batch_size, seqlen_q, nheads, headdim); k: (batch_size, seqlen_k, nheads_k, headdim); v:
+            (batch_size, seqlen_k, nheads_k, headdim_v), headdim_v may differ from headdim (e.g.
+            192/128). float16 or bfloat16 (float32 too on the CPU); head dims <= 256; the last
+            dimension must be contiguous. nheads must be a multiple of nheads_k (MQA/GQA: query head
+            h reads key/value head h // (nheads // nheads_k)).
         dropout_p: dropout probability on the attention matrix (use 0.0 in evaluation).
         softmax_scale: scale of q k^T before the softmax; default 1 / sqrt(headdim).
         causal: causal mask aligned to the bottom-right corner of the attention matrix.
@@ -219,15 +256,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         return_attn_probs: also return softmax_lse and S_dmask (testing only).
         seqused_k (flashattn extension, keyword only): int32 (batch_size,); sequence b attends only to
             its first seqused_k[b] keys.
+        learnable_sink (keyword only): float32 (nheads,): one logit per query head that joins every
+            row's softmax denominator and takes no value (gpt-oss); differentiable (its gradient is
+            float32). softmax_lse then includes it.
     Returns:
-        out: (batch_size, seqlen_q, nheads, headdim); with return_attn_probs also
+        out: (batch_size, seqlen_q, nheads, headdim_v); with return_attn_probs also
         softmax_lse: float32 (batch_size, nheads, seqlen_q), natural-log logsumexp of each score row;
         S_dmask: float32 (batch_size, nheads, seqlen_q, seqlen_k), the normalised probabilities with
             dropped entries negated; None when dropout_p == 0 (as in flash_attn).
-    A query row that may attend to no key gives out = 0 and softmax_lse = -inf.
+    A query row that may attend to no key gives out = 0 and softmax_lse = -inf (with a sink: the
+    sink's logit).
     """
     return _attention(q, k, v, None, None, 0, 0, seqused_k, dropout_p, softmax_scale, causal, window_size, softcap,
-                      alibi_slopes, deterministic, return_attn_probs)
+                      alibi_slopes, deterministic, return_attn_probs, learnable_sink)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -248,11 +289,13 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None, *, seqused_k=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, seqused_k=None,
+                           learnable_sink=None):
     """Attention over a packed batch of variable-length sequences.
 
     Arguments:
-        q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), sequences packed along dim 0.
+        q: (total_q, nheads, headdim); k: (total_k, nheads_k, headdim); v: (total_k, nheads_k,
+            headdim_v); sequences packed along dim 0.
         cu_seqlens_q, cu_seqlens_k: int32 (batch_size + 1,), prefix sums of the sequence lengths;
             sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]).
         max_seqlen_q, max_seqlen_k: int, the longest sequence of each (an upper bound is fine).
@@ -262,19 +305,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             block_table[b, j // page_block_size]; cu_seqlens_k gives only the lengths.
         seqused_k (flashattn extension, keyword only): int32 (batch_size,); sequence b attends only to
             its first seqused_k[b] keys.
-        The other arguments are those of flash_attn_func; causal and windows are bottom-right aligned
-        per sequence.
+        The other arguments (learnable_sink too) are those of flash_attn_func; causal and windows are
+        bottom-right aligned per sequence.
     Returns:
-        out: (total_q, nheads, headdim); with return_attn_probs also softmax_lse: float32
+        out: (total_q, nheads, headdim_v); with return_attn_probs also softmax_lse: float32
         (nheads, total_q) and S_dmask: float32 (batch_size, nheads, max_seqlen_q, max_seqlen_k), element
         (b, h, i, j) the probability of query i and key j of sequence b, dropped entries negated, 0 past
         the sequence's lengths (flash_attn's padded S_dmask); None when dropout_p == 0.
     """
     if block_table is not None:
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
-                             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+                             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table,
+                             learnable_sink)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
-                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                      learnable_sink)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -344,14 +389,15 @@ def _forward_only(what, out, *inputs):
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, dropout_p,
-                  softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table):
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table,
+                  learnable_sink):
     _check_tensor("q", q, None, 3, "(total_q, nheads, headdim)")
     shape = "(num_blocks, page_block_size, nheads_k, headdim) with a block_table"
     _check_pool("k", k, q, shape)
-    _check_pool("v", v, q, shape)
-    if k.shape != v.shape or k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k and v must have the same shape with q's headdim {q.shape[-1]}, got k {tuple(k.shape)} "
-                         f"and v {tuple(v.shape)}")
+    _check_pool("v", v, q, shape.replace("headdim)", "headdim_v)"))
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k must have q's headdim {q.shape[-1]}, got k {tuple(k.shape)}")
+    _check_value_head_dim("v", v, k)
     if q.shape[-2] % k.shape[-2] != 0:
         raise ValueError(f"q has {q.shape[-2]} heads and k/v have {k.shape[-2]}: for MQA/GQA the number of query "
                          "heads must be a multiple of the number of key/value heads")
@@ -362,20 +408,23 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     _check_block_table(block_table, q, batch)
     if seqused_k is not None:
         _check_int32_vector("seqused_k", seqused_k, q, batch, "batch_size")
+    learnable_sink = _check_sink(learnable_sink, q)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     with torch.no_grad():
         out, lse = _ops.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-                                             alibi_slopes, max_seqlen_q, max_seqlen_k, float(softmax_scale),
-                                             bool(causal), window_size[0], window_size[1], float(softcap))
-    out = _forward_only("attention over paged K/V (block_table)", out, q, k, v)
+                                             alibi_slopes, learnable_sink, max_seqlen_q, max_seqlen_k,
+                                             float(softmax_scale), bool(causal), window_size[0], window_size[1],
+                                             float(softcap))
+    out = _forward_only("attention over paged K/V (block_table)", out, q, k, v, learnable_sink)
     return (out, lse, None) if return_attn_probs else out
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            learnable_sink=None):
     """Attention of q over a KV cache, after appending new keys/values to it in place (decoding).
 
     If k and v are given, they are written into k_cache / v_cache at rows cache_seqlens[b],
@@ -389,8 +438,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Arguments:
         q: (batch_size, seqlen, nheads, headdim).
         k_cache, v_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim), or with block_table
-            (num_blocks, page_block_size, nheads_k, headdim), page_block_size a multiple of 16.
-        k, v [optional]: (batch_size, seqlen_new, nheads_k, headdim): new keys/values to append.
+            (num_blocks, page_block_size, nheads_k, headdim), page_block_size a multiple of 16;
+            v_cache may have its own head dim, headdim_v.
+        k, v [optional]: (batch_size, seqlen_new, nheads_k, headdim): new keys/values to append
+            (v: headdim_v).
         rotary_cos, rotary_sin [optional]: (seqlen_ro, rotary_dim / 2), q's dtype; need k and v.
         cache_seqlens: int or int32 (batch_size,): rows already in each sequence's cache (default:
             the whole cache).
@@ -403,8 +454,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             (i, i + rotary_dim / 2) (GPT-NeoX).
         num_splits: split-KV (0 = the backend's heuristic, 1 = off); the result does not depend on it.
         return_softmax_lse: also return the logsumexp.
+        learnable_sink [optional, keyword only]: float32 (nheads,): as in flash_attn_func.
     Returns:
-        out: (batch_size, seqlen, nheads, headdim); with return_softmax_lse also
+        out: (batch_size, seqlen, nheads, headdim_v); with return_softmax_lse also
         softmax_lse: float32 (batch_size, nheads, seqlen).
     """
     _check_tensor("q", q, None, 4, "(batch_size, seqlen, nheads, headdim)")
@@ -414,9 +466,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                    else "(batch_size_cache, seqlen_cache, nheads_k, headdim)")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         (_check_pool if paged else lambda n, x, r, sh: _check_tensor(n, x, r, 4, sh))(name, t, q, cache_shape)
-    if k_cache.shape != v_cache.shape or k_cache.shape[-1] != head_dim:
-        raise ValueError(f"k_cache and v_cache must have the same shape with q's headdim {head_dim}, got "
-                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if k_cache.shape[-1] != head_dim:
+        raise ValueError(f"k_cache must have q's headdim {head_dim}, got {tuple(k_cache.shape)}")
+    _check_value_head_dim("v_cache", v_cache, k_cache)
+    head_dim_v = v_cache.shape[-1]
     heads_k = k_cache.shape[2]
     if heads % heads_k != 0:
         raise ValueError(f"q has {heads} heads and k_cache has {heads_k}: for MQA/GQA the number of query heads "
@@ -425,10 +478,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise ValueError("k and v must be given together (new keys and values to append), or both be None")
     if k is not None:
         _check_tensor("k", k, q, 4, "(batch_size, seqlen_new, nheads_k, headdim)")
-        _check_tensor("v", v, q, 4, "(batch_size, seqlen_new, nheads_k, headdim)")
-        if k.shape != v.shape or k.shape[0] != batch or k.shape[2] != heads_k or k.shape[3] != head_dim:
+        _check_tensor("v", v, q, 4, "(batch_size, seqlen_new, nheads_k, headdim_v)")
+        if (k.shape[:-1] != v.shape[:-1] or k.shape[0] != batch or k.shape[2] != heads_k or k.shape[3] != head_dim
+                or v.shape[3] != head_dim_v):
             raise ValueError(f"k and v must have shape (batch_size, seqlen_new, nheads_k, headdim) = ({batch}, "
-                             f"seqlen_new, {heads_k}, {head_dim}), got {tuple(k.shape)} and {tuple(v.shape)}")
+                             f"seqlen_new, {heads_k}, {head_dim}) and (..., headdim_v = {head_dim_v}), got "
+                             f"{tuple(k.shape)} and {tuple(v.shape)}")
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
@@ -470,12 +525,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     alibi_slopes, window_size = _check_options(q, 0.0, softmax_scale, window_size, softcap, alibi_slopes, batch)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"num_splits must be an int >= 0 (0 = heuristic, 1 = off), got {num_splits!r}")
+    learnable_sink = _check_sink(learnable_sink, q)
     if softmax_scale is None:
         softmax_scale = head_dim ** -0.5
     with torch.no_grad():
         out, lse = _ops.kvcache_attention(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
+                                          cache_batch_idx, cache_leftpad, block_table, alibi_slopes, learnable_sink,
                                           float(softmax_scale), bool(causal), window_size[0], window_size[1],
                                           float(softcap), bool(rotary_interleaved), int(num_splits))
-    out = _forward_only("flash_attn_with_kvcache", out, q, k, v, k_cache, v_cache)
+    out = _forward_only("flash_attn_with_kvcache", out, q, k, v, k_cache, v_cache, learnable_sink)
     return (out, lse) if return_softmax_lse else out

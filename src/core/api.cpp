@@ -100,7 +100,8 @@ void require_same_memory(Target target, const fa_fwd_params& p) {
                                  {"softmax_lse", p.softmax_lse}, {"cu_seqlens_q", p.cu_seqlens_q},
                                  {"cu_seqlens_k", p.cu_seqlens_k}, {"seqused_k", p.seqused_k},
                                  {"alibi_slopes", p.alibi_slopes}, {"attn_probs", p.attn_probs},
-                                 {"block_table", p.block_table}, {"rng_state", p.rng_state}});
+                                 {"block_table", p.block_table}, {"rng_state", p.rng_state},
+                                 {"learnable_sink", p.learnable_sink}});
 }
 
 void run_kvcache_forward(const fa_kvcache_params* params) {
@@ -159,7 +160,7 @@ void run_backward(const fa_bwd_params* params, bool varlen) {
     require_same_memory(target, problem.fwd.p);
     require_same_memory(target, {{"dout.data", problem.p.dout.data}, {"dq.data", problem.p.dq.data},
                                  {"dk.data", problem.p.dk.data}, {"dv.data", problem.p.dv.data},
-                                 {"workspace", problem.p.workspace}});
+                                 {"workspace", problem.p.workspace}, {"dsink", problem.p.dsink}});
     if (target == Target::cpu) {
         check_sequence_arrays(problem.fwd);
         cpu::backward(problem);
@@ -178,7 +179,8 @@ extern "C" {
 void fa_fwd_params_init_sized(fa_fwd_params* params, size_t size) {
     if (!params || size < sizeof(uint32_t)) return;
     // Only the caller's bytes are written: a struct from an older header ends earlier. Every field
-    // of 0.1.0 lies in its prefix; the defaults of later fields (block table, rng_state) are all zero.
+    // of 0.1.0 lies in its prefix; the defaults of later fields (block table, rng_state, head_dim_v,
+    // learnable_sink) are all zero.
     std::memset(params, 0, std::min(size, sizeof(fa_fwd_params)));
     params->struct_size = uint32_t(size);
     if (size < kFwdParamsSize_0_1) return; // unknown: validation will say so
@@ -208,10 +210,10 @@ void fa_kvcache_params_init_sized(fa_kvcache_params* params, size_t size) {
     if (!params || size < sizeof(uint32_t)) return;
     std::memset(params, 0, std::min(size, sizeof(fa_kvcache_params)));
     params->struct_size = uint32_t(size);
-    if (!known_kvcache_params_size(size)) return; // validation will say so
-    // The layout before rng_state: a shorter fwd member, and the fields after it that much earlier
-    // (the one before the workspace fields only ends earlier; they default to zero).
-    const size_t fwd_size = size == kKvCacheParamsSize_paged ? kFwdParamsSize_paged : sizeof(fa_fwd_params);
+    const size_t fwd_size = fwd_params_size_in_kvcache(size);
+    if (fwd_size == 0) return; // validation will say so
+    // An earlier layout has a shorter fwd member and the fields after it that much earlier (the one
+    // before the workspace fields also ends earlier; they default to zero).
     fa_fwd_params_init_sized(&params->fwd, fwd_size);
     params->fwd.num_splits = 0; // flash_attn_with_kvcache's default: let the backend choose
     const int32_t batch_cache = 1; // the only non-zero default after fwd

@@ -100,47 +100,64 @@ FA_HD T transform_score(T scaled, T softcap, T alibi_slope, int64_t i, int64_t j
 }
 
 // The earlier layouts of fa_fwd_params, each a prefix of today's: 0.1.0's, before the block table
-// fields were appended, and the paged one, before rng_state was. fa_bwd_params embeds fa_fwd_params,
-// so in each earlier fa_bwd_params everything after its fwd member sat that much earlier (every size
-// is a multiple of 8, so that tail kept its own layout). Callers built against an earlier header pass
-// these struct_sizes; the fields they do not have take their defaults.
+// fields were appended, the paged one, before rng_state was, and the one before head_dim_v and
+// learnable_sink. fa_bwd_params embeds fa_fwd_params, so in each earlier fa_bwd_params everything
+// after its fwd member sat that much earlier (every size is a multiple of 8, so that tail kept its
+// own layout), and that tail ended before dsink. Callers built against an earlier header pass these
+// struct_sizes; the fields they do not have take their defaults.
 constexpr size_t kFwdParamsSize_0_1 = offsetof(fa_fwd_params, block_table);
 constexpr size_t kFwdParamsSize_paged = offsetof(fa_fwd_params, rng_state);
+constexpr size_t kFwdParamsSize_rng = offsetof(fa_fwd_params, head_dim_v);
+// fa_bwd_params' fields after fwd as every earlier header had them (up to workspace_size).
+constexpr size_t kBwdTailSize_before_dsink = offsetof(fa_bwd_params, dsink) - offsetof(fa_bwd_params, dout);
 constexpr size_t bwd_params_size_with(size_t fwd_size) {
-    return sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - fwd_size);
+    return offsetof(fa_bwd_params, fwd) + fwd_size + kBwdTailSize_before_dsink;
 }
 constexpr size_t kBwdParamsSize_0_1 = bwd_params_size_with(kFwdParamsSize_0_1);
 constexpr size_t kBwdParamsSize_paged = bwd_params_size_with(kFwdParamsSize_paged);
-static_assert(sizeof(fa_fwd_params) % 8 == 0 && kFwdParamsSize_0_1 % 8 == 0 && kFwdParamsSize_paged % 8 == 0,
+constexpr size_t kBwdParamsSize_rng = bwd_params_size_with(kFwdParamsSize_rng);
+static_assert(sizeof(fa_fwd_params) % 8 == 0 && kFwdParamsSize_0_1 % 8 == 0 && kFwdParamsSize_paged % 8 == 0 &&
+                  kFwdParamsSize_rng % 8 == 0 && kBwdTailSize_before_dsink % 8 == 0,
               "fa_bwd_params' tail must not move");
 
-// fa_kvcache_params (added with the block table) embeds fa_fwd_params too. Its earlier layouts: the
-// one before the workspace fields were appended (today's fwd member), and the one before rng_state
-// (a shorter fwd member, everything after it that much earlier, no workspace).
-constexpr size_t kKvCacheParamsSize_before_workspace = offsetof(fa_kvcache_params, workspace);
-constexpr size_t kKvCacheParamsSize_paged =
-    kKvCacheParamsSize_before_workspace - (sizeof(fa_fwd_params) - kFwdParamsSize_paged);
-constexpr bool known_kvcache_params_size(size_t size) {
-    return size == sizeof(fa_kvcache_params) || size == kKvCacheParamsSize_before_workspace ||
-           size == kKvCacheParamsSize_paged;
+// fa_kvcache_params (added with the block table) embeds fa_fwd_params too, and its fields after fwd
+// have not changed since the workspace fields were appended. Its earlier layouts: before head_dim_v
+// (the rng_state fwd member, everything after it that much earlier), before the workspace fields
+// (the same fwd member, no workspace) and before rng_state (a shorter fwd member, no workspace).
+constexpr size_t kvcache_params_size_with(size_t fwd_size, bool workspace) {
+    return (workspace ? sizeof(fa_kvcache_params) : offsetof(fa_kvcache_params, workspace)) -
+           (sizeof(fa_fwd_params) - fwd_size);
 }
+constexpr size_t kKvCacheParamsSize_rng = kvcache_params_size_with(kFwdParamsSize_rng, true);
+constexpr size_t kKvCacheParamsSize_before_workspace = kvcache_params_size_with(kFwdParamsSize_rng, false);
+constexpr size_t kKvCacheParamsSize_paged = kvcache_params_size_with(kFwdParamsSize_paged, false);
+// The size of the fwd member inside an fa_kvcache_params of struct_size size; 0 = no known layout.
+constexpr size_t fwd_params_size_in_kvcache(size_t size) {
+    return size == sizeof(fa_kvcache_params)                     ? sizeof(fa_fwd_params)
+           : size == kKvCacheParamsSize_rng || size == kKvCacheParamsSize_before_workspace ? kFwdParamsSize_rng
+           : size == kKvCacheParamsSize_paged                    ? kFwdParamsSize_paged
+                                                                 : 0;
+}
+constexpr bool known_kvcache_params_size(size_t size) { return fwd_params_size_in_kvcache(size) != 0; }
 static_assert(offsetof(fa_kvcache_params, batch_cache) == offsetof(fa_kvcache_params, fwd) + sizeof(fa_fwd_params),
               "fa_kvcache_params' tail must follow fwd directly");
 
 // Whether size is one of the fa_fwd_params layouts this library reads.
 constexpr bool known_fwd_params_size(size_t size) {
-    return size == sizeof(fa_fwd_params) || size == kFwdParamsSize_paged || size == kFwdParamsSize_0_1;
+    return size == sizeof(fa_fwd_params) || size == kFwdParamsSize_rng || size == kFwdParamsSize_paged ||
+           size == kFwdParamsSize_0_1;
 }
 // The size of the fwd member inside an fa_bwd_params of struct_size size; 0 = no known layout.
 constexpr size_t fwd_params_size_in_bwd(size_t size) {
     return size == sizeof(fa_bwd_params)   ? sizeof(fa_fwd_params)
+           : size == kBwdParamsSize_rng   ? kFwdParamsSize_rng
            : size == kBwdParamsSize_paged ? kFwdParamsSize_paged
            : size == kBwdParamsSize_0_1   ? kFwdParamsSize_0_1
                                           : 0;
 }
 
 struct Problem {
-    fa_fwd_params p;       // validated copy of the caller's parameters
+    fa_fwd_params p;       // validated copy of the caller's parameters; head_dim_v resolved (0 -> head_dim)
     bool varlen;
     float scale;           // softmax_scale resolved (0 -> 1/sqrt(d))
     float scale_log2;      // scale * log2(e): exp(x*scale) == exp2(x*scale_log2)
@@ -151,7 +168,13 @@ struct Problem {
 
     int64_t batch() const { return p.batch; }
     int64_t heads() const { return p.num_heads; }
-    int64_t head_dim() const { return p.head_dim; }
+    int64_t head_dim() const { return p.head_dim; }     // of q and k
+    int64_t head_dim_v() const { return p.head_dim_v; } // of v and out (resolved: never 0 here)
+    bool has_sink() const { return p.learnable_sink != nullptr; }
+    // The sink logit of query head h (natural-log units); -inf without sinks, the neutral term of a
+    // softmax denominator (exp(-inf) = 0), so code may add it unconditionally. Host memory only
+    // (the CPU backend, the reference).
+    float sink(int64_t h) const { return p.learnable_sink ? p.learnable_sink[h] : -INFINITY; }
     bool has_dropout() const { return p.dropout_p > 0.0f; }
     // Dropout's Philox key on the host (the CPU backend, the reference): rng_state, host memory
     // there, read when the work runs, else the by-value fields. The CUDA kernels read rng_state

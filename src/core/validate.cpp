@@ -80,8 +80,8 @@ fa_fwd_params read_fwd_params(const fa_fwd_params* params, const char* what) {
     require(params != nullptr, what, " must not be NULL");
     require(known_fwd_params_size(params->struct_size), what,
             ".struct_size does not match this library (call fa_fwd_params_init first): got ", params->struct_size,
-            ", expected ", sizeof(fa_fwd_params), " (or ", kFwdParamsSize_paged, " from the header before rng_state, ",
-            kFwdParamsSize_0_1, " from the 0.1.0 header)");
+            ", expected ", sizeof(fa_fwd_params), " (or ", kFwdParamsSize_rng, " from the header before head_dim_v, ",
+            kFwdParamsSize_paged, " from the one before rng_state, ", kFwdParamsSize_0_1, " from the 0.1.0 header)");
     fa_fwd_params p;
     fa_fwd_params_init(&p);
     std::memcpy(&p, params, params->struct_size);
@@ -133,6 +133,12 @@ Problem make_problem_impl(const fa_fwd_params& p, bool varlen, int64_t k_batch, 
     require(p.num_heads % p.num_heads_k == 0, "num_heads (", p.num_heads, ") must be a multiple of num_heads_k (",
             p.num_heads_k, ") for MQA/GQA");
     require(p.head_dim >= 1 && p.head_dim <= 256, "head_dim must be in [1, 256], got ", p.head_dim);
+    // Like head_dim, no multiple is required: the CPU backend pads rows to its vectors, the CUDA
+    // backend stages odd widths (which head_dim_v pairs its kernels take is the backend's check).
+    require(p.head_dim_v >= 0 && p.head_dim_v <= 256,
+            "head_dim_v (the head dim of v and out) must be in [1, 256], or 0 for head_dim, got ", p.head_dim_v);
+    if (p.head_dim_v == 0) problem.p.head_dim_v = p.head_dim;
+    const int64_t dv = problem.p.head_dim_v;
 
     if (varlen) {
         require(p.cu_seqlens_q != nullptr, "cu_seqlens_q must not be NULL for a varlen call");
@@ -152,13 +158,13 @@ Problem make_problem_impl(const fa_fwd_params& p, bool varlen, int64_t k_batch, 
     if (p.block_table) { // a pool of (num_blocks, page_size) rows, varlen or not
         check_block_table(p);
         check_tensor("k", p.k, false, p.page_size, p.num_heads_k, p.head_dim, p.num_blocks, k_is_output);
-        check_tensor("v", p.v, false, p.page_size, p.num_heads_k, p.head_dim, p.num_blocks, k_is_output);
+        check_tensor("v", p.v, false, p.page_size, p.num_heads_k, dv, p.num_blocks, k_is_output);
     } else {
         const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
         check_tensor("k", p.k, varlen, k_rows, p.num_heads_k, p.head_dim, varlen ? 1 : k_batch, k_is_output);
-        check_tensor("v", p.v, varlen, k_rows, p.num_heads_k, p.head_dim, varlen ? 1 : k_batch, k_is_output);
+        check_tensor("v", p.v, varlen, k_rows, p.num_heads_k, dv, varlen ? 1 : k_batch, k_is_output);
     }
-    check_tensor("out", p.out, varlen, q_rows, p.num_heads, p.head_dim, dense_batch, true);
+    check_tensor("out", p.out, varlen, q_rows, p.num_heads, dv, dense_batch, true);
 
     // A negative scale would turn the row maximum of the raw scores into the minimum of the scaled
     // ones, which every max-subtracting kernel relies on; no model uses one, so it is refused.
@@ -198,6 +204,10 @@ Problem make_problem(const fa_fwd_params* params, bool varlen, const char* what)
 
 void check_sequence_arrays(const Problem& problem) {
     const fa_fwd_params& p = problem.p;
+    if (p.learnable_sink)
+        for (int64_t h = 0; h < p.num_heads; ++h)
+            require(std::isfinite(p.learnable_sink[h]), "learnable_sink[", h, "] must be finite (a logit), got ",
+                    p.learnable_sink[h]);
     if (p.alibi_slopes) {
         const int64_t batches = p.alibi_batch_stride == 0 ? 1 : p.batch;
         for (int64_t b = 0; b < batches; ++b)
@@ -243,26 +253,23 @@ void check_sequence_arrays(const Problem& problem) {
 namespace {
 
 // The caller's fa_kvcache_params in today's layout: an earlier layout's missing fields take their
-// defaults; the layout before rng_state also has a shorter fwd member with everything after it that
-// much earlier.
+// defaults; the layouts with a shorter fwd member have everything after it that much earlier.
 fa_kvcache_params read_kvcache_params(const fa_kvcache_params* params) {
     require(params != nullptr, "params must not be NULL");
-    require(known_kvcache_params_size(params->struct_size),
-            "params.struct_size does not match this library (call fa_kvcache_params_init first): got ",
-            params->struct_size, ", expected ", sizeof(fa_kvcache_params), " (or ", kKvCacheParamsSize_before_workspace,
-            " from the header before the workspace fields, ", kKvCacheParamsSize_paged, " from the one before rng_state)");
+    const size_t old_fwd = fwd_params_size_in_kvcache(params->struct_size);
+    require(old_fwd != 0, "params.struct_size does not match this library (call fa_kvcache_params_init first): got ",
+            params->struct_size, ", expected ", sizeof(fa_kvcache_params), " (or ", kKvCacheParamsSize_rng,
+            " from the header before head_dim_v, ", kKvCacheParamsSize_before_workspace,
+            " from the one before the workspace fields, ", kKvCacheParamsSize_paged, " from the one before rng_state)");
     if (params->struct_size == sizeof(fa_kvcache_params)) return *params;
     fa_kvcache_params p;
     fa_kvcache_params_init(&p);
     const char* raw = reinterpret_cast<const char*>(params);
-    if (params->struct_size == kKvCacheParamsSize_before_workspace) {
-        std::memcpy(&p, raw, kKvCacheParamsSize_before_workspace);
-    } else {
-        const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
-        std::memcpy(&p.fwd, raw + fwd_at, kFwdParamsSize_paged);
-        std::memcpy(reinterpret_cast<char*>(&p) + tail_at, raw + fwd_at + kFwdParamsSize_paged,
-                    kKvCacheParamsSize_before_workspace - tail_at);
-    }
+    const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
+    const size_t tail_bytes = params->struct_size - fwd_at - old_fwd; // ends before workspace, or at the end
+    std::memcpy(&p.fwd, raw + fwd_at, old_fwd);
+    std::memcpy(reinterpret_cast<char*>(&p) + tail_at, raw + fwd_at + old_fwd, tail_bytes);
+    p.fwd.struct_size = sizeof(fa_fwd_params); // the fields after old_fwd keep the init's defaults
     p.struct_size = sizeof(fa_kvcache_params);
     return p;
 }
@@ -289,14 +296,15 @@ KvCacheProblem make_kvcache_problem(const fa_kvcache_params* params) {
 
     const bool appends = kp.k_new.data != nullptr || kp.v_new.data != nullptr;
     KvCacheProblem problem{make_problem_impl(f, false, kp.batch_cache, appends), kp};
-    problem.p.fwd = f;
+    problem.p.fwd = problem.attention.p;
     require(kp.seqlen_new >= 0, "seqlen_new must be >= 0, got ", kp.seqlen_new);
     if (appends) {
         require(kp.k_new.data != nullptr && kp.v_new.data != nullptr, "k_new.data and v_new.data must both be set (or both NULL)");
         require(kp.seqlen_new <= f.seqlen_k, "seqlen_new (", kp.seqlen_new, ") must be <= seqlen_k (", f.seqlen_k,
                 "), the capacity of a sequence's cache");
         check_tensor("k_new", kp.k_new, false, kp.seqlen_new, f.num_heads_k, f.head_dim, f.batch, false);
-        check_tensor("v_new", kp.v_new, false, kp.seqlen_new, f.num_heads_k, f.head_dim, f.batch, false);
+        check_tensor("v_new", kp.v_new, false, kp.seqlen_new, f.num_heads_k, problem.attention.head_dim_v(), f.batch,
+                     false);
     } else {
         require(kp.seqlen_new == 0, "seqlen_new must be 0 when k_new/v_new are NULL, got ", kp.seqlen_new);
     }
@@ -393,18 +401,19 @@ fa_bwd_params read_bwd_params(const fa_bwd_params* params) {
     require(params != nullptr, "params must not be NULL");
     const size_t old_fwd = fwd_params_size_in_bwd(params->struct_size);
     require(old_fwd != 0, "params.struct_size does not match this library (call fa_bwd_params_init first): got ",
-            params->struct_size, ", expected ", sizeof(fa_bwd_params), " (or ", kBwdParamsSize_paged,
-            " from the header before rng_state, ", kBwdParamsSize_0_1, " from the 0.1.0 header)");
+            params->struct_size, ", expected ", sizeof(fa_bwd_params), " (or ", kBwdParamsSize_rng,
+            " from the header before head_dim_v, ", kBwdParamsSize_paged, " from the one before rng_state, ",
+            kBwdParamsSize_0_1, " from the 0.1.0 header)");
     if (params->struct_size == sizeof(fa_bwd_params)) return *params;
-    // An earlier layout: its fwd member ends after old_fwd bytes and the tail follows right there.
+    // An earlier layout: its fwd member ends after old_fwd bytes and the tail (without dsink)
+    // follows right there.
     fa_bwd_params p;
     fa_bwd_params_init(&p);
     const char* raw = reinterpret_cast<const char*>(params);
     const size_t fwd_at = offsetof(fa_bwd_params, fwd);
     std::memcpy(&p.fwd, raw + fwd_at, old_fwd);
-    std::memcpy(reinterpret_cast<char*>(&p) + kBwdTailOffset, raw + fwd_at + old_fwd,
-                sizeof(fa_bwd_params) - kBwdTailOffset);
-    p.fwd.struct_size = sizeof(fa_fwd_params);
+    std::memcpy(reinterpret_cast<char*>(&p) + kBwdTailOffset, raw + fwd_at + old_fwd, kBwdTailSize_before_dsink);
+    p.fwd.struct_size = sizeof(fa_fwd_params); // the fields after old_fwd keep fa_bwd_params_init's defaults
     return p;
 }
 
@@ -422,10 +431,14 @@ BwdProblem make_bwd_problem(const fa_bwd_params* raw_params, bool varlen) {
     const int64_t k_rows = varlen_rows ? f.total_k : f.seqlen_k;
     const int64_t dense_batch = varlen_rows ? 1 : f.batch;
     require(f.softmax_lse != nullptr || q_rows == 0, "fwd.softmax_lse must not be NULL: the backward needs the forward's logsumexp");
-    check_tensor("dout", params->dout, varlen, q_rows, f.num_heads, f.head_dim, dense_batch, false);
+    const int64_t dv = problem.fwd.head_dim_v();
+    check_tensor("dout", params->dout, varlen, q_rows, f.num_heads, dv, dense_batch, false);
     check_tensor("dq", params->dq, varlen, q_rows, f.num_heads, f.head_dim, dense_batch, true);
     check_tensor("dk", params->dk, varlen, k_rows, f.num_heads_k, f.head_dim, dense_batch, true);
-    check_tensor("dv", params->dv, varlen, k_rows, f.num_heads_k, f.head_dim, dense_batch, true);
+    check_tensor("dv", params->dv, varlen, k_rows, f.num_heads_k, dv, dense_batch, true);
+    require(params->dsink == nullptr || f.learnable_sink != nullptr,
+            "dsink (the gradient of learnable_sink) is set but fwd.learnable_sink is NULL");
+    problem.p.fwd = problem.fwd.p;
     return problem;
 }
 

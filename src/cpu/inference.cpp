@@ -36,13 +36,14 @@ struct RotaryRow {
     }
 };
 
-// dst row = src row (head_dim elements of the dtype), its first rotary_dim features rotated to
-// `position` when rotary is on. Features that do not rotate are copied bit for bit.
-void copy_row(const KvCacheProblem& kp, const void* src, int64_t src_offset, void* dst, int64_t dst_offset,
+// dst row = src row (d elements of the dtype: head_dim, or head_dim_v for values), its first
+// rotary_dim features rotated to `position` when rotary is on. Features that do not rotate are
+// copied bit for bit.
+void copy_row(const KvCacheProblem& kp, const void* src, int64_t src_offset, void* dst, int64_t dst_offset, int64_t d,
               bool rotate, int64_t position, std::vector<float>& scratch) {
     const fa_kvcache_params& p = kp.p;
     const fa_dtype dtype = p.fwd.dtype;
-    const int64_t d = p.fwd.head_dim, bytes = dtype_size(dtype);
+    const int64_t bytes = dtype_size(dtype);
     std::memmove(static_cast<char*>(dst) + dst_offset * bytes, static_cast<const char*>(src) + src_offset * bytes,
                  size_t(d * bytes));
     if (!rotate) return;
@@ -66,9 +67,10 @@ void append_to_cache(const KvCacheProblem& kp, Executor& ex) {
         for (int64_t i = 0; i < p.seqlen_new; ++i) {
             const int64_t from_k = b * p.k_new.batch_stride + i * p.k_new.row_stride + h_k * p.k_new.head_stride;
             const int64_t from_v = b * p.v_new.batch_stride + i * p.v_new.row_stride + h_k * p.v_new.head_stride;
-            copy_row(kp, p.k_new.data, from_k, p.fwd.k.data, kp.cache_offset(p.fwd.k, b, i, h_k), kp.rotary(),
-                     kp.new_row(b, i), scratch);
-            copy_row(kp, p.v_new.data, from_v, p.fwd.v.data, kp.cache_offset(p.fwd.v, b, i, h_k), false, 0, scratch);
+            copy_row(kp, p.k_new.data, from_k, p.fwd.k.data, kp.cache_offset(p.fwd.k, b, i, h_k), p.fwd.head_dim,
+                     kp.rotary(), kp.new_row(b, i), scratch);
+            copy_row(kp, p.v_new.data, from_v, p.fwd.v.data, kp.cache_offset(p.fwd.v, b, i, h_k), p.fwd.head_dim_v,
+                     false, 0, scratch);
         }
     };
     parallel_for(ex, int64_t(p.fwd.batch) * heads_k, task);
@@ -87,7 +89,7 @@ Problem attention_with_rotated_queries(const KvCacheProblem& kp, Executor& ex) {
         std::vector<float> scratch;
         for (int64_t h = 0; h < heads; ++h)
             copy_row(kp, f.q.data, b * f.q.batch_stride + i * f.q.row_stride + h * f.q.head_stride, rotated,
-                     b * q_rot.batch_stride + i * q_rot.row_stride + h * q_rot.head_stride, true,
+                     b * q_rot.batch_stride + i * q_rot.row_stride + h * q_rot.head_stride, d, true,
                      kp.query_position(b, i), scratch);
     };
     parallel_for(ex, int64_t(f.batch) * f.seqlen_q, task);

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 namespace flashattn::reference {
 namespace {
@@ -170,12 +171,12 @@ void block_accumulate(const double* weights, int64_t count, const KeyRange* keys
 
 // ---- inputs --------------------------------------------------------------------------------------
 
-// Rows [i0, i0 + count) of (sequence s, head h) of a q-shaped tensor, each element times `scale`
-// and stored (with scale 1 that is the value read: it already has the dtype).
+// Rows [i0, i0 + count) of (sequence s, head h) of a q-shaped tensor of d columns (q: head_dim; dout:
+// head_dim_v), each element times `scale` and stored (with scale 1 that is the value read: it
+// already has the dtype).
 template <typename Math>
 std::vector<typename Math::Real> load_q_rows(const Problem& pr, const fa_tensor& t, const Span& s, int64_t h,
-                                             int64_t i0, int64_t count, double scale, const Math& math) {
-    const int64_t d = pr.head_dim();
+                                             int64_t i0, int64_t count, int64_t d, double scale, const Math& math) {
     std::vector<typename Math::Real> rows(size_t(count * d));
     for (int64_t i = 0; i < count; ++i) {
         const int64_t base = pr.q_offset(t, s, i0 + i, h);
@@ -187,8 +188,8 @@ std::vector<typename Math::Real> load_q_rows(const Problem& pr, const fa_tensor&
     return rows;
 }
 
-// K and V of one (sequence, KV head) as the products read them: as rows (k_len x d) and transposed
-// (d x stride, for dots()), only the forms asked for.
+// K and V of one (sequence, KV head) as the products read them: as rows (k_len x d; V: k_len x
+// head_dim_v) and transposed (d x stride, for dots()), only the forms asked for.
 template <typename Real>
 struct KeyValues {
     int64_t k_len = 0, stride = 0;
@@ -199,11 +200,11 @@ enum class Pass { forward, backward };
 
 template <typename Real>
 KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, Pass pass) {
-    const int64_t d = pr.head_dim();
     KeyValues<Real> kv;
     kv.k_len = s.k_len;
     kv.stride = s.k_len;
     auto load = [&](const fa_tensor& t, std::vector<Real>* rows, std::vector<Real>* columns) {
+        const int64_t d = &t == &pr.p.k ? pr.head_dim() : pr.head_dim_v();
         if (rows) rows->assign(size_t(s.k_len * d), Real(0));
         if (columns) columns->assign(size_t(d * kv.stride), Real(0));
         for (int64_t j = 0; j < s.k_len; ++j) {
@@ -254,7 +255,8 @@ struct RowBlock {
     std::vector<double> prob;      // normalised softmax P, 0 where masked
     std::vector<double> keep;      // dropout factor: 1/(1-p) kept, 0 dropped (1 without dropout)
     std::vector<double> dropped;   // P * keep: what multiplies V
-    std::vector<double> lse;       // per row; -inf when the row sees no key
+    std::vector<double> lse;       // per row; -inf when the row sees no key (and there is no sink)
+    std::vector<double> sink_prob; // per row: exp(sink - lse), the sink's share of the softmax (0 without)
     std::vector<double> out;       // rows x d, when asked for
 
     double& at(std::vector<double>& m, int64_t r, int64_t j) { return m[size_t(r * k_len + j)]; }
@@ -264,12 +266,12 @@ template <typename Math>
 void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<typename Math::Real>& kv, int64_t i0,
                   int64_t rows, bool want_out, const Math& math, RowBlock<typename Math::Real>& f) {
     using Real = typename Math::Real;
-    const int64_t d = pr.head_dim(), q_len = s.q_len, k_len = s.k_len;
+    const int64_t d = pr.head_dim(), dv = pr.head_dim_v(), q_len = s.q_len, k_len = s.k_len;
     const fa_fwd_params& p = pr.p;
     f.i0 = i0;
     f.rows = rows;
     f.k_len = k_len;
-    f.q_scaled = load_q_rows(pr, p.q, s, h, i0, rows, double(pr.scale), math);
+    f.q_scaled = load_q_rows(pr, p.q, s, h, i0, rows, d, double(pr.scale), math);
 
     const size_t cells = size_t(rows * k_len);
     f.capped.assign(cells, 0.0);
@@ -277,6 +279,7 @@ void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<t
     f.keep.assign(cells, 0.0);
     f.dropped.assign(cells, 0.0);
     f.lse.assign(size_t(rows), kMinusInf);
+    f.sink_prob.assign(size_t(rows), 0.0);
     f.keys.resize(size_t(rows));
     for (int64_t r = 0; r < rows; ++r) f.keys[size_t(r)] = pr.mask.keys_for_row(i0 + r, q_len, k_len);
 
@@ -286,12 +289,20 @@ void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<t
     const double softcap = p.softcap;
     const double slope = pr.alibi_slope(s.batch, h);
     const DropoutPolicy dropout = DropoutPolicy::of(pr);
+    // The sink is one more logit in every row's softmax, with no value (an fp32 input: exact).
+    const double sink = double(pr.sink(h));
     std::vector<double> score(static_cast<size_t>(k_len)), exp_score(static_cast<size_t>(k_len));
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         const KeyRange keys = f.keys[size_t(r)];
-        if (keys.empty()) continue; // out 0, lse -inf, P 0: a row that may attend to nothing
-        double row_max = kMinusInf;
+        if (keys.empty()) { // out 0, P 0: a row that may attend to nothing; lse -inf, or the sink's
+            if (pr.has_sink()) {
+                f.lse[size_t(r)] = sink;
+                f.sink_prob[size_t(r)] = 1.0;
+            }
+            continue;
+        }
+        double row_max = sink; // -inf without a sink
         for (int64_t j = keys.begin; j < keys.end; ++j) {
             const double raw = math.store(double(qk[size_t(r * k_len + j)]));
             f.at(f.capped, r, j) = math.store(transform_score(raw, softcap, 0.0, i, j, q_len, k_len));
@@ -302,6 +313,11 @@ void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<t
         for (int64_t j = keys.begin; j < keys.end; ++j) {
             exp_score[size_t(j)] = math.exp(score[size_t(j)] - row_max);
             denominator = math.add(denominator, exp_score[size_t(j)]);
+        }
+        if (pr.has_sink()) {
+            const double exp_sink = math.exp(sink - row_max);
+            denominator = math.add(denominator, exp_sink);
+            f.sink_prob[size_t(r)] = math.store(exp_sink / denominator);
         }
         f.lse[size_t(r)] = math.add(row_max, math.log(denominator));
 
@@ -315,10 +331,10 @@ void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<t
             f.at(f.dropped, r, j) = math.store(prob * keep);
         }
     }
-    f.out.assign(want_out ? size_t(rows * d) : 0, 0.0);
+    f.out.assign(want_out ? size_t(rows * dv) : 0, 0.0);
     if (!want_out) return;
-    std::vector<Real> acc(size_t(rows * d), Real(0));
-    block_accumulate(f.dropped.data(), rows, f.keys.data(), kv.v.data(), d, k_len, acc.data());
+    std::vector<Real> acc(size_t(rows * dv), Real(0));
+    block_accumulate(f.dropped.data(), rows, f.keys.data(), kv.v.data(), dv, k_len, acc.data());
     for (size_t e = 0; e < acc.size(); ++e) f.out[e] = math.store(double(acc[e]));
 }
 
@@ -358,7 +374,7 @@ constexpr int64_t kBlocksPerTask = 4;
 template <typename Math>
 ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs) {
     using Real = typename Math::Real;
-    const int64_t H = pr.heads(), d = pr.head_dim(), Sq = pr.p.seqlen_q, Sk = pr.p.seqlen_k;
+    const int64_t H = pr.heads(), d = pr.head_dim_v(), Sq = pr.p.seqlen_q, Sk = pr.p.seqlen_k;
 
     ForwardResult r;
     r.out.assign(size_t(q_rows(pr) * H * d), 0.0);
@@ -399,18 +415,22 @@ ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs)
 }
 
 // The gradients of one (sequence, query head): dQ straight into the results, this head's share
-// of dK and dV (k_len x d, stored) for backward_with to sum over the group.
+// of dK and dV (k_len x d and k_len x head_dim_v, stored) for backward_with to sum over the group,
+// and of dsink (this sequence's rows).
 template <typename Math>
 void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& math, Gradients& g,
-                   std::vector<double>& dk_head, std::vector<double>& dv_head) {
+                   std::vector<double>& dk_head, std::vector<double>& dv_head, double& dsink_head,
+                   double& dsink_magnitude) {
     using Real = typename Math::Real;
     const Problem& pr = bp.fwd;
-    const int64_t H = pr.heads(), d = pr.head_dim(), q_len = s.q_len, k_len = s.k_len;
+    const int64_t H = pr.heads(), d = pr.head_dim(), dv = pr.head_dim_v(), q_len = s.q_len, k_len = s.k_len;
     const double scale = pr.scale, softcap = pr.p.softcap;
     const KeyValues<Real> kv = load_key_values<Real>(pr, s, pr.kv_head(h), Pass::backward);
 
     // dK/dV of this query head, summed over every query row in order.
-    std::vector<Real> acc_k(size_t(k_len * d), Real(0)), acc_v(size_t(k_len * d), Real(0));
+    std::vector<Real> acc_k(size_t(k_len * d), Real(0)), acc_v(size_t(k_len * dv), Real(0));
+    dsink_head = 0.0;
+    dsink_magnitude = 0.0;
     std::vector<Real> dp_raw, acc_q;
     std::vector<double> dp(static_cast<size_t>(k_len)), ds;
     RowBlock<Real> f;
@@ -418,10 +438,12 @@ void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& m
     for (int64_t i0 = 0; i0 < q_len; i0 += step) {
         const int64_t rows = std::min(step, q_len - i0);
         forward_rows(pr, s, h, kv, i0, rows, false, math, f);
-        const std::vector<Real> dout = load_q_rows(pr, bp.p.dout, s, h, i0, rows, 1.0, math);
-        // dP = dO V^T (times the dropout mask and 1/(1-p)); dS = P (dP - rowsum(P dP)).
+        const std::vector<Real> dout = load_q_rows(pr, bp.p.dout, s, h, i0, rows, dv, 1.0, math);
+        // dP = dO V^T (times the dropout mask and 1/(1-p)); dS = P (dP - rowsum(P dP)). The sink's
+        // dP is 0 (it has no value), so rowsum(P dP) = rowsum(dO O) with or without it, and the
+        // sink's own dS is p_sink (0 - rowsum(P dP)).
         dp_raw.resize(size_t(rows * k_len));
-        block_dots(dout.data(), rows, f.keys.data(), kv.v_t.data(), kv.stride, d, k_len, dp_raw.data());
+        block_dots(dout.data(), rows, f.keys.data(), kv.v_t.data(), kv.stride, dv, k_len, dp_raw.data());
         ds.assign(size_t(rows * k_len), 0.0);
         int64_t first_key = k_len, last_key = 0; // the keys any row of the block sees
         for (int64_t r = 0; r < rows; ++r) {
@@ -445,6 +467,10 @@ void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& m
                 }
                 ds[size_t(r * k_len + j)] = grad;
             }
+            if (pr.has_sink()) {
+                dsink_head = math.add(dsink_head, -math.store(f.sink_prob[size_t(r)] * dsum));
+                dsink_magnitude += std::fabs(f.sink_prob[size_t(r)] * dsum);
+            }
         }
         // dQ = scale * dS K (the framework's scale sits on q, so its chain rule scales dQ last).
         acc_q.assign(size_t(rows * d), Real(0));
@@ -456,50 +482,58 @@ void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& m
         // dK += dS^T (q * scale), dV += (P * mask / (1-p))^T dO: this block's rows, in order.
         for (int64_t j = first_key; j < last_key; ++j) {
             accumulate(&ds[size_t(j)], k_len, f.q_scaled.data(), rows, d, &acc_k[size_t(j * d)]);
-            accumulate(&f.dropped[size_t(j)], k_len, dout.data(), rows, d, &acc_v[size_t(j * d)]);
+            accumulate(&f.dropped[size_t(j)], k_len, dout.data(), rows, dv, &acc_v[size_t(j * dv)]);
         }
     }
     dk_head.resize(size_t(k_len * d));
-    dv_head.resize(size_t(k_len * d));
-    for (size_t e = 0; e < dk_head.size(); ++e) {
-        dk_head[e] = math.store(double(acc_k[e]));
-        dv_head[e] = math.store(double(acc_v[e]));
-    }
+    dv_head.resize(size_t(k_len * dv));
+    for (size_t e = 0; e < dk_head.size(); ++e) dk_head[e] = math.store(double(acc_k[e]));
+    for (size_t e = 0; e < dv_head.size(); ++e) dv_head[e] = math.store(double(acc_v[e]));
 }
 
 template <typename Math>
 Gradients backward_with(const BwdProblem& bp, const Math& math) {
     const Problem& pr = bp.fwd;
-    const int64_t H = pr.heads(), Hk = pr.p.num_heads_k, d = pr.head_dim(), group = pr.group;
+    const int64_t H = pr.heads(), Hk = pr.p.num_heads_k, d = pr.head_dim(), dv = pr.head_dim_v(), group = pr.group;
 
     Gradients g;
     g.dq.assign(size_t(q_rows(pr) * H * d), 0.0);
     g.dk.assign(size_t(k_rows(pr) * Hk * d), 0.0);
-    g.dv.assign(size_t(k_rows(pr) * Hk * d), 0.0);
+    g.dv.assign(size_t(k_rows(pr) * Hk * dv), 0.0);
 
     // One task per (sequence, query head): task b * H + h.
     std::vector<std::vector<double>> dk_heads(size_t(pr.batch() * H)), dv_heads(dk_heads.size());
+    std::vector<double> dsink_parts(dk_heads.size(), 0.0), dsink_magnitudes(dk_heads.size(), 0.0);
     parallel_for(pr.batch() * H, [&](int64_t t) {
         const int64_t b = t / H, h = t % H;
-        backward_head(bp, pr.span(b), h, math, g, dk_heads[size_t(t)], dv_heads[size_t(t)]);
+        backward_head(bp, pr.span(b), h, math, g, dk_heads[size_t(t)], dv_heads[size_t(t)], dsink_parts[size_t(t)],
+                      dsink_magnitudes[size_t(t)]);
     });
+    // dsink of each head: the sequences' shares added in batch order.
+    if (pr.has_sink()) {
+        g.dsink.assign(size_t(H), 0.0);
+        g.dsink_magnitude.assign(size_t(H), 0.0);
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t b = 0; b < pr.batch(); ++b) {
+                g.dsink[size_t(h)] = math.store(math.add(g.dsink[size_t(h)], dsink_parts[size_t(b * H + h)]));
+                g.dsink_magnitude[size_t(h)] += dsink_magnitudes[size_t(b * H + h)];
+            }
+    }
     // dK/dV of each KV head: the query heads' shares added in head order (a framework's
     // repeat_interleave backward), then stored.
     for (int64_t b = 0; b < pr.batch(); ++b) {
         const Span s = pr.span(b);
         for (int64_t hk = 0; hk < Hk; ++hk)
-            for (int64_t j = 0; j < s.k_len; ++j)
-                for (int64_t c = 0; c < d; ++c) {
-                    double dk = 0.0, dv = 0.0;
-                    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-                        const size_t from = size_t(j * d + c);
-                        dk = math.add(dk, dk_heads[size_t(b * H + h)][from]);
-                        dv = math.add(dv, dv_heads[size_t(b * H + h)][from]);
+            for (int64_t j = 0; j < s.k_len; ++j) {
+                // dK, then dV: each element summed over the group's heads in head order
+                for (auto [width, heads, result] : {std::tuple{d, &dk_heads, &g.dk}, std::tuple{dv, &dv_heads, &g.dv}})
+                    for (int64_t c = 0; c < width; ++c) {
+                        double sum = 0.0;
+                        for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+                            sum = math.add(sum, (*heads)[size_t(b * H + h)][size_t(j * width + c)]);
+                        (*result)[size_t((canonical_k_row(pr, s, j) * Hk + hk) * width + c)] = math.store(sum);
                     }
-                    const size_t to = size_t((canonical_k_row(pr, s, j) * Hk + hk) * d + c);
-                    g.dk[to] = math.store(dk);
-                    g.dv[to] = math.store(dv);
-                }
+            }
     }
     return g;
 }
@@ -520,11 +554,11 @@ Gradients backward(const BwdProblem& bp, Precision precision) {
 
 namespace {
 
-// Row `row` of head_dim elements at `offset`, rotated to `position` (rotary on) and rounded to the dtype.
+// A row of d elements (head_dim; values: head_dim_v) at `offset`, rotated to `position` (rotary on)
+// and rounded to the dtype.
 void rotated_row_into(const fa_kvcache_params& p, const void* src, int64_t src_offset, void* dst, int64_t dst_offset,
-                      bool rotate, int64_t position) {
+                      int64_t d, bool rotate, int64_t position) {
     const fa_dtype dtype = p.fwd.dtype;
-    const int64_t d = p.fwd.head_dim;
     std::vector<float> x(static_cast<size_t>(d));
     for (int64_t c = 0; c < d; ++c) x[size_t(c)] = load_float(src, dtype, src_offset + c);
     if (rotate) {
@@ -551,10 +585,11 @@ ForwardResult kvcache_forward(const KvCacheProblem& kp, Precision precision) {
                 for (int64_t i = 0; i < p.seqlen_new; ++i) {
                     rotated_row_into(p, p.k_new.data,
                                      b * p.k_new.batch_stride + i * p.k_new.row_stride + h_k * p.k_new.head_stride,
-                                     f.k.data, kp.cache_offset(f.k, b, i, h_k), kp.rotary(), kp.new_row(b, i));
+                                     f.k.data, kp.cache_offset(f.k, b, i, h_k), f.head_dim, kp.rotary(),
+                                     kp.new_row(b, i));
                     rotated_row_into(p, p.v_new.data,
                                      b * p.v_new.batch_stride + i * p.v_new.row_stride + h_k * p.v_new.head_stride,
-                                     f.v.data, kp.cache_offset(f.v, b, i, h_k), false, 0);
+                                     f.v.data, kp.cache_offset(f.v, b, i, h_k), f.head_dim_v, false, 0);
                 }
     Problem attention = kp.attention;
     std::vector<unsigned char> rotated_q;
@@ -567,7 +602,7 @@ ForwardResult kvcache_forward(const KvCacheProblem& kp, Precision precision) {
                 for (int64_t h = 0; h < heads; ++h)
                     rotated_row_into(p, f.q.data, b * f.q.batch_stride + i * f.q.row_stride + h * f.q.head_stride,
                                      rotated_q.data(), b * q_rot.batch_stride + i * q_rot.row_stride + h * q_rot.head_stride,
-                                     true, kp.query_position(b, i));
+                                     d, true, kp.query_position(b, i));
         attention.p.q = q_rot;
     }
     return forward(attention, precision);

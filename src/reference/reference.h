@@ -7,7 +7,9 @@
 // results in canonical contiguous layouts:
 //   out, dq:      (q_rows, num_heads, head_dim)    q_rows = varlen ? total_q : batch * seqlen_q,
 //                                                  row of (b, i) = varlen ? cu_seqlens_q[b] + i : b * seqlen_q + i
-//   dk, dv:       (k_rows, num_heads_k, head_dim)  likewise with seqlen_k / cu_seqlens_k / total_k
+//                                                  (out: head_dim_v columns)
+//   dk, dv:       (k_rows, num_heads_k, head_dim)  likewise with seqlen_k / cu_seqlens_k / total_k (dv: head_dim_v)
+//   dsink:        (num_heads), with learnable_sink
 //   lse:          the library's softmax_lse layout (Problem::lse_index)
 //   probs:        (batch, num_heads, seqlen_q, seqlen_k), varlen: seqlen_q/k are the maxima (attn_probs semantics)
 // Rows and columns outside a sequence's lengths are 0 (lse: -inf).
@@ -31,6 +33,10 @@ struct ForwardResult {
 
 struct Gradients {
     std::vector<double> dq, dk, dv;
+    std::vector<double> dsink; // (num_heads), only with learnable_sink
+    // (num_heads): sum over the rows of |p_sink(i) D_i|, the terms dsink adds up. Rows with opposite
+    // signs cancel, so this, not |dsink|, is the scale of the rounding error a sum of them carries.
+    std::vector<double> dsink_magnitude;
 };
 
 // probs is filled only when want_probs is set (O(batch * heads * seqlen_q * seqlen_k) memory).

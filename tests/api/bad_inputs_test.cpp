@@ -73,6 +73,23 @@ std::vector<FwdBreak> forward_breaks() {
     add("num_heads_not_multiple_of_num_heads_k", false, [](P& p, AttentionRun&) { p.num_heads_k = 3; }, "num_heads_k");
     add("head_dim_zero", false, [](P& p, AttentionRun&) { p.head_dim = 0; }, "head_dim");
     add("head_dim_above_256", false, [](P& p, AttentionRun&) { p.head_dim = 257; }, "head_dim");
+    add("head_dim_v_negative", false, [](P& p, AttentionRun&) { p.head_dim_v = -1; }, "head_dim_v");
+    add("head_dim_v_above_256", false, [](P& p, AttentionRun&) { p.head_dim_v = 257; }, "head_dim_v");
+    // out's heads are 16 apart: 32 value columns would make them overlap.
+    add("out_heads_overlap_head_dim_v", false, [](P& p, AttentionRun&) { p.head_dim_v = 32; }, "out");
+    add("learnable_sink_not_finite", false,
+        [](P& p, AttentionRun& r) {
+            r.sink.assign(4, 0.5f);
+            r.sink[2] = kInf;
+            p.learnable_sink = r.sink.data();
+        },
+        "learnable_sink[2]");
+    add("learnable_sink_nan_varlen", true,
+        [](P& p, AttentionRun& r) {
+            r.sink.assign(4, kNaN);
+            p.learnable_sink = r.sink.data();
+        },
+        "learnable_sink[0]");
     add("dense_call_with_cu_seqlens_q", false, [](P& p, AttentionRun& r) { p.cu_seqlens_q = r.seqused_k.data(); }, "cu_seqlens_q");
     add("dense_call_with_cu_seqlens_k", false, [](P& p, AttentionRun& r) { p.cu_seqlens_k = r.seqused_k.data(); }, "cu_seqlens_k");
 
@@ -201,6 +218,24 @@ std::vector<BwdBreak> backward_breaks() {
         add(n + "_batch_stride_negative", false, [m](P& p, AttentionRun&) { (p.*m).batch_stride = -1; }, n + ".batch_stride");
         add(n + "_varlen_data_null", true, [m](P& p, AttentionRun&) { (p.*m).data = nullptr; }, n + ".data");
     }
+    add("dsink_without_learnable_sink", false,
+        [](P& p, AttentionRun& r) {
+            r.dsink.assign(4, 0.0f);
+            p.dsink = r.dsink.data();
+        },
+        "dsink");
+    add("dv_heads_overlap_head_dim_v", false,
+        [](P& p, AttentionRun& r) {
+            // v, out and dout as wide as head_dim_v asks; dv still 16 columns per head
+            r.v = Tensor(FA_FLOAT16, 2, 8, 2, 32, Layout::bshd);
+            r.out = Tensor(FA_FLOAT16, 2, 8, 4, 32, Layout::bshd);
+            r.dout = Tensor(FA_FLOAT16, 2, 8, 4, 32, Layout::bshd);
+            p.fwd.head_dim_v = 32;
+            p.fwd.v = r.v.view();
+            p.fwd.out = r.out.view();
+            p.dout = r.dout.view();
+        },
+        "dv");
     add("dq_rows_alias", false, [](P& p, AttentionRun&) { p.dq.row_stride = 0; }, "dq");
     add("dk_heads_alias", false, [](P& p, AttentionRun&) { p.dk.head_stride = 0; }, "dk");
     add("dv_varlen_rows_overlap", true, [](P& p, AttentionRun&) { p.dv.row_stride = 3; }, "dv");
@@ -261,6 +296,24 @@ TEST(ApiRejects, CudaBackendForHostMemory) {
     } else {
         EXPECT_EQ(status, FA_ERROR_BACKEND_UNAVAILABLE) << message;
         EXPECT_NE(message.find("FA_BACKEND_CUDA"), std::string::npos) << message;
+    }
+}
+
+// Until its kernels have them, the CUDA backend refuses a value head dim unlike the query's and
+// learnable sinks, by name, rather than computing something else.
+TEST(ApiRejects, ValueHeadDimAndSinksOnCudaForNow) {
+    if (!fa_cuda_available()) GTEST_SKIP() << "CUDA backend not available (fa_cuda_available() == 0)";
+    for (int variant = 0; variant < 2; ++variant) {
+        Case c = valid_dense();
+        c.backend = Backend::cuda;
+        c.seqused_k.clear();
+        if (variant == 0) c.head_dim_v = 8;
+        else c.learnable_sink = true;
+        AttentionRun run(c);
+        EXPECT_EQ(run.forward(), FA_ERROR_UNSUPPORTED) << run.last_error();
+        EXPECT_NE(run.last_error().find(variant == 0 ? "head_dim_v" : "learnable_sink"), std::string::npos)
+            << run.last_error();
+        EXPECT_NE(run.last_error().find("CUDA"), std::string::npos) << run.last_error();
     }
 }
 

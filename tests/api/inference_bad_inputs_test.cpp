@@ -241,11 +241,15 @@ TEST(CombineBadInput, EveryBrokenArgumentIsNamed) {
 
 // ---------------------------------------------------------------------------------------------
 // A caller compiled against an earlier header passes the smaller struct_size: 0.1.0's (before the
-// block table fields) or the one before rng_state. The fields it does not know take their defaults
-// (whatever bytes follow its struct are never read).
+// block table fields), the one before rng_state or the one before head_dim_v. The fields it does not
+// know take their defaults (whatever bytes follow its struct are never read).
 
 constexpr size_t kFwdSize_0_1 = offsetof(fa_fwd_params, block_table);
 constexpr size_t kFwdSizeBeforeRngState = offsetof(fa_fwd_params, rng_state);
+constexpr size_t kFwdSizeBeforeHeadDimV = offsetof(fa_fwd_params, head_dim_v);
+// fa_bwd_params after its fwd member as every header before dsink had it.
+constexpr size_t kBwdTailBeforeDsink = offsetof(fa_bwd_params, dsink) - offsetof(fa_bwd_params, dout);
+constexpr size_t old_bwd_size(size_t old_fwd) { return offsetof(fa_bwd_params, fwd) + old_fwd + kBwdTailBeforeDsink; }
 
 // With dropout by value: garbage where rng_state would be must not be taken for a pointer.
 Case versioning_case(int seqlen_q, int seqlen_k) {
@@ -277,7 +281,7 @@ void expect_backward_with_fwd_layout_works(size_t old_fwd) {
     ASSERT_EQ(run.forward(), FA_OK);
     const fa_bwd_params current = run.bwd_params();
     const size_t fwd_at = offsetof(fa_bwd_params, fwd), tail_at = offsetof(fa_bwd_params, dout);
-    const size_t tail = sizeof(fa_bwd_params) - tail_at;
+    const size_t tail = kBwdTailBeforeDsink;
     std::vector<unsigned char> old(fwd_at + old_fwd + tail + 64, 0xa5);
     std::memcpy(old.data(), &current, fwd_at);
     std::memcpy(old.data() + fwd_at, &current.fwd, old_fwd);
@@ -297,9 +301,15 @@ TEST(StructVersioning, ForwardWith0_1ParamsStillWorks) { expect_forward_with_fwd
 TEST(StructVersioning, ForwardWithParamsBeforeRngStateStillWorks) {
     expect_forward_with_fwd_layout_works(kFwdSizeBeforeRngState);
 }
+TEST(StructVersioning, ForwardWithParamsBeforeHeadDimVStillWorks) {
+    expect_forward_with_fwd_layout_works(kFwdSizeBeforeHeadDimV);
+}
 TEST(StructVersioning, BackwardWith0_1ParamsStillWorks) { expect_backward_with_fwd_layout_works(kFwdSize_0_1); }
 TEST(StructVersioning, BackwardWithParamsBeforeRngStateStillWorks) {
     expect_backward_with_fwd_layout_works(kFwdSizeBeforeRngState);
+}
+TEST(StructVersioning, BackwardWithParamsBeforeHeadDimVStillWorks) {
+    expect_backward_with_fwd_layout_works(kFwdSizeBeforeHeadDimV);
 }
 
 TEST(StructVersioning, TheSizedInitialisersWriteOnlyTheLayoutBeforeRngState) {
@@ -308,7 +318,7 @@ TEST(StructVersioning, TheSizedInitialisersWriteOnlyTheLayoutBeforeRngState) {
     for (size_t i = kFwdSizeBeforeRngState; i < fwd.size(); ++i) ASSERT_EQ(fwd[i], 0xa5) << "byte " << i;
     EXPECT_EQ(reinterpret_cast<const fa_fwd_params*>(fwd.data())->window_left, -1);
 
-    const size_t old_bwd = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - kFwdSizeBeforeRngState);
+    const size_t old_bwd = old_bwd_size(kFwdSizeBeforeRngState);
     std::vector<unsigned char> bwd(sizeof(fa_bwd_params) + 16, 0xa5);
     fa_bwd_params_init_sized(reinterpret_cast<fa_bwd_params*>(bwd.data()), old_bwd);
     for (size_t i = old_bwd; i < bwd.size(); ++i) ASSERT_EQ(bwd[i], 0xa5) << "byte " << i;
@@ -328,7 +338,7 @@ TEST(StructVersioning, The0_1InitSymbolsWriteOnlyThe0_1Layout) {
     EXPECT_EQ(p->window_left, -1);
     EXPECT_EQ(p->num_splits, 1);
 
-    const size_t old_bwd = sizeof(fa_bwd_params) - (sizeof(fa_fwd_params) - kFwdSize_0_1);
+    const size_t old_bwd = old_bwd_size(kFwdSize_0_1);
     std::vector<unsigned char> bwd(sizeof(fa_bwd_params) + 16, 0xa5);
     (fa_bwd_params_init)(reinterpret_cast<fa_bwd_params*>(bwd.data()));
     for (size_t i = old_bwd; i < bwd.size(); ++i) ASSERT_EQ(bwd[i], 0xa5) << "byte " << i << " past the 0.1.0 struct";
@@ -345,8 +355,25 @@ TEST(StructVersioning, The0_1InitSymbolsWriteOnlyThe0_1Layout) {
     EXPECT_EQ(kv_now.fwd.struct_size, sizeof(fa_fwd_params));
 }
 
-// The layout before the workspace fields: today's fwd member, the struct ending at workspace.
-constexpr size_t kKvSizeBeforeWorkspace = offsetof(fa_kvcache_params, workspace);
+// The earlier layouts of fa_kvcache_params: an fwd member of old_fwd bytes, the fields after it that
+// much earlier, the struct ending at workspace or after workspace_size.
+constexpr size_t old_kvcache_size(size_t old_fwd, bool workspace) {
+    return (workspace ? sizeof(fa_kvcache_params) : offsetof(fa_kvcache_params, workspace)) -
+           (sizeof(fa_fwd_params) - old_fwd);
+}
+// Before the workspace fields (and head_dim_v): the rng_state fwd member, the struct ending at workspace.
+constexpr size_t kKvSizeBeforeWorkspace = old_kvcache_size(kFwdSizeBeforeHeadDimV, false);
+
+// `current` laid out as that header did, over `old` (which keeps its bytes past the struct).
+void lay_out_kvcache_params(fa_kvcache_params current, size_t old_fwd, bool workspace, std::vector<unsigned char>& old) {
+    const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
+    const size_t size = old_kvcache_size(old_fwd, workspace);
+    current.struct_size = uint32_t(size);
+    current.fwd.struct_size = uint32_t(old_fwd);
+    std::memcpy(old.data(), &current, fwd_at + old_fwd);
+    std::memcpy(old.data() + fwd_at + old_fwd, reinterpret_cast<const char*>(&current) + tail_at,
+                size - fwd_at - old_fwd);
+}
 
 // Runs fa_kvcache_forward on `old_params` (in's call laid out as an earlier header did), then in's
 // call in today's layout on the caches as they were: out must be the same bytes.
@@ -365,7 +392,7 @@ void expect_same_out_as_todays_layout(KvInputs& in, const void* old_params) {
 // rng_state calls the plain fa_kvcache_params_init symbol on its smaller struct, then the library.
 TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
     const size_t shift = sizeof(fa_fwd_params) - kFwdSizeBeforeRngState;
-    const size_t old_size = kKvSizeBeforeWorkspace - shift;
+    const size_t old_size = old_kvcache_size(kFwdSizeBeforeRngState, false);
     const size_t fwd_at = offsetof(fa_kvcache_params, fwd), tail_at = offsetof(fa_kvcache_params, batch_cache);
     std::vector<unsigned char> old(sizeof(fa_kvcache_params) + 16, 0xa5);
     (fa_kvcache_params_init)(reinterpret_cast<fa_kvcache_params*>(old.data()));
@@ -381,12 +408,7 @@ TEST(StructVersioning, KvCacheWithParamsBeforeRngStateStillWorks) {
 
     // The same call as today's struct, laid out the old way, gives the same bytes.
     KvInputs in;
-    fa_kvcache_params current = in.params();
-    current.fwd.struct_size = uint32_t(kFwdSizeBeforeRngState);
-    current.struct_size = uint32_t(old_size);
-    std::memcpy(old.data(), &current, fwd_at + kFwdSizeBeforeRngState);
-    std::memcpy(old.data() + fwd_at + kFwdSizeBeforeRngState, reinterpret_cast<const char*>(&current) + tail_at,
-                kKvSizeBeforeWorkspace - tail_at);
+    lay_out_kvcache_params(in.params(), kFwdSizeBeforeRngState, false, old);
     expect_same_out_as_todays_layout(in, old.data());
 }
 
@@ -399,14 +421,30 @@ TEST(StructVersioning, KvCacheWithParamsBeforeWorkspaceStillWorks) {
         ASSERT_EQ(old[i], 0xa5) << "byte " << i << " past the old struct";
     const auto* initialised = reinterpret_cast<const fa_kvcache_params*>(old.data());
     EXPECT_EQ(initialised->struct_size, kKvSizeBeforeWorkspace);
-    EXPECT_EQ(initialised->fwd.struct_size, sizeof(fa_fwd_params));
+    EXPECT_EQ(initialised->fwd.struct_size, kFwdSizeBeforeHeadDimV);
     EXPECT_EQ(initialised->fwd.num_splits, 0);
-    EXPECT_EQ(initialised->batch_cache, 1);
+    int32_t batch_cache = 0;
+    std::memcpy(&batch_cache,
+                old.data() + offsetof(fa_kvcache_params, batch_cache) - (sizeof(fa_fwd_params) - kFwdSizeBeforeHeadDimV),
+                sizeof batch_cache);
+    EXPECT_EQ(batch_cache, 1);
 
     KvInputs in;
-    fa_kvcache_params current = in.params();
-    current.struct_size = uint32_t(kKvSizeBeforeWorkspace);
-    std::memcpy(old.data(), &current, kKvSizeBeforeWorkspace); // 0xa5 garbage where workspace would be
+    lay_out_kvcache_params(in.params(), kFwdSizeBeforeHeadDimV, false, old); // 0xa5 garbage where workspace would be
+    EXPECT_EQ(fa_kvcache_workspace_size(reinterpret_cast<const fa_kvcache_params*>(old.data())), 0u) << fa_last_error();
+    expect_same_out_as_todays_layout(in, old.data());
+}
+
+// A binary built between the workspace fields and head_dim_v: the rng_state fwd member, then
+// everything up to workspace_size that much earlier.
+TEST(StructVersioning, KvCacheWithParamsBeforeHeadDimVStillWorks) {
+    const size_t old_size = old_kvcache_size(kFwdSizeBeforeHeadDimV, true);
+    std::vector<unsigned char> old(sizeof(fa_kvcache_params) + 16, 0xa5);
+    fa_kvcache_params_init_sized(reinterpret_cast<fa_kvcache_params*>(old.data()), old_size);
+    for (size_t i = old_size; i < old.size(); ++i) ASSERT_EQ(old[i], 0xa5) << "byte " << i << " past the old struct";
+    EXPECT_EQ(reinterpret_cast<const fa_kvcache_params*>(old.data())->fwd.struct_size, kFwdSizeBeforeHeadDimV);
+    KvInputs in;
+    lay_out_kvcache_params(in.params(), kFwdSizeBeforeHeadDimV, true, old);
     EXPECT_EQ(fa_kvcache_workspace_size(reinterpret_cast<const fa_kvcache_params*>(old.data())), 0u) << fa_last_error();
     expect_same_out_as_todays_layout(in, old.data());
 }

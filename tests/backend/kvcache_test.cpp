@@ -28,6 +28,8 @@ struct KvCase {
     int batch = 2, seqlen_q = 1, seqlen_new = 1;
     int capacity = 256;               // seqlen_k: the rows one sequence's cache can hold
     int heads = 4, heads_k = 1, head_dim = 64;
+    int head_dim_v = 0;               // of the v cache, v_new and out; 0 = head_dim
+    bool sink = false;                // learnable sinks (random, one per query head)
     std::vector<int> cache_seqlens;   // rows before appending; empty: random in [0, capacity - seqlen_new]
     int page_size = 0;                // 0: contiguous cache
     double rotary_fraction = 0.0;     // rotary_dim = this fraction of head_dim (even)
@@ -41,12 +43,15 @@ struct KvCase {
     uint64_t seed = 1;
 
     int rotary_dim() const { return int(std::lround(rotary_fraction * head_dim / 2)) * 2; }
+    int value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 std::string describe(const KvCase& c) {
     std::ostringstream s;
     s << dtype_short(c.dtype) << " b" << c.batch << " h" << c.heads << "/" << c.heads_k << " sq" << c.seqlen_q
       << " new" << c.seqlen_new << " cap" << c.capacity << " d" << c.head_dim;
+    if (c.head_dim_v > 0) s << "/" << c.head_dim_v;
+    if (c.sink) s << " sink";
     if (c.page_size) s << " page" << c.page_size;
     if (c.rotary_dim()) s << " rotary" << c.rotary_dim() << (c.rotary_interleaved ? "i" : "n");
     if (c.leftpad) s << " leftpad";
@@ -70,14 +75,14 @@ class KvCacheRun {
 public:
     explicit KvCacheRun(const KvCase& c) : c_(c) {
         std::mt19937_64 rng(c.seed);
-        const int d = c.head_dim;
+        const int d = c.head_dim, dv = c.value_dim();
         q = Tensor(c.dtype, c.batch, c.seqlen_q, c.heads, d, Layout::bshd);
-        out = Tensor(c.dtype, c.batch, c.seqlen_q, c.heads, d, Layout::bshd);
+        out = Tensor(c.dtype, c.batch, c.seqlen_q, c.heads, dv, Layout::bshd);
         q.fill_normal(rng);
         if (c.seqlen_new > 0) {
             // A padded layout: strides the append must honour, gaps it must not read into the cache.
             k_new = Tensor(c.dtype, c.batch, c.seqlen_new, c.heads_k, d, Layout::padded);
-            v_new = Tensor(c.dtype, c.batch, c.seqlen_new, c.heads_k, d, Layout::padded);
+            v_new = Tensor(c.dtype, c.batch, c.seqlen_new, c.heads_k, dv, Layout::padded);
             k_new.fill_normal(rng);
             v_new.fill_normal(rng);
         }
@@ -104,6 +109,7 @@ public:
                     block_table[size_t(b * table_stride + blk)] = blocks[size_t(b * max_blocks + blk)];
             }
             k_cache = Tensor(c.dtype, num_blocks, c.page_size, c.heads_k, d, Layout::bshd);
+            v_cache = Tensor(c.dtype, num_blocks, c.page_size, c.heads_k, dv, Layout::bshd);
         } else {
             batch_cache = c.batch_idx ? c.batch + 2 : c.batch;
             if (c.batch_idx) {
@@ -113,8 +119,8 @@ public:
                 batch_idx.assign(entries.begin(), entries.begin() + c.batch);
             }
             k_cache = Tensor(c.dtype, batch_cache, c.capacity, c.heads_k, d, Layout::bshd);
+            v_cache = Tensor(c.dtype, batch_cache, c.capacity, c.heads_k, dv, Layout::bshd);
         }
-        v_cache = k_cache;
         // NaN everywhere except the valid rows [leftpad, cache_seqlens) of every sequence.
         k_cache.poison();
         v_cache.poison();
@@ -122,10 +128,10 @@ public:
         for (int b = 0; b < c.batch; ++b)
             for (int row = c.leftpad ? leftpad[size_t(b)] : 0; row < cache_seqlens[size_t(b)]; ++row)
                 for (int h = 0; h < c.heads_k; ++h)
-                    for (int e = 0; e < d; ++e) {
+                    for (int e = 0; e < std::max(d, dv); ++e) {
                         const auto [entry, r] = cache_row(b, row);
-                        k_cache.set(entry, r, h, e, float(normal(rng)));
-                        v_cache.set(entry, r, h, e, float(normal(rng)));
+                        if (e < d) k_cache.set(entry, r, h, e, float(normal(rng)));
+                        if (e < dv) v_cache.set(entry, r, h, e, float(normal(rng)));
                     }
 
         if (c.rotary_dim()) {
@@ -144,6 +150,8 @@ public:
         if (c.alibi)
             for (int h = 0; h < c.heads; ++h) alibi_slopes.push_back(std::exp2(-8.0f * float(h + 1) / float(c.heads)));
         lse.assign(size_t(c.batch) * c.heads * c.seqlen_q, 0.0f);
+        if (c.sink)
+            for (int h = 0; h < c.heads; ++h) sink.push_back(float(normal(rng)));
     }
 
     // (cache entry or block, row inside it) of cache row `row` of sequence b.
@@ -164,6 +172,8 @@ public:
         f.num_heads = c_.heads;
         f.num_heads_k = c_.heads_k;
         f.head_dim = c_.head_dim;
+        f.head_dim_v = c_.head_dim_v;
+        f.learnable_sink = sink.empty() ? nullptr : sink.data();
         f.q = q.view();
         f.k = k_cache.view();
         f.v = v_cache.view();
@@ -222,6 +232,7 @@ public:
             f.out.data = m.mirror(out.data(), out.bytes(), true);
             f.softmax_lse = static_cast<float*>(m.mirror(lse.data(), bytes(lse), true));
             f.alibi_slopes = static_cast<const float*>(m.mirror(f.alibi_slopes, bytes(alibi_slopes), false));
+            f.learnable_sink = static_cast<const float*>(m.mirror(f.learnable_sink, bytes(sink), false));
             f.block_table = static_cast<const int32_t*>(m.mirror(f.block_table, bytes(block_table), false));
             p.cache_seqlens = static_cast<const int32_t*>(m.mirror(p.cache_seqlens, bytes(cache_seqlens), false));
             p.cache_batch_idx = static_cast<const int32_t*>(m.mirror(p.cache_batch_idx, bytes(batch_idx), false));
@@ -253,7 +264,7 @@ public:
     Tensor q, out, k_new, v_new, k_cache, v_cache;
     std::vector<int32_t> cache_seqlens, leftpad, batch_idx, block_table;
     std::vector<unsigned char> rotary_cos, rotary_sin;
-    std::vector<float> alibi_slopes, lse;
+    std::vector<float> alibi_slopes, lse, sink;
     int batch_cache = 1, max_blocks = 0, num_blocks = 0, table_stride = 0, seqlen_rotary = 0;
     std::string last_error;
 };
@@ -265,6 +276,9 @@ void expect_kvcache_matches_reference(const KvCase& c) {
     Tensor k_expected = run.k_cache, v_expected = run.v_cache;
     const Tensor q_before = run.q, k_new_before = run.k_new, v_new_before = run.v_new;
     const fa_status status = run.run();
+    if ((c.head_dim_v > 0 || c.sink) && status == FA_ERROR_UNSUPPORTED &&
+        (run.last_error.find("head_dim_v") != std::string::npos || run.last_error.find("learnable_sink") != std::string::npos))
+        GTEST_SKIP() << "not supported by this backend yet: " << run.last_error;
     ASSERT_EQ(status, FA_OK) << describe(c) << ": " << run.last_error;
 
     const fa_kvcache_params reference_params = run.params(k_expected.data(), v_expected.data());
@@ -279,7 +293,7 @@ void expect_kvcache_matches_reference(const KvCase& c) {
     EXPECT_TRUE(all_written("out", run.out, nullptr));
     const int64_t rows = int64_t(c.batch) * c.seqlen_q;
     EXPECT_TRUE(within_tolerance("out", run.out.canonical(), fp64.out, naive.out, 2.0, c.dtype, nullptr,
-                                 {rows, c.heads, c.head_dim}));
+                                 {rows, c.heads, c.value_dim()}));
     EXPECT_TRUE(within_tolerance("softmax_lse", to_double(run.lse), fp64.lse, naive.lse, 2.0, FA_FLOAT32, nullptr,
                                  {c.batch, c.heads, c.seqlen_q}));
 }
@@ -353,6 +367,12 @@ std::vector<KvCase> kvcache_cases(Backend backend) {
     variant([](KvCase& c) { c.head_dim = 59; c.dtype = FA_FLOAT32; c.page_size = 16; c.rotary_fraction = 0.5; c.causal = true; });
     variant([](KvCase& c) { c.dtype = FA_FLOAT32; c.seqlen_q = 5; c.seqlen_new = 2; c.causal = true; c.rotary_fraction = 1.0; c.leftpad = true; });
     variant([](KvCase& c) { c.seqlen_q = 1; c.seqlen_new = 4; c.batch = 3; c.causal = true; c.rotary_fraction = 0.5; }); // more keys than queries
+    // A value head dim unlike the query's, learnable sinks: with append, rotary, pages, splits.
+    variant([](KvCase& c) { c.head_dim = 192; c.head_dim_v = 128; c.sink = true; c.rotary_fraction = 0.5; c.causal = true; });
+    variant([](KvCase& c) { c.head_dim_v = 32; c.sink = true; c.page_size = 16; c.num_splits = 0; c.seqlen_q = c.seqlen_new = 1; c.capacity = 1000; c.leftpad = true; });
+    variant([](KvCase& c) { c.head_dim_v = 96; c.page_size = 64; c.num_splits = 7; c.rotary_fraction = 1.0; c.rotary_interleaved = true; });
+    variant([](KvCase& c) { c.sink = true; c.batch_idx = true; c.alibi = true; c.softcap = 10.0f; c.num_splits = 0; c.seqlen_q = c.seqlen_new = 1; c.capacity = 700; });
+    variant([](KvCase& c) { c.sink = true; c.head_dim_v = 24; c.dtype = FA_FLOAT32; c.window_left = 8; c.window_right = 0; c.cache_seqlens = {0, 40}; });
     return finish(cases, backend);
 }
 

@@ -48,8 +48,8 @@ def main():
                            synchronize=sync)
         fa_fwd = best_us(lambda: flashattn.flash_attn_func(q, k, v, causal=True), number, synchronize=sync)
 
-        out, lse = _ops._forward_outputs(q, k, None)
-        params = _ops._fwd_params(q, k, v, out, lse, None, None, None, None, None, 0, 0, 0.0, head_dim ** -0.5,
+        out, lse = _ops._forward_outputs(q, v, None)
+        params = _ops._fwd_params(q, k, v, out, lse, None, None, None, None, None, None, 0, 0, 0.0, head_dim ** -0.5,
                                   True, -1, -1, 0.0, None)
         c_call = best_us(lambda: _ops.lib.forward(params), number, synchronize=sync)
 

@@ -105,12 +105,12 @@ def test_forward_backward_graphed_callable():
 
 def _eager_with_rng_state(q, k, v, dout, rng_state, dropout_p, scale, causal):
     """Forward and backward outside any graph, with a given (seed, offset) tensor instead of a draw."""
-    out, lse = _ops._forward_outputs(q, k, None)
-    params = _ops._fwd_params(q, k, v, out, lse, None, None, None, None, None, 0, 0, dropout_p, scale, causal, -1, -1,
-                              0.0, rng_state)
+    out, lse = _ops._forward_outputs(q, v, None)
+    params = _ops._fwd_params(q, k, v, out, lse, None, None, None, None, None, None, 0, 0, dropout_p, scale, causal,
+                              -1, -1, 0.0, rng_state)
     _ops.lib.check(_ops.lib.forward(params))
-    dq, dk, dv = _ops.backward_impl(dout, q, k, v, out, lse, None, None, None, None, rng_state, 0, 0, dropout_p, scale,
-                                    causal, -1, -1, 0.0, True)
+    dq, dk, dv, _ = _ops.backward_impl(dout, q, k, v, out, lse, None, None, None, None, None, rng_state, 0, 0,
+                                       dropout_p, scale, causal, -1, -1, 0.0, True)
     return out, dq, dk, dv
 
 
@@ -126,10 +126,10 @@ def test_dropout_capture_each_replay_draws_a_new_mask():
     scale = 64 ** -0.5
 
     def step():
-        out, lse, _, rng_state = _ops.fwd(q, k, v, None, None, None, None, 0, 0, dropout_p, scale, causal, -1, -1,
-                                          0.0, False, True)
-        dq, dk, dv = _ops.bwd(dout, q, k, v, out, lse, None, None, None, None, rng_state, 0, 0, dropout_p, scale,
-                              causal, -1, -1, 0.0, True)
+        out, lse, _, rng_state = _ops.fwd(q, k, v, None, None, None, None, None, 0, 0, dropout_p, scale, causal, -1,
+                                          -1, 0.0, False, True)
+        dq, dk, dv, _ = _ops.bwd(dout, q, k, v, out, lse, None, None, None, None, None, rng_state, 0, 0, dropout_p,
+                                 scale, causal, -1, -1, 0.0, True)
         return out, dq, dk, dv, rng_state
 
     with skip_if_unsupported("CUDA backward"):

@@ -14,7 +14,7 @@ def _forward_with_rng_state(q, k, v, dropout_p, **options):
     """The operator itself, which also returns the (seed, offset) it drew."""
     scale = q.shape[-1] ** -0.5
     window = options.get("window_size", (-1, -1))
-    out, lse, probs, rng_state = _ops.fwd(q, k, v, None, None, None, None, 0, 0, dropout_p, scale,
+    out, lse, probs, rng_state = _ops.fwd(q, k, v, None, None, None, None, None, 0, 0, dropout_p, scale,
                                           options.get("causal", False), window[0], window[1], 0.0, True, False)
     return out, lse, probs, rng_state
 
@@ -135,10 +135,10 @@ def test_varlen_attn_probs_are_the_padded_s_dmask(device):
 
 def _forward_by_value(q, k, v, dropout_p, seed, offset, causal=False):
     """fa_forward with (seed, offset) in rng_seed/rng_offset (no rng_state pointer)."""
-    out, lse = _ops._forward_outputs(q, k, None)
+    out, lse = _ops._forward_outputs(q, v, None)
     probs = _ops._probs_output(q, k, None, 0, 0, True)
-    params = _ops._fwd_params(q, k, v, out, lse, probs, None, None, None, None, 0, 0, dropout_p, q.shape[-1] ** -0.5,
-                              causal, -1, -1, 0.0, None)
+    params = _ops._fwd_params(q, k, v, out, lse, probs, None, None, None, None, None, 0, 0, dropout_p,
+                              q.shape[-1] ** -0.5, causal, -1, -1, 0.0, None)
     params.rng_seed, params.rng_offset = seed, offset
     _ops.lib.check(_ops.lib.forward(params))
     return out, probs
@@ -181,16 +181,16 @@ def test_backward_reads_the_saved_rng_state(device):
     dropout_p, scale = 0.3, 32 ** -0.5
     q, k, v = (randn(1, 40, 2, 32, dtype=torch.bfloat16, device=device, requires_grad=True) for _ in range(3))
     dout = randn(1, 40, 2, 32, dtype=torch.bfloat16, device=device)
-    out, lse, _, rng_state = _ops.attention(q, k, v, None, None, None, None, 0, 0, dropout_p, scale, False, -1, -1,
+    out, lse, _, rng_state = _ops.attention(q, k, v, None, None, None, None, None, 0, 0, dropout_p, scale, False, -1, -1,
                                             0.0, False, True)
     with skip_if_unsupported(f"backward on {device}"):
         out.backward(dout)
     options = (0, 0, dropout_p, scale, False, -1, -1, 0.0, True)
     leaves = [t.detach() for t in (q, k, v)]
-    same = _ops.bwd(dout, *leaves, out.detach(), lse, None, None, None, None, rng_state, *options)
+    same = _ops.bwd(dout, *leaves, out.detach(), lse, None, None, None, None, None, rng_state, *options)
     for got, expected in zip((q.grad, k.grad, v.grad), same):
         assert torch.equal(got, expected)
     shifted = rng_state.clone()
     shifted[1] += 1
-    other = _ops.bwd(dout, *leaves, out.detach(), lse, None, None, None, None, shifted, *options)
+    other = _ops.bwd(dout, *leaves, out.detach(), lse, None, None, None, None, None, shifted, *options)
     assert not torch.equal(other[0], q.grad)

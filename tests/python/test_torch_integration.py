@@ -8,8 +8,8 @@ from flashattn import _ops
 from helpers import DEVICES, backward_supported, randn, skip_if_unsupported
 
 
-def _op_args(q, k, v, cu_q=None, cu_k=None, max_q=0, max_k=0, causal=True, softcap=0.0, alibi=None):
-    return (q, k, v, cu_q, cu_k, None, alibi, max_q, max_k, 0.0, q.shape[-1] ** -0.5, causal, -1, -1, softcap,
+def _op_args(q, k, v, cu_q=None, cu_k=None, max_q=0, max_k=0, causal=True, softcap=0.0, alibi=None, sink=None):
+    return (q, k, v, cu_q, cu_k, None, alibi, sink, max_q, max_k, 0.0, q.shape[-1] ** -0.5, causal, -1, -1, softcap,
             False, False)
 
 
@@ -34,7 +34,7 @@ def test_opcheck_dense_and_varlen(device):
         pytest.skip(f"no backward on {device} in this build: flashattn::bwd not checked")
     out, lse, _, rng_state = _ops.fwd(*_op_args(q, k, v))
     dout = torch.randn_like(out)
-    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, None, None, None, None, rng_state, 0, 0,
+    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, None, None, None, None, None, rng_state, 0, 0,
                 0.0, 0.25, True, -1, -1, 0.0, False)
     torch.library.opcheck(_ops.bwd, bwd_args)
 

@@ -54,6 +54,31 @@ std::vector<GradCase> grad_cases() {
         c.spare_rows = 2;
         c.causal = true;
     });
+    add("head_dim_v_smaller", [](Case& c) { c.head_dim_v = 2; });
+    add("head_dim_v_larger_gqa", [](Case& c) { c.head_dim_v = 5; c.heads_k = 2; c.causal = true; });
+    add("sink", [](Case& c) { c.learnable_sink = true; });
+    add("sink_with_rows_that_see_no_key", [](Case& c) {
+        c.learnable_sink = true;
+        c.causal = true;
+        c.seqlen_q = 7;
+        c.seqlen_k = 4;
+    });
+    add("sink_dropout_softcap_alibi", [](Case& c) {
+        c.learnable_sink = true;
+        c.dropout_p = 0.3f;
+        c.softcap = 1.5f;
+        c.alibi = Alibi::per_head;
+    });
+    add("sink_head_dim_v_varlen", [](Case& c) {
+        c.learnable_sink = true;
+        c.head_dim_v = 4;
+        c.heads_k = 1;
+        c.varlen = true;
+        c.q_lens = {3, 0, 4, 2};
+        c.k_lens = {5, 3, 0, 6};
+        c.window_left = 2;
+        c.window_right = 1;
+    });
     add("everything_combined", [](Case& c) {
         c.heads_k = 2;
         c.causal = true;
@@ -62,6 +87,8 @@ std::vector<GradCase> grad_cases() {
         c.alibi = Alibi::per_head;
         c.dropout_p = 0.25f;
         c.layout = Layout::padded;
+        c.learnable_sink = true;
+        c.head_dim_v = 2;
     });
     return cases;
 }
@@ -114,10 +141,26 @@ TEST_P(ReferenceGradientTest, AnalyticGradientsMatchFiniteDifferences) {
     run.v.fill_coarse(rng);
     run.dout.fill_coarse(rng);
 
+    // Sinks as multiples of 2^-6 too (sink +- 2^-12 exact), over the scores' range.
+    for (float& sink : run.sink) sink = float(int64_t(rng() % 257) - 128) / 64.0f;
+
     const auto grads = reference::backward(run.bwd_problem(), Precision::fp64);
     expect_matches_finite_differences("dq", run, run.q, grads.dq);
     expect_matches_finite_differences("dk", run, run.k, grads.dk);
     expect_matches_finite_differences("dv", run, run.v, grads.dv);
+    if (!c.learnable_sink) return;
+    ASSERT_EQ(grads.dsink.size(), size_t(c.heads));
+    const std::vector<double> dout = run.dout.canonical();
+    for (int h = 0; h < c.heads; ++h) {
+        const float x = run.sink[size_t(h)];
+        run.sink[size_t(h)] = float(x + kStep);
+        const double up = loss(run, dout);
+        run.sink[size_t(h)] = float(x - kStep);
+        const double down = loss(run, dout);
+        run.sink[size_t(h)] = x;
+        const double numeric = (up - down) / (2 * kStep);
+        EXPECT_NEAR(grads.dsink[size_t(h)], numeric, 2e-7 * std::max(1.0, std::fabs(numeric))) << "dsink[" << h << "]";
+    }
 }
 
 TEST_P(ReferenceGradientTest, Fp32SamePrecisionGradientsAreCloseToFp64) {
@@ -125,7 +168,7 @@ TEST_P(ReferenceGradientTest, Fp32SamePrecisionGradientsAreCloseToFp64) {
     const auto exact = reference::backward(run.bwd_problem(), Precision::fp64);
     const auto naive = reference::backward(run.bwd_problem(), Precision::same_as_inputs);
     for (auto [name, a, b] : {std::tuple{"dq", &exact.dq, &naive.dq}, std::tuple{"dk", &exact.dk, &naive.dk},
-                              std::tuple{"dv", &exact.dv, &naive.dv}}) {
+                              std::tuple{"dv", &exact.dv, &naive.dv}, std::tuple{"dsink", &exact.dsink, &naive.dsink}}) {
         const Deviation d = max_deviation(*b, *a);
         EXPECT_LE(d.max_abs, 1e-5 * std::max(1.0, max_abs(*a))) << name;
     }

@@ -88,6 +88,111 @@ TEST(ReferenceProperties, PlainAttentionMatchesDirectFormula) {
             }
 }
 
+TEST(ReferenceProperties, SinkMatchesDirectFormulaWithValueHeadDim) {
+    Case c = small();
+    c.head_dim_v = 5;
+    c.learnable_sink = true;
+    c.sink_mean = 1.0;
+    AttentionRun run(c);
+    const auto r = reference::forward(run.problem(), Precision::fp64);
+    const double scale = run.problem().scale;
+    EXPECT_NEAR(scale, 1.0 / std::sqrt(double(c.head_dim)), 1e-7) << "the default scale follows the q/k head dim";
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.heads; ++h)
+            for (int i = 0; i < c.seqlen_q; ++i) {
+                const double sink = run.sink[size_t(h)];
+                std::vector<double> w(size_t(c.seqlen_k));
+                double total = std::exp(sink); // the sink joins the denominator, with no value
+                for (int j = 0; j < c.seqlen_k; ++j) {
+                    double dot = 0.0;
+                    for (int d = 0; d < c.head_dim; ++d) dot += double(run.q.get(b, i, h, d)) * run.k.get(b, j, h, d);
+                    w[size_t(j)] = std::exp(scale * dot);
+                    total += w[size_t(j)];
+                }
+                EXPECT_NEAR(r.lse[size_t((b * c.heads + h) * c.seqlen_q + i)], std::log(total), 1e-12);
+                for (int d = 0; d < c.head_dim_v; ++d) {
+                    double o = 0.0;
+                    for (int j = 0; j < c.seqlen_k; ++j) o += w[size_t(j)] / total * run.v.get(b, j, h, d);
+                    EXPECT_NEAR(r.out[size_t(((b * c.seqlen_q + i) * c.heads + h) * c.head_dim_v + d)], o, 1e-12);
+                }
+            }
+}
+
+TEST(ReferenceProperties, ValueHeadDimIsTheFirstColumnsOfTheFullValues) {
+    Case full = small();
+    full.causal = true;
+    full.heads_k = 1;
+    Case narrow = full;
+    narrow.head_dim_v = 3;
+    AttentionRun a(full), b(narrow);
+    copy_values(a.q, b.q);
+    copy_values(a.k, b.k);
+    for (int64_t s = 0; s < a.v.rows(); ++s)
+        for (int64_t bb = 0; bb < a.v.batch(); ++bb)
+            for (int64_t d = 0; d < 3; ++d) b.v.set(bb, s, 0, d, a.v.get(bb, s, 0, d));
+    // dout zero beyond the narrow columns: the gradients of q and k then agree too.
+    for (int64_t bb = 0; bb < a.dout.batch(); ++bb)
+        for (int64_t s = 0; s < a.dout.rows(); ++s)
+            for (int64_t h = 0; h < a.dout.heads(); ++h)
+                for (int64_t d = 0; d < a.dout.dim(); ++d) {
+                    if (d >= 3) a.dout.set(bb, s, h, d, 0.0f);
+                    else b.dout.set(bb, s, h, d, a.dout.get(bb, s, h, d));
+                }
+    const auto fa = reference::forward(a.problem(), Precision::fp64), fb = reference::forward(b.problem(), Precision::fp64);
+    const auto ga = reference::backward(a.bwd_problem(), Precision::fp64);
+    const auto gb = reference::backward(b.bwd_problem(), Precision::fp64);
+    expect_close(fa.lse, fb.lse, 1e-12, "lse");
+    expect_close(ga.dq, gb.dq, 1e-12, "dq");
+    expect_close(ga.dk, gb.dk, 1e-12, "dk");
+    const int64_t rows = int64_t(fa.out.size()) / (int64_t(full.heads) * full.head_dim);
+    for (int64_t r = 0; r < rows * full.heads; ++r)
+        for (int64_t d = 0; d < 3; ++d)
+            EXPECT_NEAR(fb.out[size_t(r * 3 + d)], fa.out[size_t(r * full.head_dim + d)], 1e-12) << "out " << r;
+    for (int64_t r = 0; r < int64_t(gb.dv.size()) / 3; ++r)
+        for (int64_t d = 0; d < 3; ++d)
+            EXPECT_NEAR(gb.dv[size_t(r * 3 + d)], ga.dv[size_t(r * full.head_dim + d)], 1e-12) << "dv " << r;
+}
+
+TEST(ReferenceProperties, RowsThatSeeNoKeyWithASinkGiveZeroOutputAndTheSinkAsLse) {
+    for (Precision precision : {Precision::fp64, Precision::same_as_inputs}) {
+        Case c = small(FA_FLOAT16);
+        c.seqlen_q = 11;
+        c.seqlen_k = 4; // causal: rows 0..6 see no key
+        c.causal = true;
+        c.learnable_sink = true;
+        AttentionRun run(c);
+        const auto f = reference::forward(run.problem(), precision);
+        const auto g = reference::backward(run.bwd_problem(), precision);
+        for (int b = 0; b < c.batch; ++b)
+            for (int i = 0; i < 7; ++i)
+                for (int h = 0; h < c.heads; ++h) {
+                    EXPECT_EQ(f.lse[size_t((b * c.heads + h) * c.seqlen_q + i)], double(run.sink[size_t(h)]));
+                    for (int d = 0; d < c.head_dim; ++d) {
+                        const size_t at = size_t(((b * c.seqlen_q + i) * c.heads + h) * c.head_dim + d);
+                        EXPECT_EQ(f.out[at], 0.0);
+                        EXPECT_EQ(g.dq[at], 0.0);
+                    }
+                }
+        ASSERT_EQ(g.dsink.size(), size_t(c.heads));
+        for (double x : g.dsink) EXPECT_TRUE(std::isfinite(x));
+    }
+}
+
+TEST(ReferenceProperties, AVeryNegativeSinkChangesNothing) {
+    Case with = small();
+    with.causal = true;
+    with.dropout_p = 0.2f;
+    with.learnable_sink = true;
+    Case without = with;
+    without.learnable_sink = false;
+    AttentionRun a(with), b(without);
+    copy_inputs(a, b);
+    std::fill(a.sink.begin(), a.sink.end(), -1000.0f);
+    expect_same_attention(a, b, 1e-12);
+    const auto g = reference::backward(a.bwd_problem(), Precision::fp64);
+    for (double x : g.dsink) EXPECT_EQ(x, 0.0);
+}
+
 TEST(ReferenceProperties, UniformKeysGiveMeanOfAllowedValues) {
     Case c = small();
     c.causal = true;

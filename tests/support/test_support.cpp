@@ -189,6 +189,8 @@ std::string describe(const Case& c) {
         s << " sq" << c.seqlen_q << " sk" << c.seqlen_k;
     }
     s << " d" << c.head_dim;
+    if (c.head_dim_v > 0) s << "/" << c.head_dim_v;
+    if (c.learnable_sink) s << " sink" << (c.sink_mean != 0.0 ? std::to_string(c.sink_mean) : "");
     if (c.causal) s << " causal";
     if (c.window_left >= 0 || c.window_right >= 0) s << " window(" << c.window_left << "," << c.window_right << ")";
     if (c.softcap > 0) s << " softcap" << c.softcap;
@@ -240,13 +242,15 @@ AttentionRun::AttentionRun(const Case& c) : case_(c) {
     const int64_t tensor_batch = cs.varlen ? 1 : cs.batch;
     const int64_t q_rows = cs.varlen ? total_q : cs.seqlen_q;
     const int64_t k_rows = cs.varlen ? total_k : cs.seqlen_k;
-    auto q_like = [&] { return Tensor(cs.dtype, tensor_batch, q_rows, cs.heads, cs.head_dim, cs.layout); };
-    auto k_like = [&](bool broadcast) {
-        return Tensor(cs.dtype, tensor_batch, k_rows, cs.heads_k, cs.head_dim, cs.layout, broadcast);
+    const int dim_v = value_dim(cs);
+    auto q_like = [&](int dim) { return Tensor(cs.dtype, tensor_batch, q_rows, cs.heads, dim, cs.layout); };
+    auto k_like = [&](int dim, bool broadcast) {
+        return Tensor(cs.dtype, tensor_batch, k_rows, cs.heads_k, dim, cs.layout, broadcast);
     };
     const bool broadcast = cs.kv_batch_broadcast && !cs.varlen;
-    q = q_like(), out = q_like(), dout = q_like(), dq = q_like();
-    k = k_like(broadcast), v = k_like(broadcast), dk = k_like(false), dv = k_like(false);
+    q = q_like(cs.head_dim), out = q_like(dim_v), dout = q_like(dim_v), dq = q_like(cs.head_dim);
+    k = k_like(cs.head_dim, broadcast), v = k_like(dim_v, broadcast), dk = k_like(cs.head_dim, false);
+    dv = k_like(dim_v, false);
 
     if (cs.rng_in_memory) rng_state = {cs.rng_seed, cs.rng_offset};
 
@@ -255,6 +259,11 @@ AttentionRun::AttentionRun(const Case& c) : case_(c) {
     k.fill_normal(rng, cs.input_stddev);
     v.fill_normal(rng, cs.input_stddev);
     dout.fill_normal(rng, cs.input_stddev);
+    if (cs.learnable_sink) {
+        std::normal_distribution<double> normal(cs.sink_mean, 1.0);
+        for (int h = 0; h < cs.heads; ++h) sink.push_back(float(normal(rng)));
+        dsink.assign(size_t(cs.heads), 0.0f);
+    }
 
     lse.assign(size_t(cs.varlen ? int64_t(cs.heads) * total_q : total_q * cs.heads), 0.0f);
     if (cs.want_probs) probs.assign(size_t(int64_t(cs.batch) * cs.heads * cs.seqlen_q * cs.seqlen_k), 0.0f);
@@ -296,6 +305,8 @@ fa_fwd_params AttentionRun::fwd_params() const {
     p.num_heads = c.heads;
     p.num_heads_k = c.heads_k;
     p.head_dim = c.head_dim;
+    p.head_dim_v = c.head_dim_v;
+    p.learnable_sink = sink.empty() ? nullptr : sink.data();
     p.q = c.varlen ? q.varlen_view() : q.view();
     p.k = c.varlen ? k.varlen_view() : k.view();
     p.v = c.varlen ? v.varlen_view() : v.view();
@@ -340,6 +351,7 @@ fa_bwd_params AttentionRun::bwd_params() const {
     p.dq = varlen ? dq.varlen_view() : dq.view();
     p.dk = varlen ? dk.varlen_view() : dk.view();
     p.dv = varlen ? dv.varlen_view() : dv.view();
+    p.dsink = dsink.empty() ? nullptr : const_cast<float*>(dsink.data());
     p.deterministic = case_.deterministic ? 1 : 0;
     return p;
 }
@@ -365,6 +377,7 @@ fa_status AttentionRun::backward() {
     dq.poison();
     dk.poison();
     dv.poison();
+    std::fill(dsink.begin(), dsink.end(), std::numeric_limits<float>::quiet_NaN());
     return call_backward(bwd_params());
 }
 
@@ -411,6 +424,7 @@ fa_status AttentionRun::call_forward(const fa_fwd_params& host) {
     inputs.add("cu_seqlens_k", cu_seqlens_k.data(), vector_bytes(cu_seqlens_k));
     inputs.add("seqused_k", seqused_k.data(), vector_bytes(seqused_k));
     inputs.add("alibi_slopes", alibi_slopes.data(), vector_bytes(alibi_slopes));
+    inputs.add("learnable_sink", sink.data(), vector_bytes(sink));
     fa_status status;
     if (case_.backend == Backend::cpu) {
         status = case_.varlen ? fa_varlen_forward(&host) : fa_forward(&host);
@@ -428,6 +442,7 @@ fa_status AttentionRun::call_forward(const fa_fwd_params& host) {
         p.seqused_k = static_cast<const int32_t*>(mirror.mirror(host.seqused_k, vector_bytes(seqused_k), false));
         p.alibi_slopes = static_cast<const float*>(mirror.mirror(host.alibi_slopes, vector_bytes(alibi_slopes), false));
         p.rng_state = static_cast<const uint64_t*>(mirror.mirror(host.rng_state, vector_bytes(rng_state), false));
+        p.learnable_sink = static_cast<const float*>(mirror.mirror(host.learnable_sink, vector_bytes(sink), false));
         status = case_.varlen ? fa_varlen_forward(&p) : fa_forward(&p);
         if (status == FA_OK) mirror.copy_outputs_back();
     }
@@ -448,6 +463,7 @@ fa_status AttentionRun::call_backward(const fa_bwd_params& host) {
     inputs.add("cu_seqlens_k", cu_seqlens_k.data(), vector_bytes(cu_seqlens_k));
     inputs.add("seqused_k", seqused_k.data(), vector_bytes(seqused_k));
     inputs.add("alibi_slopes", alibi_slopes.data(), vector_bytes(alibi_slopes));
+    inputs.add("learnable_sink", sink.data(), vector_bytes(sink));
     fa_status status;
     if (case_.backend == Backend::cpu) {
         status = case_.varlen ? fa_varlen_backward(&host) : fa_backward(&host);
@@ -465,6 +481,8 @@ fa_status AttentionRun::call_backward(const fa_bwd_params& host) {
         f.seqused_k = static_cast<const int32_t*>(mirror.mirror(host.fwd.seqused_k, vector_bytes(seqused_k), false));
         f.alibi_slopes = static_cast<const float*>(mirror.mirror(host.fwd.alibi_slopes, vector_bytes(alibi_slopes), false));
         f.rng_state = static_cast<const uint64_t*>(mirror.mirror(host.fwd.rng_state, vector_bytes(rng_state), false));
+        f.learnable_sink = static_cast<const float*>(mirror.mirror(host.fwd.learnable_sink, vector_bytes(sink), false));
+        p.dsink = static_cast<float*>(mirror.mirror(host.dsink, vector_bytes(dsink), true));
         p.dout.data = mirror.mirror(dout.data(), dout.bytes(), false);
         p.dq.data = mirror.mirror(dq.data(), dq.bytes(), true);
         p.dk.data = mirror.mirror(dk.data(), dk.bytes(), true);
@@ -581,11 +599,11 @@ void expect_forward_matches_reference(AttentionRun& run) {
     const auto naive = reference::forward(problem, reference::Precision::same_as_inputs, c.want_probs);
 
     const int64_t rows = int64_t(run.q_row_used.size());
-    const std::vector<bool> used = expand_rows(run.q_row_used, int64_t(c.heads) * c.head_dim);
+    const std::vector<bool> used = expand_rows(run.q_row_used, int64_t(c.heads) * value_dim(c));
     EXPECT_EQ(run.input_damage(), "");
     EXPECT_TRUE(all_written("out", run.out, &run.q_row_used));
     EXPECT_TRUE(within_tolerance("out", run.out.canonical(), fp64.out, naive.out, 2.0, c.dtype, &used,
-                                 {rows, c.heads, c.head_dim}));
+                                 {rows, c.heads, value_dim(c)}));
     if (c.with_lse) {
         const std::vector<double> lse = to_double(run.lse);
         for (size_t i = 0; i < lse.size(); ++i)
@@ -615,6 +633,7 @@ void expect_backward_matches_reference(AttentionRun& run) {
     const int64_t q_rows = int64_t(run.q_row_used.size()), k_rows = int64_t(run.k_row_used.size());
     const std::vector<bool> q_used = expand_rows(run.q_row_used, int64_t(c.heads) * c.head_dim);
     const std::vector<bool> k_used = expand_rows(run.k_row_used, int64_t(c.heads_k) * c.head_dim);
+    const std::vector<bool> v_used = expand_rows(run.k_row_used, int64_t(c.heads_k) * value_dim(c));
     EXPECT_EQ(run.input_damage(), "");
     EXPECT_TRUE(all_written("dq", run.dq, &run.q_row_used));
     EXPECT_TRUE(all_written("dk", run.dk, &run.k_row_used));
@@ -623,8 +642,20 @@ void expect_backward_matches_reference(AttentionRun& run) {
                                  {q_rows, c.heads, c.head_dim}));
     EXPECT_TRUE(within_tolerance("dk", run.dk.canonical(), fp64.dk, naive.dk, 3.0, c.dtype, &k_used,
                                  {k_rows, c.heads_k, c.head_dim}));
-    EXPECT_TRUE(within_tolerance("dv", run.dv.canonical(), fp64.dv, naive.dv, 3.0, c.dtype, &k_used,
-                                 {k_rows, c.heads_k, c.head_dim}));
+    EXPECT_TRUE(within_tolerance("dv", run.dv.canonical(), fp64.dv, naive.dv, 3.0, c.dtype, &v_used,
+                                 {k_rows, c.heads_k, value_dim(c)}));
+    if (c.learnable_sink && !run.dsink.empty()) {
+        // dsink sums one term per row of the head, p_sink(i) * rowsum(dO_i * O_i), where O_i is the
+        // forward's output rounded to the dtype: each term carries that rounding, and terms of both
+        // signs cancel. The floor is therefore the dtype's on the sum of the terms' magnitudes.
+        const double magnitude = *std::max_element(fp64.dsink_magnitude.begin(), fp64.dsink_magnitude.end());
+        const std::vector<double> ours = to_double(run.dsink);
+        const Deviation d = max_deviation(ours, fp64.dsink);
+        const double bound = 3.0 * max_deviation(naive.dsink, fp64.dsink).max_abs + tolerance_floor(c.dtype, magnitude);
+        EXPECT_LE(d.max_abs, bound) << "dsink: max|ours - fp64| = " << d.max_abs << " at [" << d.index << "] (ours "
+                                    << d.ours << ", fp64 " << d.reference << "); allowed " << bound
+                                    << " (3 x naive error + floor for a sum of magnitude " << magnitude << ")";
+    }
 }
 
 } // namespace flashattn::testing

@@ -106,6 +106,9 @@ struct Case {
     Backend backend = Backend::cpu;
     fa_dtype dtype = FA_FLOAT16;
     int batch = 2, seqlen_q = 64, seqlen_k = 64, heads = 2, heads_k = 2, head_dim = 64;
+    int head_dim_v = 0;         // of v, out, dout, dv; 0 = head_dim
+    bool learnable_sink = false; // one random fp32 sink logit per query head (and dsink in the backward)
+    double sink_mean = 0.0;     // the sinks are normal(sink_mean, 1)
     float softmax_scale = 0.0f;
     bool causal = false;
     int window_left = -1, window_right = -1;
@@ -160,6 +163,7 @@ public:
     // Inputs and outputs.
     Tensor q, k, v, out, dout, dq, dk, dv;
     std::vector<float> lse, probs, alibi_slopes;
+    std::vector<float> sink, dsink; // (heads) with learnable_sink
     std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
     std::vector<uint64_t> rng_state; // {rng_seed, rng_offset} when the case passes them in memory
     int64_t total_q = 0, total_k = 0;
@@ -193,6 +197,9 @@ Deviation max_deviation(const std::vector<double>& ours, const std::vector<doubl
                         const std::vector<bool>* used = nullptr);
 
 double max_abs(const std::vector<double>& values);
+
+// The value head dim of a case (head_dim_v, or head_dim when 0).
+inline int value_dim(const Case& c) { return c.head_dim_v > 0 ? c.head_dim_v : c.head_dim; }
 
 struct Rule {
     double factor;  // 2 for outputs, 3 for gradients

@@ -23,6 +23,10 @@ constexpr double kAffordableReferenceWork = 1e10;
 
 // Equal values (including matching infinities, as lse has for empty rows) differ by 0; a NaN or an
 // infinity on one side only is an infinite error.
+// Per unit of magnitude of a sum of rounded terms (dsink): the dtype's relative rounding, scaled
+// down for the averaging of independent roundings.
+double sum_floor(fa_dtype dtype) { return dtype == FA_FLOAT32 ? 2e-6 : dtype == FA_FLOAT16 ? 1e-5 : 5e-5; }
+
 double difference(double ours, double reference) {
     if (ours == reference) return 0.0;
     const double diff = std::fabs(ours - reference);
@@ -60,7 +64,8 @@ TensorCheck compare_values(const char* name, double factor, size_t count, const 
 }
 
 bool reference_is_affordable(const Problem& problem, bool backward) {
-    const double work = double(allowed_pairs(problem)) * double(problem.head_dim()) * (backward ? 4.0 : 1.0);
+    const double work = double(allowed_pairs(problem)) * double(problem.head_dim() + problem.head_dim_v()) / 2 *
+                        (backward ? 4.0 : 1.0);
     return work <= kAffordableReferenceWork;
 }
 
@@ -96,6 +101,19 @@ CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backw
         result.tensors.push_back(compare("dq", kBackwardFactor, outputs.dq, naive_grads.dq, exact_grads.dq));
         result.tensors.push_back(compare("dk", kBackwardFactor, outputs.dk, naive_grads.dk, exact_grads.dk));
         result.tensors.push_back(compare("dv", kBackwardFactor, outputs.dv, naive_grads.dv, exact_grads.dv));
+        if (!outputs.dsink.empty()) {
+            // dsink adds one term per query row of the head, p_sink(i) * rowsum(dO_i * O_i), each
+            // carrying the rounding of O to the dtype; terms of both signs cancel, so the floor scales
+            // with the sum of their magnitudes (the reference's dsink_magnitude), not with dsink.
+            TensorCheck check = compare_values("dsink", kBackwardFactor, outputs.dsink.size(),
+                                               [&](size_t i) { return double(outputs.dsink[i]); }, naive_grads.dsink,
+                                               exact_grads.dsink);
+            double magnitude = 0.0;
+            for (double m : exact_grads.dsink_magnitude) magnitude = std::fmax(magnitude, m);
+            check.bound += sum_floor(work.spec.dtype) * magnitude;
+            check.pass = check.error <= check.bound;
+            result.tensors.push_back(check);
+        }
     }
     for (const TensorCheck& t : result.tensors) result.pass = result.pass && t.pass;
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -6,7 +6,9 @@ namespace flashattn::cli {
 
 FlopCount count_flops(const Problem& problem, const ProblemSpec& spec) {
     FlopCount count;
-    const double d = double(spec.head_dim);
+    // Q K^T and dS-sized products are head_dim deep, P V and dO V^T head_dim_v: FA2's formulas with
+    // d their mean (exact when they are equal).
+    const double d = (double(spec.head_dim) + double(value_head_dim(spec))) / 2;
     const bool windowed = spec.window_left >= 0 || spec.window_right >= 0;
     if (!spec.varlen && !windowed) {
         count.forward = 4.0 * spec.batch * spec.heads * double(spec.seqlen_q) * spec.seqlen_k * d;

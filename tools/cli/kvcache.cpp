@@ -34,20 +34,20 @@ struct KvWorkload {
     HostTensor q, k_new, v_new, k_cache, v_cache;
     std::vector<int32_t> cache_seqlens, block_table;
     std::vector<unsigned char> rotary_cos, rotary_sin;
-    std::vector<float> alibi_slopes;
+    std::vector<float> alibi_slopes, learnable_sink;
 };
 
 KvWorkload make_kv_workload(const ProblemSpec& s) {
     KvWorkload w;
     w.spec = s;
     w.capacity = s.seqlen_k + s.seqlen_q;
-    const int64_t d = s.head_dim;
-    const double cache_bytes = 2.0 * s.batch * w.capacity * s.kv_heads * d * dtype_size(s.dtype);
+    const int64_t d = s.head_dim, dv = value_head_dim(s);
+    const double cache_bytes = double(s.batch) * w.capacity * s.kv_heads * (d + dv) * dtype_size(s.dtype);
     if (cache_bytes > 64.0 * (1ull << 30))
         throw UsageError("--kvcache: the caches would need more than 64 GiB; reduce --batch or --seqlen-k");
     w.q = HostTensor(s.dtype, int64_t(s.batch) * s.seqlen_q, s.heads, d);
     w.k_new = HostTensor(s.dtype, int64_t(s.batch) * s.seqlen_q, s.kv_heads, d);
-    w.v_new = HostTensor(s.dtype, int64_t(s.batch) * s.seqlen_q, s.kv_heads, d);
+    w.v_new = HostTensor(s.dtype, int64_t(s.batch) * s.seqlen_q, s.kv_heads, dv);
     fill_normal(w.q, s.seed, 21);
     fill_normal(w.k_new, s.seed, 22);
     fill_normal(w.v_new, s.seed, 23);
@@ -61,7 +61,7 @@ KvWorkload make_kv_workload(const ProblemSpec& s) {
         std::shuffle(w.block_table.begin(), w.block_table.end(), std::mt19937_64(s.seed)); // scattered pages
     }
     w.k_cache = HostTensor(s.dtype, cache_rows, s.kv_heads, d);
-    w.v_cache = HostTensor(s.dtype, cache_rows, s.kv_heads, d);
+    w.v_cache = HostTensor(s.dtype, cache_rows, s.kv_heads, dv);
     fill_normal(w.k_cache, s.seed, 24);
     fill_normal(w.v_cache, s.seed, 25);
     w.cache_seqlens.assign(size_t(s.batch), s.seqlen_k);
@@ -78,6 +78,7 @@ KvWorkload make_kv_workload(const ProblemSpec& s) {
     }
     if (s.alibi)
         for (int h = 0; h < s.heads; ++h) w.alibi_slopes.push_back(std::exp2(-8.0f * float(h + 1) / s.heads));
+    if (s.learnable_sink) w.learnable_sink = random_sinks(s, 26);
     return w;
 }
 
@@ -88,14 +89,15 @@ struct KvBindings {
     const int32_t *cache_seqlens, *block_table;
     const void *rotary_cos, *rotary_sin;
     const float* alibi_slopes;
+    const float* learnable_sink;
 };
 
 fa_kvcache_params kv_params(const KvWorkload& w, const KvBindings& at, fa_backend backend) {
     const ProblemSpec& s = w.spec;
-    const int64_t d = s.head_dim;
-    auto view = [&](void* data, int64_t rows_per_batch, int64_t heads) {
+    auto view = [&](void* data, int64_t rows_per_batch, int64_t heads, int64_t d) {
         return fa_tensor{data, rows_per_batch * heads * d, heads * d, d};
     };
+    const int64_t d = s.head_dim, dv = value_head_dim(s);
     fa_kvcache_params p;
     fa_kvcache_params_init(&p);
     fa_fwd_params& f = p.fwd;
@@ -106,10 +108,12 @@ fa_kvcache_params kv_params(const KvWorkload& w, const KvBindings& at, fa_backen
     f.num_heads = s.heads;
     f.num_heads_k = s.kv_heads;
     f.head_dim = s.head_dim;
-    f.q = view(at.q, s.seqlen_q, s.heads);
-    f.out = view(at.out, s.seqlen_q, s.heads);
-    f.k = view(at.k_cache, s.paged ? s.page_size : w.capacity, s.kv_heads);
-    f.v = view(at.v_cache, s.paged ? s.page_size : w.capacity, s.kv_heads);
+    f.head_dim_v = s.head_dim_v;
+    f.learnable_sink = at.learnable_sink;
+    f.q = view(at.q, s.seqlen_q, s.heads, d);
+    f.out = view(at.out, s.seqlen_q, s.heads, dv);
+    f.k = view(at.k_cache, s.paged ? s.page_size : w.capacity, s.kv_heads, d);
+    f.v = view(at.v_cache, s.paged ? s.page_size : w.capacity, s.kv_heads, dv);
     f.softmax_lse = at.lse;
     f.softmax_scale = s.scale;
     f.causal = s.causal;
@@ -128,8 +132,8 @@ fa_kvcache_params kv_params(const KvWorkload& w, const KvBindings& at, fa_backen
     }
     p.batch_cache = s.batch;
     p.cache_seqlens = at.cache_seqlens;
-    p.k_new = view(at.k_new, s.seqlen_q, s.kv_heads);
-    p.v_new = view(at.v_new, s.seqlen_q, s.kv_heads);
+    p.k_new = view(at.k_new, s.seqlen_q, s.kv_heads, d);
+    p.v_new = view(at.v_new, s.seqlen_q, s.kv_heads, dv);
     p.seqlen_new = s.seqlen_q;
     if (s.rotary_dim) {
         p.rotary_cos = at.rotary_cos;
@@ -168,11 +172,13 @@ Timing run_kv(const KvWorkload& w, KvOutputs& result, Device& device, const Opti
     DeviceBuffer cos = upload(w.rotary_cos.data(), w.rotary_cos.size());
     DeviceBuffer sin = upload(w.rotary_sin.data(), w.rotary_sin.size());
     DeviceBuffer alibi = upload(w.alibi_slopes.data(), bytes(w.alibi_slopes));
-    DeviceBuffer out(device, w.q.bytes.size());
+    DeviceBuffer sink = upload(w.learnable_sink.data(), bytes(w.learnable_sink));
+    const int64_t out_elements = w.q.rows * w.spec.heads * value_head_dim(w.spec);
+    DeviceBuffer out(device, size_t(out_elements * dtype_size(w.spec.dtype)));
     DeviceBuffer lse(device, size_t(w.spec.batch) * w.spec.heads * w.spec.seqlen_q * sizeof(float));
     const KvBindings at{q.get(), k_new.get(), v_new.get(), k_cache.get(), v_cache.get(), out.get(), lse.get<float>(),
                         seqlens.get<const int32_t>(), table.get<const int32_t>(), cos.get(), sin.get(),
-                        alibi.get<const float>()};
+                        alibi.get<const float>(), sink.get<const float>()};
     fa_kvcache_params params = kv_params(w, at, device.backend());
     // The scratch a call needs (split-KV's partials, the rotated q) in one buffer of ours, as a
     // serving loop would keep it: the library then allocates nothing per call.
@@ -191,7 +197,7 @@ Timing run_kv(const KvWorkload& w, KvOutputs& result, Device& device, const Opti
         progress.advance(i + 1);
     }
     progress.end();
-    result.out = HostTensor(w.spec.dtype, w.q.rows, w.spec.heads, w.spec.head_dim);
+    result.out = HostTensor(w.spec.dtype, w.q.rows, w.spec.heads, value_head_dim(w.spec));
     result.k_cache = w.k_cache;
     result.v_cache = w.v_cache;
     result.lse.assign(lse.bytes() / sizeof(float), 0.0f);
@@ -207,7 +213,7 @@ KvBindings host_bindings(KvWorkload& w, HostTensor& k_cache, HostTensor& v_cache
     return KvBindings{w.q.bytes.data(), w.k_new.bytes.data(), w.v_new.bytes.data(), k_cache.bytes.data(),
                       v_cache.bytes.data(), out.bytes.data(), lse.data(), w.cache_seqlens.data(),
                       data_or_null(w.block_table), data_or_null(w.rotary_cos), data_or_null(w.rotary_sin),
-                      data_or_null(w.alibi_slopes)};
+                      data_or_null(w.alibi_slopes), data_or_null(w.learnable_sink)};
 }
 
 // Bit-exact comparison of a cache with the reference's; error = the largest elementwise difference.
@@ -266,7 +272,8 @@ int run_kvcache(const Options& options, Device& device, Progress& progress) {
     const Timing timing = run_kv(w, ours, device, options, progress);
 
     // K and V bytes the attention reads: every cached and appended row, once per KV head.
-    const double kv_bytes = 2.0 * s.batch * double(s.seqlen_k + s.seqlen_q) * s.kv_heads * s.head_dim * dtype_size(s.dtype);
+    const double kv_bytes = double(s.batch) * double(s.seqlen_k + s.seqlen_q) * s.kv_heads * (s.head_dim + value_head_dim(s)) *
+                            dtype_size(s.dtype);
     const double gbps = timing.median_ms() > 0 ? kv_bytes / (timing.median_ms() * 1e-3) / 1e9 : 0.0;
     const double reference_work = double(s.batch) * s.heads * s.seqlen_q * double(w.capacity) * s.head_dim;
     const bool check = options.check == CheckMode::on || (options.check == CheckMode::automatic && reference_work <= 1.1e9);
@@ -289,6 +296,7 @@ int run_kvcache(const Options& options, Device& device, Progress& progress) {
         json.string("device", device.description()).string("dtype", dtype_flag_name(s.dtype));
         json.integer("batch", s.batch).integer("seqlen_new", s.seqlen_q).integer("cache_seqlen", s.seqlen_k);
         json.integer("heads", s.heads).integer("kv_heads", s.kv_heads).integer("head_dim", s.head_dim);
+        json.integer("head_dim_v", value_head_dim(s)).boolean("learnable_sink", s.learnable_sink);
         json.boolean("paged", s.paged).integer("page_size", s.paged ? s.page_size : 0).integer("rotary_dim", s.rotary_dim);
         json.boolean("causal", s.causal).integer("num_splits", s.num_splits);
         json.number("fwd_ms", timing.median_ms()).number("fwd_min_ms", timing.min_ms()).number("kv_bytes", kv_bytes);

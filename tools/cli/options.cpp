@@ -114,6 +114,8 @@ std::vector<Flag> flag_table() {
          [](Options& o, const std::string& v) { o.problem.kv_heads = parse_int("--kv-heads", v, 1); }},
         {"--head-dim", "D", Scope::run, "head dimension, 1..256 (default 64)",
          [](Options& o, const std::string& v) { o.problem.head_dim = parse_int("--head-dim", v, 1, 256); }},
+        {"--head-dim-v", "D", Scope::run, "head dimension of v and out, 1..256, when unlike --head-dim's (e.g. 192/128, DeepSeek's MLA)",
+         [](Options& o, const std::string& v) { o.problem.head_dim_v = parse_int("--head-dim-v", v, 1, 256); }},
         {"--dtype", "T", Scope::both, "fp16, bf16 or fp32 (fp32: CPU backend only; default bf16)",
          [](Options& o, const std::string& v) { o.problem.dtype = parse_dtype("--dtype", v); }},
         {"--varlen", nullptr, Scope::run, "packed batch of random lengths up to the seqlens, some empty",
@@ -159,6 +161,9 @@ std::vector<Flag> flag_table() {
          }},
         {"--alibi", nullptr, Scope::both, "ALiBi with the usual geometric slopes 2^(-8(h+1)/heads)",
          [](Options& o, const std::string&) { o.problem.alibi = true; }},
+        {"--learnable-sink", nullptr, Scope::run,
+         "learnable attention sinks: one random fp32 logit per query head (normal, from --seed) in every row's softmax denominator, with no value; --backward checks dsink too",
+         [](Options& o, const std::string&) { o.problem.learnable_sink = true; }},
         {"--dropout", "P", Scope::both, "dropout probability in [0, 1)",
          [](Options& o, const std::string& v) {
              o.problem.dropout = parse_float("--dropout", v, "a probability in [0, 1)", [](float x) { return x >= 0 && x < 1; });
@@ -350,6 +355,7 @@ std::string help_text(Options::Mode mode) {
                "  flashattn-cli --seqlen 1024 --heads 16 --head-dim 128 --causal\n"
                "  flashattn-cli --dtype fp16 --batch 4 --seqlen-q 1 --seqlen-k 4096 --heads 32 --kv-heads 8\n"
                "  flashattn-cli --varlen --backward --dropout 0.1 --window 64,0 --json\n"
+               "  flashattn-cli --head-dim 192 --head-dim-v 128 --learnable-sink --causal --backward --check\n"
                "  flashattn-cli --kvcache --paged --page-size 16 --batch 8 --seqlen-k 4096 --heads 32 --kv-heads 8 --head-dim 128\n\n";
     } else {
         out << "flashattn-cli bench: time a grid of problems (every combination of the lists), print a table and\n"

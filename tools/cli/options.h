@@ -15,7 +15,9 @@ struct ProblemSpec {
     int batch = 2;
     int seqlen_q = 512, seqlen_k = 512;
     int heads = 8, kv_heads = 8;
-    int head_dim = 64;
+    int head_dim = 64;                       // of q and k
+    int head_dim_v = 0;                      // of v and out; 0 = head_dim
+    bool learnable_sink = false;             // one random sink logit per query head (fp32)
     bool causal = false;
     int window_left = -1, window_right = -1; // -1 = unbounded
     float softcap = 0.0f;                    // 0 = off

@@ -45,6 +45,7 @@ std::string describe_problem(const ProblemSpec& s) {
     std::ostringstream out;
     out << dtype_flag_name(s.dtype) << " b=" << s.batch << " sq=" << s.seqlen_q << " sk=" << s.seqlen_k
         << " h=" << s.heads << "/" << s.kv_heads << " d=" << s.head_dim;
+    if (s.head_dim_v > 0 && s.head_dim_v != s.head_dim) out << "/" << s.head_dim_v;
     if (s.varlen) out << " varlen";
     if (s.causal) out << " causal";
     return out.str() + describe_variants(s);
@@ -56,6 +57,7 @@ std::string describe_variants(const ProblemSpec& s) {
     if (s.softcap > 0) out << " softcap=" << s.softcap;
     if (s.alibi) out << " alibi";
     if (s.dropout > 0) out << " dropout=" << s.dropout;
+    if (s.learnable_sink) out << " learnable_sink";
     return out.str();
 }
 
@@ -77,13 +79,15 @@ void print_report(std::ostream& out, const RunReport& r) {
     print_timing(out, "forward", r.run.forward, r.flops.forward, r.flops.forward_formula);
     if (r.run.backward.ran()) print_timing(out, "backward", r.run.backward, r.flops.backward, r.flops.backward_formula);
     if (r.run.reproducibility_checked)
-        out << "determinism  dq, dk, dv bitwise identical on a repeat run: " << (r.run.reproducible ? "yes" : "NO")
+        out << "determinism  dq, dk, dv" << (s.learnable_sink ? ", dsink" : "") << " bitwise identical on a repeat run: " << (r.run.reproducible ? "yes" : "NO")
             << "\n";
 
     if (r.check) {
         out << "check     against the fp64 reference (" << format("%.1f", r.check->seconds)
             << " s); bound = 2x (out, lse) or 3x (dq, dk, dv) the naive " << dtype_flag_name(s.dtype)
-            << " error + 1e-5\n";
+            << " error + 1e-5" << (s.learnable_sink && r.run.backward.ran() ? " (dsink: 3x + a floor on its terms' sum)" : "")
+            << "\n";
+        out << (r.run.reproducibility_checked && s.learnable_sink ? "" : "");
         for (const TensorCheck& t : r.check->tensors) {
             char line[200];
             std::snprintf(line, sizeof line, "  %-5s   max|ours - fp64| %.3e   naive %s %.3e   bound %.3e   %s\n",
@@ -104,7 +108,8 @@ std::string json_line(const RunReport& r) {
     json.string("tool", "flashattn-cli").string("version", fa_version_string()).string("device", r.device);
     json.string("dtype", dtype_flag_name(s.dtype)).integer("batch", s.batch).integer("seqlen_q", s.seqlen_q);
     json.integer("seqlen_k", s.seqlen_k).integer("heads", s.heads).integer("kv_heads", s.kv_heads);
-    json.integer("head_dim", s.head_dim).boolean("causal", s.causal).integer("window_left", s.window_left);
+    json.integer("head_dim", s.head_dim).integer("head_dim_v", value_head_dim(s)).boolean("learnable_sink", s.learnable_sink);
+    json.boolean("causal", s.causal).integer("window_left", s.window_left);
     json.integer("window_right", s.window_right).number("softcap", s.softcap).boolean("alibi", s.alibi);
     json.number("dropout", s.dropout).number("scale", r.scale).boolean("varlen", s.varlen);
     json.integer("seed", int64_t(s.seed)).integer("warmup", r.options.warmup).integer("iters", r.options.iters);

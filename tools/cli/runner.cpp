@@ -13,7 +13,7 @@ size_t byte_size(const std::vector<T>& v) { return v.size() * sizeof(T); }
 
 // A copy of the workload on the device, plus room for everything the library writes.
 struct DeviceCopy {
-    DeviceBuffer q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi, dout, dq, dk, dv;
+    DeviceBuffer q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi, dout, dq, dk, dv, sink, dsink;
     Bindings at;
 
     DeviceCopy(Device& device, const Workload& work, const Outputs& outputs) {
@@ -34,9 +34,11 @@ struct DeviceCopy {
         dq = DeviceBuffer(device, outputs.dq.bytes.size());
         dk = DeviceBuffer(device, outputs.dk.bytes.size());
         dv = DeviceBuffer(device, outputs.dv.bytes.size());
+        sink = upload(work.learnable_sink.data(), byte_size(work.learnable_sink));
+        dsink = DeviceBuffer(device, byte_size(outputs.dsink));
         at = Bindings{q.get(), k.get(), v.get(), out.get(), lse.get<float>(),
                       cu_seqlens_q.get<const int32_t>(), cu_seqlens_k.get<const int32_t>(), alibi.get<const float>(),
-                      dout.get(), dq.get(), dk.get(), dv.get()};
+                      dout.get(), dq.get(), dk.get(), dv.get(), sink.get<const float>(), dsink.get<float>()};
     }
 };
 
@@ -97,6 +99,7 @@ RunResult run_attention(const Workload& work, Outputs& outputs, Device& device, 
     download(device, outputs.dq.bytes.data(), copy.dq);
     download(device, outputs.dk.bytes.data(), copy.dk);
     download(device, outputs.dv.bytes.data(), copy.dv);
+    download(device, outputs.dsink.data(), copy.dsink);
 
     if (config.deterministic) {
         require_ok(backward(), "backward");
@@ -104,9 +107,10 @@ RunResult run_attention(const Workload& work, Outputs& outputs, Device& device, 
         download(device, again.dq.bytes.data(), copy.dq);
         download(device, again.dk.bytes.data(), copy.dk);
         download(device, again.dv.bytes.data(), copy.dv);
+        download(device, again.dsink.data(), copy.dsink);
         result.reproducibility_checked = true;
         result.reproducible = again.dq.bytes == outputs.dq.bytes && again.dk.bytes == outputs.dk.bytes &&
-                              again.dv.bytes == outputs.dv.bytes;
+                              again.dv.bytes == outputs.dv.bytes && again.dsink == outputs.dsink;
     }
     return result;
 }

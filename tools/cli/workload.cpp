@@ -42,8 +42,8 @@ std::vector<int32_t> random_prefix_sums(int batch, int max_len, uint64_t seed, u
 // Refuse up front what cannot fit (inputs and outputs, a host and a device-side copy of each), rather
 // than let the system kill the process half-way through filling buffers.
 void require_fits_in_memory(const ProblemSpec& s, bool with_backward) {
-    const double q_elements = double(s.batch) * s.seqlen_q * s.heads * s.head_dim;
-    const double kv_elements = double(s.batch) * s.seqlen_k * s.kv_heads * s.head_dim;
+    const double q_elements = double(s.batch) * s.seqlen_q * s.heads * (s.head_dim + value_head_dim(s)) / 2;
+    const double kv_elements = double(s.batch) * s.seqlen_k * s.kv_heads * (s.head_dim + value_head_dim(s)) / 2;
     const double per_copy = (2 * q_elements + 2 * kv_elements) * (with_backward ? 2 : 1) * dtype_size(s.dtype);
     const double needed = 2 * per_copy;
     const double available = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
@@ -85,6 +85,14 @@ void fill_normal(HostTensor& t, uint64_t seed, uint64_t stream) {
     }
 }
 
+std::vector<float> random_sinks(const ProblemSpec& s, uint64_t stream) {
+    HostTensor values(FA_FLOAT32, 1, s.heads, 1);
+    fill_normal(values, s.seed, stream);
+    std::vector<float> sinks(size_t(s.heads));
+    for (int h = 0; h < s.heads; ++h) sinks[size_t(h)] = values.value(h);
+    return sinks;
+}
+
 HostTensor::HostTensor(fa_dtype dtype_, int64_t rows_, int64_t heads_, int64_t head_dim_)
     : dtype(dtype_), rows(rows_), heads(heads_), head_dim(head_dim_),
       bytes(size_t(rows_ * heads_ * head_dim_ * dtype_size(dtype_))) {}
@@ -108,14 +116,15 @@ Workload make_workload(const ProblemSpec& spec, bool with_backward) {
     }
     work.q = allocate("q", spec.dtype, work.q_rows, spec.heads, spec.head_dim);
     work.k = allocate("k", spec.dtype, work.k_rows, spec.kv_heads, spec.head_dim);
-    work.v = allocate("v", spec.dtype, work.k_rows, spec.kv_heads, spec.head_dim);
+    work.v = allocate("v", spec.dtype, work.k_rows, spec.kv_heads, value_head_dim(spec));
     fill_normal(work.q, spec.seed, 11);
     fill_normal(work.k, spec.seed, 12);
     fill_normal(work.v, spec.seed, 13);
     if (with_backward) {
-        work.dout = allocate("dout", spec.dtype, work.q_rows, spec.heads, spec.head_dim);
+        work.dout = allocate("dout", spec.dtype, work.q_rows, spec.heads, value_head_dim(spec));
         fill_normal(work.dout, spec.seed, 14);
     }
+    if (spec.learnable_sink) work.learnable_sink = random_sinks(spec, 15);
     if (spec.alibi)
         for (int h = 0; h < spec.heads; ++h) work.alibi_slopes.push_back(std::exp2(-8.0f * float(h + 1) / spec.heads));
     return work;
@@ -124,12 +133,13 @@ Workload make_workload(const ProblemSpec& spec, bool with_backward) {
 Outputs make_outputs(const Workload& work, bool with_backward) {
     const ProblemSpec& s = work.spec;
     Outputs outputs;
-    outputs.out = allocate("out", s.dtype, work.q_rows, s.heads, s.head_dim);
+    outputs.out = allocate("out", s.dtype, work.q_rows, s.heads, value_head_dim(s));
     outputs.lse.assign(size_t(work.lse_elements), 0.0f);
     if (with_backward) {
         outputs.dq = allocate("dq", s.dtype, work.q_rows, s.heads, s.head_dim);
         outputs.dk = allocate("dk", s.dtype, work.k_rows, s.kv_heads, s.head_dim);
-        outputs.dv = allocate("dv", s.dtype, work.k_rows, s.kv_heads, s.head_dim);
+        outputs.dv = allocate("dv", s.dtype, work.k_rows, s.kv_heads, value_head_dim(s));
+        if (s.learnable_sink) outputs.dsink.assign(size_t(s.heads), 0.0f);
     }
     return outputs;
 }
@@ -149,6 +159,8 @@ Bindings host_bindings(Workload& work, Outputs& outputs) {
     at.dq = data(outputs.dq);
     at.dk = data(outputs.dk);
     at.dv = data(outputs.dv);
+    at.learnable_sink = work.learnable_sink.empty() ? nullptr : work.learnable_sink.data();
+    at.dsink = outputs.dsink.empty() ? nullptr : outputs.dsink.data();
     return at;
 }
 
@@ -163,13 +175,15 @@ fa_fwd_params forward_params(const Workload& work, const Bindings& at, fa_backen
     p.num_heads = s.heads;
     p.num_heads_k = s.kv_heads;
     p.head_dim = s.head_dim;
+    p.head_dim_v = s.head_dim_v;
+    p.learnable_sink = at.learnable_sink;
     // Varlen tensors are packed along the rows; batch_stride is ignored there.
     const int64_t q_rows_per_batch = s.varlen ? 0 : s.seqlen_q;
     const int64_t k_rows_per_batch = s.varlen ? 0 : s.seqlen_k;
     p.q = contiguous_view(at.q, q_rows_per_batch, s.heads, s.head_dim);
     p.k = contiguous_view(at.k, k_rows_per_batch, s.kv_heads, s.head_dim);
-    p.v = contiguous_view(at.v, k_rows_per_batch, s.kv_heads, s.head_dim);
-    p.out = contiguous_view(at.out, q_rows_per_batch, s.heads, s.head_dim);
+    p.v = contiguous_view(at.v, k_rows_per_batch, s.kv_heads, value_head_dim(s));
+    p.out = contiguous_view(at.out, q_rows_per_batch, s.heads, value_head_dim(s));
     p.softmax_lse = at.lse;
     if (s.varlen) {
         p.cu_seqlens_q = at.cu_seqlens_q;
@@ -198,10 +212,11 @@ fa_bwd_params backward_params(const Workload& work, const Bindings& at, fa_backe
     p.fwd = forward_params(work, at, backend);
     const int64_t q_rows_per_batch = s.varlen ? 0 : s.seqlen_q;
     const int64_t k_rows_per_batch = s.varlen ? 0 : s.seqlen_k;
-    p.dout = contiguous_view(at.dout, q_rows_per_batch, s.heads, s.head_dim);
+    p.dout = contiguous_view(at.dout, q_rows_per_batch, s.heads, value_head_dim(s));
     p.dq = contiguous_view(at.dq, q_rows_per_batch, s.heads, s.head_dim);
     p.dk = contiguous_view(at.dk, k_rows_per_batch, s.kv_heads, s.head_dim);
-    p.dv = contiguous_view(at.dv, k_rows_per_batch, s.kv_heads, s.head_dim);
+    p.dv = contiguous_view(at.dv, k_rows_per_batch, s.kv_heads, value_head_dim(s));
+    p.dsink = at.dsink;
     p.deterministic = deterministic ? 1 : 0;
     return p;
 }

@@ -33,12 +33,18 @@ struct Workload {
     int64_t q_rows = 0, k_rows = 0;                   // rows of q/out and k/v (all batches, or packed)
     HostTensor q, k, v, dout;                         // dout only when a backward will run
     std::vector<float> alibi_slopes;                  // (heads) when --alibi
+    std::vector<float> learnable_sink;                // (heads) when --learnable-sink
     int64_t lse_elements = 0;
 };
 
 // Standard normal values (like torch.randn), rounded to the tensor's dtype; the values depend only
 // on (seed, stream).
 void fill_normal(HostTensor& t, uint64_t seed, uint64_t stream);
+
+// The value head dim of a problem: --head-dim-v, or --head-dim.
+inline int value_head_dim(const ProblemSpec& s) { return s.head_dim_v > 0 ? s.head_dim_v : s.head_dim; }
+// --learnable-sink's logits: (heads) standard normal fp32 values from (seed, stream).
+std::vector<float> random_sinks(const ProblemSpec& s, uint64_t stream);
 
 // Builds the inputs; throws UsageError if they would not fit in memory.
 Workload make_workload(const ProblemSpec& spec, bool with_backward);
@@ -50,6 +56,8 @@ struct Bindings {
     const int32_t *cu_seqlens_q = nullptr, *cu_seqlens_k = nullptr;
     const float* alibi_slopes = nullptr;
     void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+    const float* learnable_sink = nullptr;
+    float* dsink = nullptr;
 };
 
 // Host copies of everything the library writes (filled by the runner, read by the checker).
@@ -57,6 +65,7 @@ struct Outputs {
     HostTensor out;
     std::vector<float> lse;
     HostTensor dq, dk, dv; // only when a backward runs
+    std::vector<float> dsink; // with a backward and --learnable-sink
 };
 
 Outputs make_outputs(const Workload& work, bool with_backward);

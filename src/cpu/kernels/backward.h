@@ -7,16 +7,22 @@
 //   dP = dO V^T                           dS = P * (dP * keep - dsum) [* (1 - tanh^2) with softcap]
 //   dV += (P * keep)^T dO                 dK += dS^T Q          dQ_chunk += dS K
 //
-// with dsum = rowsum(dO * O) computed beforehand. dQ is reduced without races and in a fixed
-// order: each chunk accumulates into its own fp32 buffer, and a last pass adds the chunks in chunk
-// order. The number of chunks depends on the problem's shape only, never on the thread count, so
-// the gradients are bitwise identical on any number of threads.
+// with dsum = rowsum(dO * O) computed beforehand. A learnable sink changes none of this: the lse the
+// forward saved includes it, so P is right, and it has no value, so dsum is too. Its own gradient,
+// dsink = -sum_i p_sink(i) dsum_i with p_sink(i) = exp(sink - lse_i), is a by-product of the dsum
+// pass. V, dO and dV are head_dim_v wide, Q, K, dQ and dK head_dim.
+//
+// dQ is reduced without races and in a fixed order: each chunk accumulates into its own fp32
+// buffer, and a last pass adds the chunks in chunk order. The number of chunks depends on the
+// problem's shape only, never on the thread count, so the gradients are bitwise identical on any
+// number of threads.
 //
 // Here S is kept as computed (query rows down, keys across the lanes): the per-row lse and dsum are
 // broadcasts, and dS^T, P^T are read as column-major A operands without transposing anything.
 
 struct BackwardLayout {
     int64_t block_q, block_k, head_dim, head_dim_pad;
+    int64_t head_dim_v, head_dim_v_pad; // of V, dO and dV
     int64_t chunks;       // KV-block chunks per (sequence, KV head): chunk c owns blocks c, c + chunks, ...
     bool k_in_place;      // else each task converts its key blocks
 };
@@ -24,9 +30,9 @@ struct BackwardLayout {
 struct BackwardScratch {
     float* k;        // block_k x head_dim_pad (B operand of dQ), when K is converted
     float* k_t;      // head_dim x block_k (B operand of S)
-    float* v_t;      // head_dim x block_k (B operand of dP)
+    float* v_t;      // head_dim_v x block_k (B operand of dP)
     float* dk;       // block_k x head_dim_pad accumulators
-    float* dv;
+    float* dv;       // block_k x head_dim_v_pad
     float* p;        // block_q x block_k: P, then P * keep
     float* ds;       // block_q x block_k: dS
     float* keep;     // block_q x block_k: 1/(1-p) or 0 (dropout only)
@@ -44,9 +50,9 @@ inline BackwardScratch carve_backward_scratch(const Problem& pr, const BackwardL
     BackwardScratch s;
     s.k = lay.k_in_place ? nullptr : c.take<float>(bk * d_pad);
     s.k_t = c.take<float>(d * bk);
-    s.v_t = c.take<float>(d * bk);
+    s.v_t = c.take<float>(lay.head_dim_v * bk);
     s.dk = c.take<float>(bk * d_pad);
-    s.dv = c.take<float>(bk * d_pad);
+    s.dv = c.take<float>(bk * lay.head_dim_v_pad);
     s.p = c.take<float>(bq * bk);
     s.ds = c.take<float>(bq * bk);
     s.keep = pr.has_dropout() ? c.take<float>(bq * bk) : nullptr;
@@ -153,6 +159,7 @@ struct BackwardJob {
     int64_t q_rows_total; // rows of the packed/dense q: varlen ? total_q : batch * seqlen_q
     const int64_t* q_block_base; // first global q block of each sequence (batch + 1 entries)
     int64_t q_blocks_total;
+    double* dsink_parts;  // [head][global q block]: sum over the block's rows of p_sink * dsum (with dsink)
     char* slabs;
     size_t slab_bytes;
 };
@@ -171,10 +178,13 @@ inline uint8_t& dq_touched(const BackwardJob& job, int64_t chunk, int64_t h, int
     return job.dq_touched[(chunk * heads + h) * job.q_blocks_total + global_block];
 }
 
-// Pass 1, per (sequence, head, q block): dsum and the log2-unit lse of every row.
+// Pass 1, per (sequence, head, q block): dsum and the log2-unit lse of every row, and with dsink the
+// block's share of it.
 inline void prepare_rows(const BackwardJob& job, const Span& span, int64_t h, int64_t q_block) {
     const Problem& pr = job.bwd->fwd;
-    const int64_t d = pr.head_dim();
+    const int64_t d = pr.head_dim_v(); // dO and O
+    const float sink = pr.sink(h);
+    double sink_share = 0.0;
     const int64_t i0 = q_block * job.lay.block_q;
     const int64_t rows = min64(job.lay.block_q, span.q_len - i0);
     const RowsView dout = q_rows(pr, job.bwd->p.dout, span, i0, h);
@@ -195,7 +205,9 @@ inline void prepare_rows(const BackwardJob& job, const Span& span, int64_t h, in
         job.dsum[index] = sum;
         const float lse = pr.p.softmax_lse[index];
         job.lse_log2[index] = lse > -kInf ? lse * kLog2e : kInf;
+        if (job.dsink_parts) sink_share += double(__builtin_exp2f((sink - lse) * kLog2e) * sum);
     }
+    if (job.dsink_parts) job.dsink_parts[h * job.q_blocks_total + job.q_block_base[span.batch] + q_block] = sink_share;
 }
 
 // Pass 2, per (sequence, KV head, chunk).
@@ -205,6 +217,7 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
     const Problem& pr = bp.fwd;
     const BackwardLayout& lay = job.lay;
     const int64_t d = lay.head_dim, d_pad = lay.head_dim_pad, bq = lay.block_q, bk = lay.block_k;
+    const int64_t dv = lay.head_dim_v, dv_pad = lay.head_dim_v_pad;
     const float scale = pr.scale;
     const int64_t key_blocks = ceil_div(span.k_len, bk);
     const int64_t q_blocks = ceil_div(span.q_len, bq);
@@ -221,9 +234,9 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
         if (lay.k_in_place) k = {in_place(k_block), k_block.row_stride};
         else load_rows(k_block, keys, d, d_pad, s.k, d_pad);
         load_rows_transposed(k_block, keys, keys_pad, d, s.k_t, bk);
-        load_rows_transposed(v_block, keys, keys_pad, d, s.v_t, bk);
+        load_rows_transposed(v_block, keys, keys_pad, dv, s.v_t, bk);
         __builtin_memset(s.dk, 0, keys * d_pad * sizeof(float));
-        __builtin_memset(s.dv, 0, keys * d_pad * sizeof(float));
+        __builtin_memset(s.dv, 0, keys * dv_pad * sizeof(float));
 
         for (int64_t h = h_k * pr.group; h < (h_k + 1) * pr.group; ++h) {
             const ScoreParams sp = score_params(pr, span, h);
@@ -256,7 +269,7 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
                 auto gradient = [&](auto dropout, auto softcap) {
                     ScoreGradient<decltype(dropout)::value != 0, decltype(softcap)::value != 0> epilogue{
                         s.p, s.keep, s.slope, s.ds, bk, s.dsum};
-                    matmul(rows, keys_pad, d, RowMajor{dout.data, dout.ld}, s.v_t, bk, epilogue);
+                    matmul(rows, keys_pad, dv, RowMajor{dout.data, dout.ld}, s.v_t, bk, epilogue);
                 };
                 with_flags(pr.has_dropout(), pr.p.softcap > 0.0f, gradient);
                 if (pr.has_dropout())
@@ -265,8 +278,8 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
                             store(s.p + r * bk + j, load(s.p + r * bk + j) * load(s.keep + r * bk + j));
 
                 // dV += (P keep)^T dO,  dK += dS^T Q   (tile rows = keys, depth = query rows)
-                Accumulate<false> into_dv{s.dv, d_pad}, into_dk{s.dk, d_pad};
-                matmul(keys, d_pad, rows, ColMajor{s.p, bk}, dout.data, dout.ld, into_dv);
+                Accumulate<false> into_dv{s.dv, dv_pad}, into_dk{s.dk, d_pad};
+                matmul(keys, dv_pad, rows, ColMajor{s.p, bk}, dout.data, dout.ld, into_dv);
                 matmul(keys, d_pad, rows, ColMajor{s.ds, bk}, q.data, q.ld, into_dk);
 
                 // dQ_chunk += dS K   (scaled once, in the reduction)
@@ -288,7 +301,7 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
         const OutRows dv_out = k_out_rows(pr, bp.p.dv, span, j0, h_k);
         for (int64_t r = 0; r < keys; ++r) {
             store_row(dk_out, r, s.dk + r * d_pad, d, scale);
-            store_row(dv_out, r, s.dv + r * d_pad, d, 1.0f);
+            store_row(dv_out, r, s.dv + r * dv_pad, dv, 1.0f);
         }
     }
 
@@ -300,7 +313,7 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
         const OutRows dv_out = k_out_rows(pr, bp.p.dv, span, 0, h_k);
         for (int64_t j = span.k_len; j < k_rows_stored; ++j) {
             zero_row(dk_out, j, d);
-            zero_row(dv_out, j, d);
+            zero_row(dv_out, j, dv);
         }
     }
 }

@@ -114,16 +114,17 @@ struct RowsAhead {
     int64_t h_k = 0, row0 = 0, rows = 0;
 };
 
-// Keys (or values) [row0, row0 + rows) of (sequence s, KV head h_k) of the k-shaped tensor t as fp32
-// rows d_pad floats apart, padding zeroed; paged rows one page-contiguous run at a time.
+// Keys (or values) [row0, row0 + rows) of (sequence s, KV head h_k) of the k-shaped tensor t (n
+// columns: head_dim, or head_dim_v for values) as fp32 rows d_pad floats apart, padding zeroed;
+// paged rows one page-contiguous run at a time.
 //
 // It also asks for the cache lines of the rows `ahead` names, one row per row converted: the next
 // block, which then arrives while this one is computed. A head's rows sit num_heads_k * head_dim
 // elements apart in a (batch, seqlen, heads, dim) cache, a stride the hardware prefetchers do not
 // follow across pages: without this, decode waits on memory latency, not bandwidth.
 inline void load_key_rows(const Problem& pr, const fa_tensor& t, const Span& s, int64_t h_k, int64_t row0,
-                          int64_t rows, float* dst, int64_t d_pad, const RowsAhead& ahead = {}) {
-    const int64_t n = pr.head_dim(), element_bytes = dtype_size(pr.p.dtype);
+                          int64_t rows, int64_t n, float* dst, int64_t d_pad, const RowsAhead& ahead = {}) {
+    const int64_t element_bytes = dtype_size(pr.p.dtype);
     for (int64_t done = 0; done < rows;) {
         const int64_t run = min64(rows - done, pr.k_rows_in_step(s, row0 + done));
         const RowsView view = k_rows(pr, t, s, row0 + done, h_k);
@@ -149,8 +150,9 @@ struct Fp32Rows {
     FA_INLINE const float* row(int64_t r) const { return data + r * ld; }
 };
 
-// One q-shaped or k-shaped input as Fp32Rows per (sequence, head): the caller's memory when it can
-// be read in place, else an fp32 copy with contiguous, zero-padded rows made once per call
+// One q-shaped or k-shaped input of `width` columns (head_dim; v and dout: head_dim_v) as Fp32Rows
+// per (sequence, head): the caller's memory when it can be read in place, else an fp32 copy with
+// contiguous, zero-padded rows made once per call
 // (pack_rows): head h, global row g at packed + (h * rows_total + g) * d_pad. A source made with
 // pack_up_front = false and not readable in place has no copy (packed == nullptr): its rows are
 // converted block by block into the caller's scratch (block()), for inputs each of whose blocks is
@@ -160,7 +162,7 @@ struct RowsSource {
     bool q_side;
     bool in_place;
     float* packed;
-    int64_t rows_total, d_pad;
+    int64_t rows_total, width, d_pad;
 
     FA_INLINE int64_t global_row(const Problem& pr, const Span& s, int64_t row) const {
         if (q_side) return pr.varlen ? s.q_row0 + row : s.batch * pr.p.seqlen_q + row;
@@ -182,18 +184,18 @@ struct RowsSource {
     FA_INLINE Fp32Rows block(const Problem& pr, const Span& s, int64_t h, int64_t row0, int64_t count,
                              float* scratch, const RowsAhead& ahead = {}) const {
         if (in_place || packed) return rows(pr, s, h, row0);
-        load_key_rows(pr, *tensor, s, h, row0, count, scratch, d_pad, ahead);
+        load_key_rows(pr, *tensor, s, h, row0, count, width, scratch, d_pad, ahead);
         return {scratch, d_pad};
     }
 };
 
-inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side, Executor& ex,
+inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side, int64_t width, Executor& ex,
                               bool pack_up_front = true) {
-    RowsSource src{&t, q_side, false, nullptr, 0, round_up(pr.head_dim(), kLanes)};
+    RowsSource src{&t, q_side, false, nullptr, 0, width, round_up(width, kLanes)};
     const Span any{0, 0, 0, 0, 0};
     // Paged keys are gathered into the packed copy: a key block may span several pages.
     const bool paged = !q_side && pr.kv.paged();
-    src.in_place = !paged && readable_in_place(q_side ? q_rows(pr, t, any, 0, 0) : k_rows(pr, t, any, 0, 0), pr.head_dim());
+    src.in_place = !paged && readable_in_place(q_side ? q_rows(pr, t, any, 0, 0) : k_rows(pr, t, any, 0, 0), width);
     if (!src.in_place && pack_up_front) {
         const int64_t heads = q_side ? pr.p.num_heads : pr.p.num_heads_k;
         src.rows_total = q_side ? (pr.varlen ? pr.total_q : int64_t(pr.p.batch) * pr.p.seqlen_q)
@@ -208,8 +210,8 @@ inline RowsSource rows_source(const Problem& pr, const fa_tensor& t, bool q_side
 inline void pack_rows(const Problem& pr, const RowsSource& src, const Span& s, int64_t h, int64_t row0, int64_t rows) {
     if (!src.packed || rows <= 0) return;
     float* dst = src.packed + (h * src.rows_total + src.global_row(pr, s, row0)) * src.d_pad;
-    if (src.q_side) load_rows(src.view(pr, s, h, row0), rows, pr.head_dim(), src.d_pad, dst, src.d_pad);
-    else load_key_rows(pr, *src.tensor, s, h, row0, rows, dst, src.d_pad);
+    if (src.q_side) load_rows(src.view(pr, s, h, row0), rows, src.width, src.d_pad, dst, src.d_pad);
+    else load_key_rows(pr, *src.tensor, s, h, row0, rows, src.width, dst, src.d_pad);
 }
 
 // Destination rows in the caller's tensor for outputs.

@@ -9,6 +9,11 @@
 //   O   = alpha O + dropout(P) V   (alpha folded into the product's epilogue)
 //   out = O / l                    lse = (m + log2 l) ln 2
 //
+// A learnable sink is a logit every row's softmax has before any key, with no value: it is the
+// state (m, l, O) = (sink, 1, 0) a row starts from instead of (-inf, 0, 0), and nothing else
+// changes. With split-KV it is one more partial in the merge instead (lse = sink, no output), so
+// that it counts once. O and V are head_dim_v wide, Q and K head_dim.
+//
 // S is kept transposed (keys down, query rows across the vector lanes) so that the row max, the
 // exponentials and the row sums are plain vertical vector operations, with no horizontal reduction:
 // the per-row statistics of kLanes rows live in one vector.
@@ -26,6 +31,7 @@
 
 struct ForwardLayout {
     int64_t block_q, block_k, head_dim, head_dim_pad;
+    int64_t head_dim_v, head_dim_v_pad; // of V and O
     int64_t pack;   // heads per tile row group: 1, or the GQA group when seqlen_q is small
     int64_t splits; // key shares per tile (split-KV); 1 = off
     int64_t tiles_per_task; // tiles (head sets) one task walks together: > 1 only for one tile per KV head
@@ -40,9 +46,9 @@ struct ForwardInputs {
 struct ForwardScratch {
     float* q_t;       // head_dim x block_q: Q block transposed (B operand of S^T)
     float* k_block;   // block_k x head_dim_pad: a K block converted to fp32 (when not read in place)
-    float* v_block;   // ... a V block
+    float* v_block;   // block_k x head_dim_v_pad: ... a V block
     float* s_t;       // block_k x block_q: scores, then probabilities, transposed
-    float* o;         // block_q x head_dim_pad: unnormalised output
+    float* o;         // block_q x head_dim_v_pad: unnormalised output
     float* row_max;   // per query row, log2 units: the running maximum m
     float* row_sum;   // the running l, relative to `shift`
     float* shift;     // the exponent offset in use: P = 2^(S - shift); a past maximum (0 while none)
@@ -96,14 +102,14 @@ inline TaskScratch carve_forward_scratch(const ForwardLayout& lay, char* slab, s
     SlabCarver c{slab};
     ForwardScratch s;
     s.k_block = c.take<float>(lay.block_k * lay.head_dim_pad);
-    s.v_block = c.take<float>(lay.block_k * lay.head_dim_pad);
+    s.v_block = c.take<float>(lay.block_k * lay.head_dim_v_pad);
     s.s_t = c.take<float>(lay.block_k * lay.block_q);
     s.block_max = c.take<float>(lay.block_q);
     s.block_sum = c.take<float>(lay.block_q);
     s.rescale = c.take<float>(lay.block_q);
     const size_t shared_bytes = c.used;
     s.q_t = c.take<float>(lay.head_dim * lay.block_q);
-    s.o = c.take<float>(lay.block_q * lay.head_dim_pad);
+    s.o = c.take<float>(lay.block_q * lay.head_dim_v_pad);
     s.row_max = c.take<float>(lay.block_q);
     s.row_sum = c.take<float>(lay.block_q);
     s.shift = c.take<float>(lay.block_q);
@@ -315,7 +321,7 @@ inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, con
 }
 
 // Split-KV partial results: split `split` of the tile holding (global query row g, head h) leaves its
-// normalised output (head_dim_pad floats) and its lse in log2 units (-inf: it saw no key) here.
+// normalised output (head_dim_v_pad floats) and its lse in log2 units (-inf: it saw no key) here.
 struct SplitPartials {
     float* o;
     float* lse;
@@ -374,7 +380,14 @@ inline TileState start_tile(const Problem& pr, const ForwardLayout& lay, const F
         store(s.row_sum + c, Vec{});
         store(s.shift + c, Vec{});
     }
-    __builtin_memset(s.o, 0, tile.rows * lay.head_dim_pad * sizeof(float));
+    if (pr.has_sink() && lay.splits == 1) // the sink as the state before any key; split-KV merges it instead
+        for (int64_t r = 0; r < tile.rows; ++r) {
+            const float sink_log2 = pr.sink(tile.head(r)) * kLog2e;
+            s.row_max[r] = sink_log2;
+            s.shift[r] = sink_log2;
+            s.row_sum[r] = 1.0f;
+        }
+    __builtin_memset(s.o, 0, tile.rows * lay.head_dim_v_pad * sizeof(float));
     return st;
 }
 
@@ -382,7 +395,7 @@ inline TileState start_tile(const Problem& pr, const ForwardLayout& lay, const F
 inline void tile_key_block(const Problem& pr, const ForwardLayout& lay, const ForwardScratch& s, const Span& span,
                            TileState& st, int64_t j0, int64_t keys, Coverage cover, const Fp32Rows& k,
                            const Fp32Rows& v) {
-    const int64_t rows = st.tile.rows, rows_pad = st.tile.rows_pad, d_pad = lay.head_dim_pad;
+    const int64_t rows = st.tile.rows, rows_pad = st.tile.rows_pad, d_pad = lay.head_dim_v_pad;
     const RowMajor keys_a{k.data, k.ld};
     const bool masked = cover != Coverage::full;
     bool lazy = false;
@@ -420,12 +433,13 @@ inline void tile_key_block(const Problem& pr, const ForwardLayout& lay, const Fo
     }
 }
 
-// Normalise once; a row that saw no key has l = 0: out = 0, lse = -inf. The result goes to out and
-// softmax_lse, or with split-KV (partials non-null) to split `split`'s partial buffers.
+// Normalise once; a row that saw no key has l = 0: out = 0, lse = -inf (with a sink: l = 1 from
+// the sink alone, out = 0, lse = the sink). The result goes to out and softmax_lse, or with split-KV
+// (partials non-null) to split `split`'s partial buffers.
 inline void finish_tile(const Problem& pr, const ForwardLayout& lay, const ForwardInputs& in, const ForwardScratch& s,
                         const Span& span, const TileState& st, int64_t split, const SplitPartials* partials) {
     const TileRows& tile = st.tile;
-    const int64_t d = lay.head_dim, d_pad = lay.head_dim_pad;
+    const int64_t d = lay.head_dim_v, d_pad = lay.head_dim_v_pad;
     const float keep_scale = pr.has_dropout() ? 1.0f / (1.0f - pr.p.dropout_p) : 1.0f;
     for (int64_t r = 0; r < tile.rows; ++r) {
         const int64_t i = tile.row(r), h = tile.head(r);
@@ -485,14 +499,16 @@ inline void forward_task(const Problem& pr, const ForwardLayout& lay, const Forw
 
 // Split-KV's second pass, for one tile: with M the largest lse_s of a row,
 //     lse = M + log2 sum_s 2^(lse_s - M),    out = sum_s 2^(lse_s - lse) O_s
-// over the splits that saw a key, in split order (fa_combine's merge, in log2 units). A row no split
-// saw: out 0, lse -inf. acc: head_dim_pad floats of scratch.
+// over the splits that saw a key, in split order (fa_combine's merge, in log2 units). A sink is one
+// more such term, with lse_s = the sink and no output. A row no split saw: out 0, lse -inf (the
+// sink's, with one). acc: head_dim_v_pad floats of scratch.
 inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const SplitPartials& parts, const Span& span,
                          const TileRows& tile, float* acc) {
-    const int64_t d_pad = lay.head_dim_pad;
+    const int64_t d_pad = lay.head_dim_v_pad;
     for (int64_t r = 0; r < tile.rows; ++r) {
         const int64_t i = tile.row(r), h = tile.head(r), g = global_q_row(pr, span, i);
-        float m = -kInf;
+        const float sink = pr.sink(h) * kLog2e; // -inf without sinks
+        float m = sink;
         for (int64_t part = 0; part < lay.splits; ++part) {
             const float l = parts.lse[parts.index(part, g, h)];
             if (l > m) m = l;
@@ -502,6 +518,7 @@ inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const Spli
             const float l = parts.lse[parts.index(part, g, h)];
             if (l > -kInf) sum += __builtin_exp2f(l - m);
         }
+        if (sink > -kInf) sum += __builtin_exp2f(sink - m);
         const float lse = m > -kInf ? m + __builtin_log2f(sum) : -kInf;
         for (int64_t c = 0; c < d_pad; c += kLanes) store(acc + c, Vec{});
         for (int64_t part = 0; part < lay.splits && m > -kInf; ++part) {
@@ -511,7 +528,7 @@ inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const Spli
             const float* o = parts.o + at * d_pad;
             for (int64_t c = 0; c < d_pad; c += kLanes) store(acc + c, load(acc + c) + weight * load(o + c));
         }
-        store_row(q_out_rows(pr, pr.p.out, span, i, h), 0, acc, lay.head_dim, 1.0f);
+        store_row(q_out_rows(pr, pr.p.out, span, i, h), 0, acc, lay.head_dim_v, 1.0f);
         if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse * kLn2;
     }
 }

@@ -217,6 +217,17 @@ bool available() {
 
 bool is_device_pointer(const void* ptr) { return device_of(ptr) >= 0; }
 
+void require_kernels_support(const Problem& problem) {
+    const fa_fwd_params& p = problem.p;
+    if (p.head_dim_v != p.head_dim)
+        fail(FA_ERROR_UNSUPPORTED, "head_dim_v (", p.head_dim_v, ") differs from head_dim (", p.head_dim,
+             "): the CUDA kernels do not support a value head dim unlike the query's yet (supported on CUDA: "
+             "head_dim_v == head_dim, or 0; the CPU backend takes any head_dim_v in [1, 256])");
+    if (p.learnable_sink)
+        fail(FA_ERROR_UNSUPPORTED, "learnable_sink is set: the CUDA kernels do not support learnable sinks yet "
+                                   "(the CPU backend does)");
+}
+
 void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspace& workspace, int device) {
     const fa_fwd_params& p = problem.p;
     if (plan.empty) return;
@@ -281,10 +292,12 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
 }
 
 size_t fwd_workspace_size(const Problem& problem) {
+    require_kernels_support(problem);
     return forward_plan(problem, forward_device(problem)).workspace.total;
 }
 
 void forward(const Problem& problem, void* workspace_base, size_t workspace_size) {
+    require_kernels_support(problem);
     const int device = forward_device(problem);
     const ForwardPlan plan = forward_plan(problem, device);
     if (plan.empty) return; // no query row: nothing to compute or write
@@ -299,6 +312,7 @@ void forward(const Problem& problem, void* workspace_base, size_t workspace_size
 // The backward: dsum, the main kernel, the finishing sums (kernels/aux/bwd_aux_kernels.h).
 
 size_t bwd_workspace_size(const BwdProblem& problem) {
+    require_kernels_support(problem.fwd); // (dsink needs learnable_sink: refused with it)
     const int device = backward_device(problem);
     if (device < 0) return 0;
     DeviceGuard guard(device);
@@ -306,6 +320,7 @@ size_t bwd_workspace_size(const BwdProblem& problem) {
 }
 
 void backward(const BwdProblem& problem) {
+    require_kernels_support(problem.fwd); // (dsink needs learnable_sink: refused with it)
     const Problem& pr = problem.fwd;
     const fa_fwd_params& p = pr.p;
     const fa_bwd_params& bp = problem.p;

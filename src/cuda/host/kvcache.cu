@@ -78,11 +78,13 @@ ForwardPlan kvcache_plan(const KvCacheProblem& problem, int device) {
 } // namespace
 
 size_t kvcache_workspace_size(const KvCacheProblem& problem) {
+    require_kernels_support(problem.attention);
     const int device = kvcache_device(problem);
     return device < 0 ? 0 : kvcache_plan(problem, device).workspace.total;
 }
 
 void kvcache_forward(const KvCacheProblem& problem) {
+    require_kernels_support(problem.attention);
     const fa_kvcache_params& p = problem.p;
     const fa_fwd_params& f = p.fwd;
     require(f.dtype == FA_FLOAT16 || f.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
