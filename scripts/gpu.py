@@ -145,6 +145,12 @@ def pytest_result(log):
 
 # ------------------------------------------------------------------------------------------------
 
+def cmake_list(value):
+    """A list option for CMake (head dims, archs): commas or semicolons between the items, so that
+    `--headdims 64,128` needs no quoting from the shell."""
+    return ";".join(item.strip() for item in re.split(r"[,;]", value) if item.strip())
+
+
 def spills(log):
     """(stores, loads, kernel) of every kernel ptxas reports spilling, the largest first."""
     kernel, found = None, set()
@@ -381,8 +387,10 @@ def main():
     p.add_argument("--source", default=".", help="source tree (a carried snapshot of another commit, say)")
     p.add_argument("--build-dir", default="build-gpu")
     p.add_argument("--name", default="gpu", help="label of the log and summary line")
-    p.add_argument("--headdims", default="32;64;96;128;192;256")
-    p.add_argument("--archs", default="80;90")
+    p.add_argument("--headdims", type=cmake_list, default="32;64;96;128;192;256",
+                   help="head dims to instantiate, separated by commas or semicolons (default %(default)s)")
+    p.add_argument("--archs", type=cmake_list, default="80;90",
+                   help="CUDA architectures, separated by commas or semicolons (default %(default)s)")
     p.add_argument("--tests", action="store_true", help="also the C++ test binaries (GoogleTest carried in .gtest/)")
 
     command("smoke", cmd_smoke, "small CLI problems with --check, each under a short time limit", 60, build_dir=True,
@@ -417,8 +425,10 @@ def main():
     p.add_argument("--ncu-args", default="", help="more ncu arguments, e.g. '--metrics dram__bytes_read.sum'")
 
     p = command("pip-install", cmd_pip_install, "pip install . offline (wheels in .whl/), then tests/python on it", 420)
-    p.add_argument("--headdims", default="64;128;256")
-    p.add_argument("--archs", default="90")
+    p.add_argument("--headdims", type=cmake_list, default="64;128;256",
+                   help="head dims to instantiate, separated by commas or semicolons (default %(default)s)")
+    p.add_argument("--archs", type=cmake_list, default="90",
+                   help="CUDA architectures, separated by commas or semicolons (default %(default)s)")
 
     command("plan", lambda args: print(PLAN, end=""), "print the full validation run, one device call per paragraph")
     command("summary", lambda args: print(tail(out_dir(args) / "summary.txt", 200)), "print OUT/summary.txt")

@@ -1,5 +1,6 @@
-// Small tile operations of the forward kernel: predicated tile loads, the two register GEMMs, the
-// accumulator views and the fp32 -> 16-bit conversion.
+// Small tile operations of the kernels: the global rows of a head, predicated tile loads and each
+// thread's part of them, the tensor-core products with operands from shared memory (ldmatrix), the
+// accumulator views and coordinates, and the fp32 -> 16-bit conversion.
 #pragma once
 
 #include "device/paged_rows.cuh"
@@ -10,6 +11,8 @@
 #include <cute/tensor.hpp>
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
+
+#include <utility>
 
 namespace flashattn::cuda::kernels {
 
@@ -66,6 +69,14 @@ __device__ __forceinline__ constexpr auto rows_cols(Layout layout) {
     static_assert(decltype(size<0>(layout))::value == 4);
     return make_layout(make_layout(get<0, 1>(layout), get<1>(layout)),
                        make_layout(get<0, 0>(layout), get<2>(layout)));
+}
+
+// The (row, column) coordinates of this thread's accumulator registers of a (kRows, kCols) tile,
+// seen as (rows, columns) like the accumulator itself (rows_cols).
+template <int kRows, int kCols, typename ThrMma>
+__device__ __forceinline__ auto accumulator_coords(ThrMma const& thr_mma) {
+    Tensor coords = thr_mma.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
+    return make_tensor(coords.data(), rows_cols(coords.layout()));
 }
 
 // The accumulator of S (MMA_N n8 tiles) reused as the A operand of P.V: two neighbouring n8
@@ -131,6 +142,57 @@ __device__ __forceinline__ void load_tile(TiledCopy const& tiled_copy, Src const
         }
     });
 }
+
+// One thread's partitions of a tile's global -> shared copy: g in global memory, s in shared memory
+// (CuTe's tXg and tXs).
+template <typename Global, typename Shared>
+struct TileParts {
+    Global g;
+    Shared s;
+};
+
+// One thread's part of a kernel's global -> shared tile loads (GmemLoad, gmem_copies.cuh, over the
+// CTA's threads or a warp's lanes): its partitions of a tile, and the (row, column) coordinates of
+// its chunks in a tile of query rows (kBlockM) or of key rows (kBlockN), for the predicates. The
+// coordinates are made on request, not kept as members, so that each kernel decides where they are
+// computed (one that uses them in several places or under a branch keeps them in locals): the
+// register allocation of the kernels at their limit follows where the prologue computes what.
+template <typename GmemLoad, int kBlockM, int kBlockN, int kHeadDim>
+struct TileLoads {
+    GmemLoad copy;
+    decltype(GmemLoad{}.get_thread_slice(0)) thr;
+
+    __device__ __forceinline__ explicit TileLoads(int tid) : thr(copy.get_thread_slice(tid)) {}
+
+    __device__ __forceinline__ auto q_coords() const {
+        return thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    }
+    __device__ __forceinline__ auto kv_coords() const {
+        return thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    }
+
+    template <typename GlobalTile, typename SharedTile>
+    __device__ __forceinline__ auto partition(GlobalTile const& global, SharedTile const& shared) const {
+        using Parts = TileParts<decltype(thr.partition_S(global)), decltype(thr.partition_D(shared))>;
+        return Parts{thr.partition_S(global), thr.partition_D(shared)};
+    }
+
+    // Which of this thread's 16-byte column chunks hold real head-dim columns: the same in every
+    // (rows x head dim) tile, so one serves Q, K, V and O (and dO, dK, dV).
+    __device__ __forceinline__ auto column_ok(int head_dim) const { return head_dim_chunks(kv_coords(), head_dim); }
+
+    // One tile of query rows (Q, dO) or of key rows (K, V) into shared memory: load_tile.
+    template <typename Src, typename Dst, typename ColumnOk>
+    __device__ __forceinline__ void query_tile(Src const& src, Dst&& dst, ColumnOk const& column_ok,
+                                               int rows_valid) const {
+        load_tile(copy, src, dst, q_coords(), column_ok, rows_valid);
+    }
+    template <typename Src, typename Dst, typename ColumnOk>
+    __device__ __forceinline__ void key_tile(Src const& src, Dst&& dst, ColumnOk const& column_ok,
+                                             int rows_valid) const {
+        load_tile(copy, src, dst, kv_coords(), column_ok, rows_valid);
+    }
+};
 
 // The page slots of the rows one thread copies in a tile load: one per row pass (the tiled copy
 // spreads a pass's 16 or 32 rows over the CTA, one row per thread). A tile of 64 or 128 keys can
@@ -207,18 +269,18 @@ __device__ __forceinline__ void store_tile(int tid, SmemTile const& smem_tile, G
     }
 }
 
-// acc += A.B with both operands in shared memory: ldmatrix of the next k slice is issued before
+// acc += A.B with both operands in shared memory (smem_a, smem_b: this thread's parts of the tiles
+// as sources of the ldmatrix copies copy_a, copy_b): ldmatrix of the next k slice is issued before
 // the MMAs of the current one.
 template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemA, typename SmemB,
-          typename CopyA, typename CopyB, typename ThrCopyA, typename ThrCopyB>
+          typename CopyA, typename CopyB>
 __device__ __forceinline__ void gemm_smem(TiledMma& mma, Acc& acc, FragA& frag_a, FragB& frag_b, SmemA const& smem_a,
-                                          SmemB const& smem_b, CopyA const& copy_a, CopyB const& copy_b,
-                                          ThrCopyA const& thr_copy_a, ThrCopyB const& thr_copy_b) {
+                                          SmemB const& smem_b, CopyA const& copy_a, CopyB const& copy_b) {
     CUTE_STATIC_ASSERT_V(size<1>(frag_a) == size<1>(acc));
     CUTE_STATIC_ASSERT_V(size<1>(frag_b) == size<2>(acc));
     CUTE_STATIC_ASSERT_V(size<2>(frag_a) == size<2>(frag_b));
-    Tensor a_view = thr_copy_a.retile_D(frag_a);
-    Tensor b_view = thr_copy_b.retile_D(frag_b);
+    Tensor a_view = make_tensor(frag_a.data(), CopyA::retile(frag_a.layout()));
+    Tensor b_view = make_tensor(frag_b.data(), CopyB::retile(frag_b.layout()));
     copy(copy_a, smem_a(_, _, _0{}), a_view(_, _, _0{}));
     copy(copy_b, smem_b(_, _, _0{}), b_view(_, _, _0{}));
     CUTE_UNROLL
@@ -232,20 +294,89 @@ __device__ __forceinline__ void gemm_smem(TiledMma& mma, Acc& acc, FragA& frag_a
 }
 
 // acc += A.B with A already in registers (P) and B in shared memory (V^T).
-template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemB, typename CopyB,
-          typename ThrCopyB>
+template <typename TiledMma, typename Acc, typename FragA, typename FragB, typename SmemB, typename CopyB>
 __device__ __forceinline__ void gemm_regs_smem(TiledMma& mma, Acc& acc, FragA const& frag_a, FragB& frag_b,
-                                               SmemB const& smem_b, CopyB const& copy_b, ThrCopyB const& thr_copy_b) {
+                                               SmemB const& smem_b, CopyB const& copy_b) {
     CUTE_STATIC_ASSERT_V(size<1>(frag_a) == size<1>(acc));
     CUTE_STATIC_ASSERT_V(size<1>(frag_b) == size<2>(acc));
     CUTE_STATIC_ASSERT_V(size<2>(frag_a) == size<2>(frag_b));
-    Tensor b_view = thr_copy_b.retile_D(frag_b);
+    Tensor b_view = make_tensor(frag_b.data(), CopyB::retile(frag_b.layout()));
     copy(copy_b, smem_b(_, _, _0{}), b_view(_, _, _0{}));
     CUTE_UNROLL
     for (int k = 0; k < size<2>(frag_a); ++k) {
         if (k + 1 < size<2>(frag_a)) copy(copy_b, smem_b(_, _, k + 1), b_view(_, _, k + 1));
         gemm(mma, frag_a(_, _, k), frag_b(_, _, k), acc);
     }
+}
+
+// One thread's side of a tensor-core product acc += A B (TiledMma, mma.sync) whose operands are read
+// from shared tiles by ldmatrix (AtomA, AtomB: the copies of operands A and B): a and b are its parts
+// of the tiles, the copies' sources; a product on another stage or buffer of the same layout passes
+// them shifted. The register fragments and the copies are made per product, as they hold nothing
+// from one product to the next (decode's Q, kept in registers, is the exception: a_fragment,
+// load_a). Only the parts are members: with the MMA's and the copies' thread slices beside them, the
+// compiler placed the parts' address arithmetic elsewhere, and the kernels' spills changed.
+template <typename TiledMma, typename AtomA, typename AtomB, typename TileA, typename TileB>
+struct SmemGemm {
+    using CopyA = decltype(make_tiled_copy_A(AtomA{}, TiledMma{}));
+    using CopyB = decltype(make_tiled_copy_B(AtomB{}, TiledMma{}));
+    using ThrMma = decltype(TiledMma{}.get_thread_slice(0));
+    using FragA = decltype(std::declval<ThrMma const&>().partition_fragment_A(std::declval<TileA const&>()));
+    using FragB = decltype(std::declval<ThrMma const&>().partition_fragment_B(std::declval<TileB const&>()));
+
+    decltype(CopyA{}.get_thread_slice(0).partition_S(std::declval<TileA const&>())) a;
+    decltype(CopyB{}.get_thread_slice(0).partition_S(std::declval<TileB const&>())) b;
+
+    // acc += A B, A and B read at a_part and b_part (a and b, or views of them shifted).
+    template <typename Acc, typename PartA, typename PartB>
+    __device__ __forceinline__ void operator()(Acc& acc, PartA const& a_part, PartB const& b_part) const {
+        TiledMma mma;
+        FragA frag_a;
+        FragB frag_b;
+        gemm_smem(mma, acc, frag_a, frag_b, a_part, b_part, CopyA{}, CopyB{});
+    }
+
+    // A in registers: a_fragment() filled once by load_a, then acc += A B with only B read.
+    __device__ __forceinline__ static FragA a_fragment() { return FragA{}; }
+    __device__ __forceinline__ void load_a(FragA& frag_a) const {
+        Tensor a_view = make_tensor(frag_a.data(), CopyA::retile(frag_a.layout()));
+        copy(CopyA{}, a, a_view);
+    }
+    template <typename Acc, typename PartB>
+    __device__ __forceinline__ void with_a(Acc& acc, FragA const& frag_a, PartB const& b_part) const {
+        TiledMma mma;
+        FragB frag_b;
+        gemm_regs_smem(mma, acc, frag_a, frag_b, b_part, CopyB{});
+    }
+};
+template <typename TiledMma, typename AtomA, typename AtomB, typename TileA, typename TileB>
+__device__ __forceinline__ auto smem_gemm(int tid, TileA const& tile_a, TileB const& tile_b) {
+    using Gemm = SmemGemm<TiledMma, AtomA, AtomB, TileA, TileB>;
+    return Gemm{typename Gemm::CopyA{}.get_thread_slice(tid).partition_S(tile_a),
+                typename Gemm::CopyB{}.get_thread_slice(tid).partition_S(tile_b)};
+}
+
+// The same for a product whose A operand is in registers (P, from the S accumulator): only B is read
+// from shared memory (AtomB, tile b).
+template <typename TiledMma, typename AtomB, typename TileB>
+struct RegsSmemGemm {
+    using CopyB = decltype(make_tiled_copy_B(AtomB{}, TiledMma{}));
+    using ThrMma = decltype(TiledMma{}.get_thread_slice(0));
+    using FragB = decltype(std::declval<ThrMma const&>().partition_fragment_B(std::declval<TileB const&>()));
+
+    decltype(CopyB{}.get_thread_slice(0).partition_S(std::declval<TileB const&>())) b;
+
+    template <typename Acc, typename FragA, typename PartB>
+    __device__ __forceinline__ void operator()(Acc& acc, FragA const& frag_a, PartB const& b_part) const {
+        TiledMma mma;
+        FragB frag_b;
+        gemm_regs_smem(mma, acc, frag_a, frag_b, b_part, CopyB{});
+    }
+};
+template <typename TiledMma, typename AtomB, typename TileB>
+__device__ __forceinline__ auto regs_smem_gemm(int tid, TileB const& tile_b) {
+    using Gemm = RegsSmemGemm<TiledMma, AtomB, TileB>;
+    return Gemm{typename Gemm::CopyB{}.get_thread_slice(tid).partition_S(tile_b)};
 }
 
 } // namespace flashattn::cuda::kernels

@@ -111,37 +111,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     Tensor sdSt = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutPdSt{});
     constexpr int kQBuffer = Traits::kSmemQElems; // offset of the second Q / dO buffer
 
-    // Global -> shared partitions, with (row, column) coordinates for the predicates.
-    typename Traits::GmemLoad gmem_load;
-    auto load_thr = gmem_load.get_thread_slice(tid);
-    Tensor tQg = load_thr.partition_S(gQ);
-    Tensor tQs = load_thr.partition_D(sQ);
-    Tensor tdOg = load_thr.partition_S(gdO);
-    Tensor tdOs = load_thr.partition_D(sdO);
-    Tensor tKg = load_thr.partition_S(gK);
-    Tensor tKs = load_thr.partition_D(sK);
-    Tensor tVg = load_thr.partition_S(gV);
-    Tensor tVs = load_thr.partition_D(sV);
-    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    // A thread's column chunks are the same in every (rows x head dim) tile.
-    Tensor column_ok = head_dim_chunks(tKVc, fa.head_dim);
+    // Global -> shared: this thread's chunks of Q, dO, K and V (TileLoads, tile_ops.cuh).
+    const TileLoads<typename Traits::GmemLoad, kBlockM, kBlockN, kHeadDim> loads(tid);
+    auto tQ = loads.partition(gQ, sQ);
+    auto tdO = loads.partition(gdO, sdO);
+    auto tK = loads.partition(gK, sK);
+    auto tV = loads.partition(gV, sV);
+    Tensor column_ok = loads.column_ok(fa.head_dim);
 
+    // The products, their operands read from shared memory by ldmatrix (SmemGemm, tile_ops.cuh).
+    using Copy = typename Traits::SmemCopy;   // ldmatrix
+    using CopyT = typename Traits::SmemCopyT; // ldmatrix, transposing
     // S and dP: (query rows x keys).
-    typename Traits::TiledMmaSdP mma_sdp;
+    using MmaSdP = typename Traits::TiledMmaSdP;
+    MmaSdP mma_sdp;
     auto sdp_thr = mma_sdp.get_thread_slice(tid);
-    Tensor tSrQ = sdp_thr.partition_fragment_A(sQ);
-    Tensor tSrK = sdp_thr.partition_fragment_B(sK);
-    Tensor tdPrdO = sdp_thr.partition_fragment_A(sdO);
-    Tensor tdPrV = sdp_thr.partition_fragment_B(sV);
-    auto copy_sdp_a = make_tiled_copy_A(typename Traits::SmemCopy{}, mma_sdp);
-    auto copy_sdp_a_thr = copy_sdp_a.get_thread_slice(tid);
-    Tensor tSsQ = copy_sdp_a_thr.partition_S(sQ);
-    Tensor tdPsdO = copy_sdp_a_thr.partition_S(sdO);
-    auto copy_sdp_b = make_tiled_copy_B(typename Traits::SmemCopy{}, mma_sdp);
-    auto copy_sdp_b_thr = copy_sdp_b.get_thread_slice(tid);
-    Tensor tSsK = copy_sdp_b_thr.partition_S(sK);
-    Tensor tdPsV = copy_sdp_b_thr.partition_S(sV);
+    const auto gemm_s = smem_gemm<MmaSdP, Copy, Copy>(tid, sQ, sK);
+    const auto gemm_dp = smem_gemm<MmaSdP, Copy, Copy>(tid, sdO, sV);
     // P, dS registers -> shared.
     auto copy_pds = make_tiled_copy_C(typename Traits::SmemCopyC{}, mma_sdp);
     auto copy_pds_thr = copy_pds.get_thread_slice(tid);
@@ -149,41 +135,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     Tensor tPsdS = copy_pds_thr.partition_D(sdS);
 
     // dV and dK: (keys x head dim), both operands transposed views.
-    typename Traits::TiledMmaKV mma_kv;
+    using MmaKV = typename Traits::TiledMmaKV;
+    MmaKV mma_kv;
     auto kv_thr = mma_kv.get_thread_slice(tid);
-    Tensor tdVrPt = kv_thr.partition_fragment_A(sPt);
-    Tensor tdVrdOt = kv_thr.partition_fragment_B(sdOt);
-    Tensor tdKrdSt = kv_thr.partition_fragment_A(sdSt);
-    Tensor tdKrQt = kv_thr.partition_fragment_B(sQt);
-    auto copy_kv_a = make_tiled_copy_A(typename Traits::SmemCopyT{}, mma_kv);
-    auto copy_kv_a_thr = copy_kv_a.get_thread_slice(tid);
-    Tensor tdVsPt = copy_kv_a_thr.partition_S(sPt);
-    Tensor tdKsdSt = copy_kv_a_thr.partition_S(sdSt);
-    auto copy_kv_b = make_tiled_copy_B(typename Traits::SmemCopyT{}, mma_kv);
-    auto copy_kv_b_thr = copy_kv_b.get_thread_slice(tid);
-    Tensor tdVsdOt = copy_kv_b_thr.partition_S(sdOt);
-    Tensor tdKsQt = copy_kv_b_thr.partition_S(sQt);
+    const auto gemm_dv = smem_gemm<MmaKV, CopyT, CopyT>(tid, sPt, sdOt);
+    const auto gemm_dk = smem_gemm<MmaKV, CopyT, CopyT>(tid, sdSt, sQt);
     Tensor acc_dk = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
     Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
 
     // dQ: (query rows x one slab of head-dim columns); K read transposed, slab by slab.
     constexpr int kDqCols = Traits::kDqCols;
     Tensor sKtSlab = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKtSlab{});
-    typename Traits::TiledMmaQ mma_q;
+    using MmaQ = typename Traits::TiledMmaQ;
+    MmaQ mma_q;
     auto q_thr = mma_q.get_thread_slice(tid);
-    Tensor tdQrdS = q_thr.partition_fragment_A(sdS);
-    Tensor tdQrKt = q_thr.partition_fragment_B(sKtSlab);
-    auto copy_q_a = make_tiled_copy_A(typename Traits::SmemCopy{}, mma_q);
-    auto copy_q_a_thr = copy_q_a.get_thread_slice(tid);
-    Tensor tdQsdS = copy_q_a_thr.partition_S(sdS);
-    auto copy_q_b = make_tiled_copy_B(typename Traits::SmemCopyT{}, mma_q);
-    auto copy_q_b_thr = copy_q_b.get_thread_slice(tid);
-    Tensor tdQsKt = copy_q_b_thr.partition_S(sKtSlab); // slab s: at_offset(tdQsKt, s * kKtSlabElems)
+    const auto gemm_dq = smem_gemm<MmaQ, Copy, CopyT>(tid, sdS, sKtSlab); // slab s: b shifted by s * kKtSlabElems
 
     // (row, col) of every accumulator register. Accumulators hold neighbouring column pairs: element
     // 2t and 2t+1 are (row, col) and (row, col + 1), col even (the m16n8 C layout; checked below).
-    Tensor tScS = sdp_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
+    Tensor s_coords = accumulator_coords<kBlockM, kBlockN>(sdp_thr);
     Tensor tdQc = q_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kDqCols>>{}));
     Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
     static_assert(decltype(size<0, 0>(tdQc))::value == 2 && decltype(size<0, 0>(tdKVc))::value == 2,
@@ -234,16 +204,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             if (m + 1 < range.m_end) {
                 const int next = kQBuffer - buffer;
                 const int rows_next = seq.q_len - m0 - kBlockM;
-                load_tile(gmem_load, tQg(_, _, _, m + 1), at_offset(tQs, next), tQc, column_ok, rows_next);
-                load_tile(gmem_load, tdOg(_, _, _, m + 1), at_offset(tdOs, next), tQc, column_ok, rows_next);
+                loads.query_tile(tQ.g(_, _, _, m + 1), at_offset(tQ.s, next), column_ok, rows_next);
+                loads.query_tile(tdO.g(_, _, _, m + 1), at_offset(tdO.s, next), column_ok, rows_next);
                 cp_async_fence();
             }
 
             // P from S = Q K^T and the saved lse.
             Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
             clear(acc_s);
-            gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, at_offset(tSsQ, buffer), tSsK, copy_sdp_a, copy_sdp_b,
-                      copy_sdp_a_thr, copy_sdp_b_thr);
+            gemm_s(acc_s, at_offset(gemm_s.a, buffer), gemm_s.b);
             Tensor probs = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
             recompute_probs<kMasked, kExtras>(probs, s_coords, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
             if constexpr (kExtras) {
@@ -268,8 +237,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             // dS from dP = dO V^T.
             Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
             clear(acc_dp);
-            gemm_smem(mma_sdp, acc_dp, tdPrdO, tdPrV, at_offset(tdPsdO, buffer), tdPsV, copy_sdp_a, copy_sdp_b,
-                      copy_sdp_a_thr, copy_sdp_b_thr);
+            gemm_dp(acc_dp, at_offset(gemm_dp.a, buffer), gemm_dp.b);
             Tensor grads = make_tensor(acc_dp.data(), rows_cols(acc_dp.layout()));
             CUTE_UNROLL
             for (int r = 0; r < kRows; ++r) {
@@ -288,10 +256,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             copy(copy_pds, copy_pds_thr.retile_S(ds16), tPsdS);
             __syncthreads(); // P, dS complete in shared memory
 
-            gemm_smem(mma_kv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, at_offset(tdVsdOt, buffer), copy_kv_a, copy_kv_b,
-                      copy_kv_a_thr, copy_kv_b_thr);
-            gemm_smem(mma_kv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, at_offset(tdKsQt, buffer), copy_kv_a, copy_kv_b,
-                      copy_kv_a_thr, copy_kv_b_thr);
+            gemm_dv(acc_dv, gemm_dv.a, at_offset(gemm_dv.b, buffer));
+            gemm_dk(acc_dk, gemm_dk.a, at_offset(gemm_dk.b, buffer));
 
             float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
             const int rows_valid = seq.q_len - m0;
@@ -299,8 +265,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             for (int slab = 0; slab < Traits::kDqSlabs; ++slab) {
                 Tensor acc_dq = partition_fragment_C(mma_q, Shape<Int<kBlockM>, Int<kDqCols>>{});
                 clear(acc_dq);
-                gemm_smem(mma_q, acc_dq, tdQrdS, tdQrKt, tdQsdS, at_offset(tdQsKt, slab * Traits::kKtSlabElems),
-                          copy_q_a, copy_q_b, copy_q_a_thr, copy_q_b_thr);
+                gemm_dq(acc_dq, gemm_dq.a, at_offset(gemm_dq.b, slab * Traits::kKtSlabElems));
                 float* const dq_slab = dq_block + slab * kDqCols;
                 CUTE_UNROLL
                 for (int t = 0; t < size(acc_dq); t += 2) {
@@ -311,11 +276,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         };
 
         if (range.m_end > range.m_begin) {
-            load_tile(gmem_load, tKg(_, _, _, n), tKs, tKVc, column_ok, seq.k_len - n0);
-            load_tile(gmem_load, tVg(_, _, _, n), tVs, tKVc, column_ok, seq.k_len - n0);
+            loads.key_tile(tK.g(_, _, _, n), tK.s, column_ok, seq.k_len - n0);
+            loads.key_tile(tV.g(_, _, _, n), tV.s, column_ok, seq.k_len - n0);
             const int rows_first = seq.q_len - range.m_begin * kBlockM;
-            load_tile(gmem_load, tQg(_, _, _, range.m_begin), tQs, tQc, column_ok, rows_first);
-            load_tile(gmem_load, tdOg(_, _, _, range.m_begin), tdOs, tQc, column_ok, rows_first);
+            loads.query_tile(tQ.g(_, _, _, range.m_begin), tQ.s, column_ok, rows_first);
+            loads.query_tile(tdO.g(_, _, _, range.m_begin), tdO.s, column_ok, rows_first);
             cp_async_fence();
         }
         // Masked blocks sit at the two ends of the range: masked, unmasked, masked (local windows).

@@ -125,113 +125,91 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
 
-    int q_uses = 0, kv_uses = 0;
-    for (int n = chunk; n * kBlockN < k_stored; n += args.num_chunks) {
-        const int n0 = n * kBlockN;
-        const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
-        clear(acc_dk);
-        clear(acc_dv);
+    // Query block m of key block n0's range (sm90_bwd_consume); q_uses counts them over the walk.
+    int q_uses = 0;
+    auto process_block = [&](int m, int n0, auto masked_tag) __attribute__((always_inline)) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
+        const int m0 = m * kBlockM;
+        const int s = q_uses % kQStages;
+        cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
+        cutlass::arch::fence_view_async_shared();
 
-        auto process_block = [&](int m, auto masked_tag) __attribute__((always_inline)) {
-            constexpr bool kMasked = decltype(masked_tag)::value;
-            const int m0 = m * kBlockM;
-            const int s = q_uses % kQStages;
-            cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
-            cutlass::arch::fence_view_async_shared();
+        // Descriptors of K, V (loop-invariant) are rebuilt per block from a base the compiler
+        // cannot see through: hoisted out of the loop they held ~30 registers (ptxas: spills
+        // 412 -> 312 B at d128).
+        Element* k_base = smem_k;
+        Element* v_base = smem_v;
+        asm volatile("" : "+l"(k_base), "+l"(v_base));
+        Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
+        Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
+        Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+        Element* const q_base = sm.q;
+        Element* const do_base = sm.d_o;
+        Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
+        Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.q_stage(do_base, s));
+        // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
+        // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
+        // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
+        // resources": each k step waited for the previous one), and clear(acc_dp) after S's
+        // issue cost an injected wait (C7517) between S and dP at every head dim.
+        wgmma_issue<true>(mma_sdp, tSrK, tSrQ, acc_s);
+        wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO, acc_dp);
 
-            // Descriptors of K, V (loop-invariant) are rebuilt per block from a base the compiler
-            // cannot see through: hoisted out of the loop they held ~30 registers (ptxas: spills
-            // 412 -> 312 B at d128).
-            Element* k_base = smem_k;
-            Element* v_base = smem_v;
-            asm volatile("" : "+l"(k_base), "+l"(v_base));
-            Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
-            Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
-            Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
-            Element* const q_base = sm.q;
-            Element* const do_base = sm.d_o;
-            Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
-            Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.q_stage(do_base, s));
-            // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
-            // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
-            // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
-            // resources": each k step waited for the previous one), and clear(acc_dp) after S's
-            // issue cost an injected wait (C7517) between S and dP at every head dim.
-            wgmma_issue<true>(mma_sdp, tSrK, tSrQ, acc_s);
-            wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO, acc_dp);
+        float lse_log2[kQueries];
+        sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
 
-            float lse_log2[kQueries];
-            sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
-
-            warpgroup_wait<1>(); // S^T (dP^T may still run)
-            warpgroup_fence_operand(acc_s);
-            recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
-            {
-                Tensor p16 = convert_fragment<Element>(acc_s);
-                CUTE_UNROLL
-                for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
-            }
-            // dV += P^T dO runs under the dS arithmetic.
-            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(do_base, s));
-            wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
-            if constexpr (kExtras) {
-                if (fa.softcap > 0.0f)
-                    apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
-            }
-
-            warpgroup_wait<1>(); // dP^T (dV may still run)
-            warpgroup_fence_operand(acc_dp);
-            sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
-            {
-                Tensor ds16 = convert_fragment<Element>(acc_dp);
-                CUTE_UNROLL
-                for (int t = 0; t < size(ds16); ++t) ds_storage(t) = ds16(t);
-            }
-
-            // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
-            Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));
-            wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
-            const int ds_buf = q_uses % Traits::kDsBuffers;
-            copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
-            cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
-            cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
-            // dQ queues behind dK on the tensor cores (no wait in between).
-            Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
-            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
-            warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
-            warpgroup_fence_operand(acc_dv);
-            warpgroup_fence_operand(acc_dk);
-            warpgroup_fence_operand(acc_dq);
-            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
-            // dQ -> shared memory, once the producer has read the previous block's.
-            if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
+        warpgroup_wait<1>(); // S^T (dP^T may still run)
+        warpgroup_fence_operand(acc_s);
+        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        {
+            Tensor p16 = convert_fragment<Element>(acc_s);
             CUTE_UNROLL
-            for (int t = 0; t < size(acc_dq); t += 2) {
-                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
-            }
-            cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
-            ++q_uses;
-        };
-
-        if (range.m_end > range.m_begin) {
-            cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
-            cutlass::arch::fence_view_async_shared();
-            // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
-            for (int m = range.m_begin; m < range.m_end;) {
-                for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
-                    process_block(m, cute::true_type{});
-                for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
-                    process_block(m, cute::false_type{});
-            }
-            cutlass::arch::ClusterBarrier::arrive(sm.kv_empty); // every wgmma reading K, V has completed
-            ++kv_uses;
+            for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
+        }
+        // dV += P^T dO runs under the dS arithmetic.
+        Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(do_base, s));
+        wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
+        if constexpr (kExtras) {
+            if (fa.softcap > 0.0f)
+                apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
         }
 
-        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
-        if (kv_uses == 1 && range.m_end > range.m_begin) { // the first key block with work
+        warpgroup_wait<1>(); // dP^T (dV may still run)
+        warpgroup_fence_operand(acc_dp);
+        sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
+        {
+            Tensor ds16 = convert_fragment<Element>(acc_dp);
+            CUTE_UNROLL
+            for (int t = 0; t < size(ds16); ++t) ds_storage(t) = ds16(t);
         }
-    }
+
+        // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
+        Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));
+        wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+        const int ds_buf = q_uses % Traits::kDsBuffers;
+        copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
+        cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
+        // dQ queues behind dK on the tensor cores (no wait in between).
+        Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
+        wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+        warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
+        warpgroup_fence_operand(acc_dv);
+        warpgroup_fence_operand(acc_dk);
+        warpgroup_fence_operand(acc_dq);
+        cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
+        // dQ -> shared memory, once the producer has read the previous block's.
+        if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dq); t += 2) {
+            const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+            *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
+        }
+        cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+        ++q_uses;
+    };
+
+    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

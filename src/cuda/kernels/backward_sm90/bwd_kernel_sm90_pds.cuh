@@ -116,104 +116,84 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
     float* const dq_rows = w.template dq_rows<kHeadDim>(args);
 
-    int q_uses = 0, kv_uses = 0;
-    for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
-        const int n0 = n * kBlockN;
-        const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
-        clear(acc_dk);
-        clear(acc_dv);
+    // Query block m of key block n0's range (sm90_bwd_consume); q_uses counts them over the walk.
+    int q_uses = 0;
+    auto process_block = [&](int m, int n0, auto masked_tag) __attribute__((always_inline)) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
+        const int m0 = m * kBlockM;
+        const int s = q_uses % kQStages;
+        const int buf = q_uses % kPdSBuffers;
+        cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
+        cutlass::arch::fence_view_async_shared();
 
-        auto process_block = [&](int m, auto masked_tag) __attribute__((always_inline)) {
-            constexpr bool kMasked = decltype(masked_tag)::value;
-            const int m0 = m * kBlockM;
-            const int s = q_uses % kQStages;
-            const int buf = q_uses % kPdSBuffers;
-            cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
-            cutlass::arch::fence_view_async_shared();
+        // K, V descriptors are rebuilt per block from a base the compiler cannot see through,
+        // as in bwd_kernel_sm90.cuh (hoisted out of the loop, the loop-invariant ones stay live).
+        Element* k_base = sm.k;
+        Element* v_base = sm.v;
+        asm volatile("" : "+l"(k_base), "+l"(v_base));
+        Tensor tSrQ = sdp_thr.partition_fragment_A(sm.q_stage(sm.q, s));
+        Tensor tSrK = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
+        Tensor tdPrdO = sdp_thr.partition_fragment_A(sm.q_stage(sm.d_o, s));
+        Tensor tdPrV = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
+        // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
+        wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
+        wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
 
-            // K, V descriptors are rebuilt per block from a base the compiler cannot see through,
-            // as in bwd_kernel_sm90.cuh (hoisted out of the loop, the loop-invariant ones stay live).
-            Element* k_base = sm.k;
-            Element* v_base = sm.v;
-            asm volatile("" : "+l"(k_base), "+l"(v_base));
-            Tensor tSrQ = sdp_thr.partition_fragment_A(sm.q_stage(sm.q, s));
-            Tensor tSrK = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
-            Tensor tdPrdO = sdp_thr.partition_fragment_A(sm.q_stage(sm.d_o, s));
-            Tensor tdPrV = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
-            // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
-            wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
-            wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
+        float lse_log2[kRows];
+        sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
 
-            float lse_log2[kRows];
-            sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
-
-            warpgroup_wait<1>(); // S (dP may still run)
-            warpgroup_fence_operand(acc_s);
-            recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
-            {
-                Tensor p16 = convert_fragment<Element>(acc_s);
-                copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));
-            }
-            if constexpr (kExtras) {
-                if (fa.softcap > 0.0f)
-                    apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
-            }
-
-            warpgroup_wait<0>(); // dP
-            warpgroup_fence_operand(acc_dp);
-            sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
-            {
-                Tensor ds16 = convert_fragment<Element>(acc_dp);
-                copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(pds_buffer(smem_ds, buf)));
-            }
-            cutlass::arch::fence_view_async_shared(); // P, dS (generic stores) -> the wgmmas below
-            cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSReadyBarrier);
-
-            // dQ first: its result leaves while dV and dK run.
-            Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
-            Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
-            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
-            Tensor tdVrPt = kv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
-            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(sm.d_o, s));
-            wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
-            Tensor tdKrdSt = kv_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
-            Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
-            wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
-
-            warpgroup_wait<2>(); // dQ (dV, dK may still run)
-            warpgroup_fence_operand(acc_dq);
-            // Rows past the sequence belong to other sequences' rows (or to none).
-            const int rows_valid = seq.q_len - m0;
-            float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dq); t += 2) {
-                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                if (row < rows_valid) red_add_pair_v2(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
-            }
-
-            warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
-            warpgroup_fence_operand(acc_dv);
-            warpgroup_fence_operand(acc_dk);
-            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
-            ++q_uses;
-        };
-
-        if (range.m_end > range.m_begin) {
-            cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
-            cutlass::arch::fence_view_async_shared();
-            // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
-            for (int m = range.m_begin; m < range.m_end;) {
-                for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
-                    process_block(m, cute::true_type{});
-                for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
-                    process_block(m, cute::false_type{});
-            }
-            cutlass::arch::ClusterBarrier::arrive(sm.kv_empty); // every wgmma reading K, V has completed
-            ++kv_uses;
+        warpgroup_wait<1>(); // S (dP may still run)
+        warpgroup_fence_operand(acc_s);
+        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        {
+            Tensor p16 = convert_fragment<Element>(acc_s);
+            copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));
+        }
+        if constexpr (kExtras) {
+            if (fa.softcap > 0.0f)
+                apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
         }
 
-        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
-    }
+        warpgroup_wait<0>(); // dP
+        warpgroup_fence_operand(acc_dp);
+        sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
+        {
+            Tensor ds16 = convert_fragment<Element>(acc_dp);
+            copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(pds_buffer(smem_ds, buf)));
+        }
+        cutlass::arch::fence_view_async_shared(); // P, dS (generic stores) -> the wgmmas below
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSReadyBarrier);
+
+        // dQ first: its result leaves while dV and dK run.
+        Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
+        Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+        wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+        Tensor tdVrPt = kv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
+        Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(sm.d_o, s));
+        wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
+        Tensor tdKrdSt = kv_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
+        Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
+        wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+
+        warpgroup_wait<2>(); // dQ (dV, dK may still run)
+        warpgroup_fence_operand(acc_dq);
+        // Rows past the sequence belong to other sequences' rows (or to none).
+        const int rows_valid = seq.q_len - m0;
+        float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dq); t += 2) {
+            const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+            if (row < rows_valid) red_add_pair_v2(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+        }
+
+        warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
+        warpgroup_fence_operand(acc_dv);
+        warpgroup_fence_operand(acc_dk);
+        cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
+        ++q_uses;
+    };
+
+    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

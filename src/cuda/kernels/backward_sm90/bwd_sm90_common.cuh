@@ -1,11 +1,12 @@
 // What the two Hopper backward schedules share (bwd_kernel_sm90.cuh: keys as rows, P^T / dS^T from
 // registers, d64 and d128; bwd_kernel_sm90_pds.cuh: P and dS through shared memory, d256): the work
 // item, the carve-up of shared memory and its mbarriers, the CTA start and the producer warpgroup,
-// the recomputed dS on a (query, key) view, and the dK/dV epilogue (the recomputed P is bwd_policies.cuh's
-// recompute_probs, shared with the mma.sync kernel). The consumers' products are
-// not shared: which operand lives where, and so which warpgroup computes which slice, is what
-// distinguishes the schedules (a traits switch inside one kernel body would leave two interleaved
-// kernels in one function, each condition a place for the other's bug).
+// the consumers' walk over the blocks, the recomputed dS on a (query, key) view, and the dK/dV
+// epilogue (the recomputed P is bwd_policies.cuh's recompute_probs, shared with the mma.sync
+// kernel). The consumers' products are not shared: which operand lives where, and so which
+// warpgroup computes which slice, is what distinguishes the schedules (a traits switch inside one
+// kernel body would leave two interleaved kernels in one function, each condition a place for the
+// other's bug).
 //
 // A schedule's traits provide: Element, kHeadDim, kBlockM, kBlockN, kQStages, kProducerThreads,
 // kConsumerThreads, kSmemQElems, kSmemKVElems, kSmemScoreElems (the schedule's own P/dS buffers),
@@ -351,6 +352,39 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
             *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
             *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
         }
+    }
+}
+
+// The consumers' walk, the producer's order (sm90_bwd_producer): for every key block n of the
+// chunk, dK and dV cleared; if any query block meets it, once K and V have landed (kv_full) the
+// query blocks of its range, block(m, n0, masked_tag), then K and V released (kv_empty: every wgmma
+// reading them has completed); and the key block's epilogue.
+template <typename Traits, typename Acc, typename Coords, typename Block>
+__device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90BwdWork& w,
+                                                 const Sm90BwdSmem<Traits>& sm, Acc& acc_dk, Acc& acc_dv,
+                                                 Coords const& tdKVc, Block&& block) {
+    constexpr int kBlockM = Traits::kBlockM;
+    constexpr int kBlockN = Traits::kBlockN;
+    int kv_uses = 0;
+    for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
+        const int n0 = n * kBlockN;
+        const QBlockRange range = q_block_range<kBlockM, kBlockN>(args.fwd.mask, w.seq, n0);
+        clear(acc_dk);
+        clear(acc_dv);
+        if (range.m_end > range.m_begin) {
+            cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
+            cutlass::arch::fence_view_async_shared();
+            // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
+            for (int m = range.m_begin; m < range.m_end;) {
+                for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
+                    block(m, n0, cute::true_type{});
+                for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
+                    block(m, n0, cute::false_type{});
+            }
+            cutlass::arch::ClusterBarrier::arrive(sm.kv_empty);
+            ++kv_uses;
+        }
+        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
     }
 }
 

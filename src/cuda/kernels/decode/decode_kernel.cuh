@@ -34,6 +34,7 @@
 #include "device/dependent_launch.h"
 #include "kernels/fwd_args.h"
 #include "kernels/forward/fwd_traits.cuh"
+#include "kernels/forward/fwd_products.cuh"
 #include "device/online_softmax.cuh"
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
@@ -119,13 +120,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
 
     // Global -> shared, by the lanes of this warp: Q (once) by a CuTe tiled copy, K/V blocks by
     // KvCopy, whose chunks are the tiled copy's (tKVc: their rows, for the page-table lookups).
-    typename Warp::GmemLoad gmem_load;
-    auto load_thr = gmem_load.get_thread_slice(lane);
-    Tensor tQg = load_thr.partition_S(gQ);
-    Tensor tQs = load_thr.partition_D(sQ);
-    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
+    const TileLoads<typename Warp::GmemLoad, kBlockM, kBlockN, kHeadDim> loads(lane);
+    auto tQ = loads.partition(gQ, sQ);
+    Tensor tQc = loads.q_coords();
+    Tensor tKVc = loads.kv_coords();
+    Tensor column_ok = loads.column_ok(args.head_dim);
     using KvCopy = typename Traits::KvCopy;
     static_assert(KvCopy::kPasses == decltype(size<1>(tKVc))::value);
     const KvCopy kv_copy(lane);
@@ -139,23 +138,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     constexpr bool kQInRegisters = kHeadDim <= 128;
     typename Warp::TiledMma tiled_mma;
     auto mma_thr = tiled_mma.get_thread_slice(lane);
-    Tensor tSrQ = mma_thr.partition_fragment_A(sQ);
-    Tensor tSrK = mma_thr.partition_fragment_B(sK);
-    Tensor tOrVt = mma_thr.partition_fragment_B(sVt);
     Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     clear(acc_o);
-    auto copy_q = make_tiled_copy_A(typename Warp::SmemCopyQK{}, tiled_mma);
-    auto copy_q_thr = copy_q.get_thread_slice(lane);
-    auto copy_k = make_tiled_copy_B(typename Warp::SmemCopyQK{}, tiled_mma);
-    auto copy_k_thr = copy_k.get_thread_slice(lane);
-    Tensor tSsQ = copy_q_thr.partition_S(sQ);
-    Tensor tSsK = copy_k_thr.partition_S(sK);
-    auto copy_v = make_tiled_copy_B(typename Warp::SmemCopyVt{}, tiled_mma);
-    auto copy_v_thr = copy_v.get_thread_slice(lane);
-    Tensor tOsVt = copy_v_thr.partition_S(sVt);
-
-    Tensor tScS = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
+    const auto products = fwd_products<Warp>(lane, sQ, sK, sVt);
+    Tensor q_regs = products.qk.a_fragment();
+    Tensor s_coords = accumulator_coords<kBlockM, kBlockN>(mma_thr);
     Tensor acc_o_rows = make_tensor(acc_o.data(), rows_cols(acc_o.layout()));
     constexpr int kRows = decltype(size<0>(acc_o_rows))::value;
     OnlineSoftmax<kRows> softmax;
@@ -241,7 +228,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // Prologue. Every thread commits the same groups: Q's (loaded by warp 0), then one per stage of
     // its warp's first kStages - 1 blocks (empty past the range), so that the waits below count
     // alike in every warp.
-    if (warp == 0) load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
+    if (warp == 0) load_tile(loads.copy, tQ.g, tQ.s, tQc, column_ok, seq.q_len - m0);
     cp_async_fence();
     // (The whole-block kernels copy whole blocks as the loop does: only a sequence's last block may
     // be partial, and the predicated copy is ~4x the instructions, run once from a cold cache.)
@@ -282,10 +269,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     BlockRows next_rows{};
     cp_async_wait<kStages - 1>(); // Q has landed (the prologue's blocks may still be in flight) ...
     __syncthreads();              // ... for every warp: the only CTA barrier before the merge
-    if constexpr (kQInRegisters) {
-        Tensor q_view = copy_q_thr.retile_D(tSrQ);
-        copy(copy_q, tSsQ, q_view);
-    }
+    if constexpr (kQInRegisters) products.qk.load_a(q_regs);
 
     // One block of this warp; kMasked as in fwd_kernel (a compile-time tag: unmasked blocks carry no
     // mask instructions). The blocks the loop fetches are copied as the kernel's kLoads says: whole
@@ -317,9 +301,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
         clear(acc_s);
         if constexpr (kQInRegisters) {
-            gemm_regs_smem(tiled_mma, acc_s, tSrQ, tSrK, in_stage(tSsK, n), copy_k, copy_k_thr);
+            products.qk.with_a(acc_s, q_regs, in_stage(products.qk.b, n));
         } else {
-            gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, n), copy_q, copy_k, copy_q_thr, copy_k_thr);
+            products.qk(acc_s, products.qk.a, in_stage(products.qk.b, n));
         }
 
         Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
@@ -334,9 +318,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         // exp2(0) is exactly 1: skipping the multiply by 1 changes nothing.
         if (__any_sync(0xffffffffu, rescale)) OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
 
-        Tensor p = convert_fragment<Element>(acc_s);
-        Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
-        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, n), copy_v, copy_v_thr);
+        products.add_pv(acc_o, acc_s, in_stage(products.pv.b, n));
     };
 
     // As in fwd_kernel: the masked blocks sit at the two ends of the range.
@@ -388,8 +370,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     const bool faulted = __syncthreads_or(page_table.faulted) || seq.faulted;
     page_table.report(args.fault, b);
     {
-        Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-        Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+        Tensor o_coords = accumulator_coords<kBlockM, kHeadDim>(mma_thr);
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
             const int row = get<0>(o_coords(r, 0));

@@ -27,6 +27,7 @@
 
 #include "kernels/fwd_args.h"
 #include "kernels/forward/fwd_traits.cuh"
+#include "kernels/forward/fwd_products.cuh"
 #include "device/online_softmax.cuh"
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
@@ -87,42 +88,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     Tensor sV = make_tensor(sK.data() + kStages * size(sK), typename Traits::SmemLayoutKV{});
     Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
 
-    // Global -> shared partitions, with (row, column) coordinates for the predicates.
-    typename Traits::GmemLoad gmem_load;
-    auto load_thr = gmem_load.get_thread_slice(tid);
-    Tensor tQg = load_thr.partition_S(gQ);
-    Tensor tQs = load_thr.partition_D(sQ);
-    Tensor tKg = load_thr.partition_S(gK);
-    Tensor tKs = load_thr.partition_D(sK);
-    Tensor tVg = load_thr.partition_S(gV);
-    Tensor tVs = load_thr.partition_D(sV);
-    Tensor tQc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tKVc = load_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    // Which of this thread's 16-byte column chunks hold real head-dim columns (same for Q, K, V, O).
-    Tensor column_ok = head_dim_chunks(tKVc, args.head_dim);
+    // Global -> shared: this thread's chunks of Q, K and V (TileLoads, tile_ops.cuh).
+    const TileLoads<typename Traits::GmemLoad, kBlockM, kBlockN, kHeadDim> loads(tid);
+    auto tQ = loads.partition(gQ, sQ);
+    auto tK = loads.partition(gK, sK);
+    auto tV = loads.partition(gV, sV);
+    Tensor tKVc = loads.kv_coords(); // (row, column) of this thread's chunks of a K or V tile
+    Tensor column_ok = loads.column_ok(args.head_dim);
 
-    // Tensor-core partitions.
+    // Tensor cores: S = Q K^T and O += P V (fwd_products.cuh), and the (row, key) coordinates of
+    // this thread's S accumulator.
     typename Traits::TiledMma tiled_mma;
     auto mma_thr = tiled_mma.get_thread_slice(tid);
-    Tensor tSrQ = mma_thr.partition_fragment_A(sQ);
-    Tensor tSrK = mma_thr.partition_fragment_B(sK);
-    Tensor tOrVt = mma_thr.partition_fragment_B(sVt);
     Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     clear(acc_o);
-
-    auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQK{}, tiled_mma);
-    auto copy_q_thr = copy_q.get_thread_slice(tid);
-    Tensor tSsQ = copy_q_thr.partition_S(sQ);
-    auto copy_k = make_tiled_copy_B(typename Traits::SmemCopyQK{}, tiled_mma);
-    auto copy_k_thr = copy_k.get_thread_slice(tid);
-    Tensor tSsK = copy_k_thr.partition_S(sK);
-    auto copy_v = make_tiled_copy_B(typename Traits::SmemCopyVt{}, tiled_mma);
-    auto copy_v_thr = copy_v.get_thread_slice(tid);
-    Tensor tOsVt = copy_v_thr.partition_S(sVt);
-
-    // (row, key) coordinates of this thread's S accumulator, as (rows, cols) like the scores.
-    Tensor tScS = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    Tensor s_coords = make_tensor(tScS.data(), rows_cols(tScS.layout()));
+    const auto products = fwd_products<Traits>(tid, sQ, sK, sVt);
+    Tensor s_coords = accumulator_coords<kBlockM, kBlockN>(mma_thr);
 
     Tensor acc_o_rows = make_tensor(acc_o.data(), rows_cols(acc_o.layout()));
     OnlineSoftmax<decltype(size<0>(acc_o_rows))::value> softmax;
@@ -152,40 +133,41 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     PageTable page_table{kInference && args.block_table ? args.block_table + int64_t(b) * args.block_table_stride
                                                         : nullptr,
                          uint32_t(args.page_size), args.num_blocks};
-    auto load_kv_pages = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n, auto const& pages)
+    auto load_kv_pages = [&](const fa_tensor& t, auto& tX, int n, auto const& pages)
                              __attribute__((always_inline)) {
         const int rows_valid = seq.k_len - n * kBlockN;
         if constexpr (kInference) {
             if (args.block_table) {
-                load_tile_paged(gmem_load, in_stage(tXs, n), tKVc, column_ok, rows_valid,
+                load_tile_paged(loads.copy, in_stage(tX.s, n), tKVc, column_ok, rows_valid,
                                 static_cast<Element*>(t.data) + int64_t(h_kv) * t.head_stride, t.batch_stride,
                                 t.row_stride, pages);
                 return;
             }
         }
-        load_tile(gmem_load, tXg(_, _, _, n), in_stage(tXs, n), tKVc, column_ok, rows_valid);
+        loads.key_tile(tX.g(_, _, _, n), in_stage(tX.s, n), column_ok, rows_valid);
     };
     // The page slots of block n's rows: one table read per row pass of this thread, none unpaged.
     auto pages_of = [&](int n) __attribute__((always_inline)) {
         PageSlots<decltype(size<1>(tKVc))::value> pages{};
         if constexpr (kInference) {
-            if (args.block_table) pages = page_slots(page_table, tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
+            if (args.block_table)
+                pages = page_slots(page_table, tKVc, seq.k_len - n * kBlockN, seq.k_row0 + int64_t(n) * kBlockN);
         }
         return pages;
     };
     // Single buffers: K and V load at different times, each resolves its own pages. The ring loads
     // K and V of a block together and resolves the pages once for both.
-    auto load_kv = [&](const fa_tensor& t, auto const& tXg, auto& tXs, int n) __attribute__((always_inline)) {
-        load_kv_pages(t, tXg, tXs, n, pages_of(n));
+    auto load_kv = [&](const fa_tensor& t, auto& tX, int n) __attribute__((always_inline)) {
+        load_kv_pages(t, tX, n, pages_of(n));
     };
     auto load_kv_block = [&](int n) __attribute__((always_inline)) {
         const auto pages = pages_of(n);
-        load_kv_pages(args.k, tKg, tKs, n, pages);
-        load_kv_pages(args.v, tVg, tVs, n, pages);
+        load_kv_pages(args.k, tK, n, pages);
+        load_kv_pages(args.v, tV, n, pages);
     };
 
     if (range.n_end > range.n_begin) {
-        load_tile(gmem_load, tQg, tQs, tQc, column_ok, seq.q_len - m0);
+        loads.query_tile(tQ.g, tQ.s, column_ok, seq.q_len - m0);
         if constexpr (kRing) { // blocks n_end - 1 .. n_end - (kStages - 1), one cp.async group each
             CUTE_UNROLL
             for (int i = 0; i < kStages - 1; ++i) {
@@ -193,7 +175,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                 cp_async_fence();
             }
         } else {
-            load_kv(args.k, tKg, tKs, range.n_end - 1);
+            load_kv(args.k, tK, range.n_end - 1);
             cp_async_fence();
         }
     }
@@ -216,11 +198,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         } else {
             cp_async_wait<0>(); // K[n] (and Q) have landed ...
             __syncthreads();    // ... for every thread, and everyone is done reading V[n+1]
-            load_kv(args.v, tVg, tVs, n);
+            load_kv(args.v, tV, n);
             cp_async_fence();
         }
 
-        gemm_smem(tiled_mma, acc_s, tSrQ, tSrK, tSsQ, in_stage(tSsK, n), copy_q, copy_k, copy_q_thr, copy_k_thr);
+        products.qk(acc_s, products.qk.a, in_stage(products.qk.b, n));
 
         Tensor scores = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
         if constexpr (kExtras) {
@@ -232,7 +214,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
             cp_async_wait<0>(); // V[n] has landed ...
             __syncthreads();    // ... for every thread, and everyone is done reading K[n]
             if (n > range.n_begin) {
-                load_kv(args.k, tKg, tKs, n - 1);
+                load_kv(args.k, tK, n - 1);
                 cp_async_fence();
             }
         }
@@ -242,9 +224,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
             if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, b, h, m0, n0);
         }
 
-        Tensor p = convert_fragment<Element>(acc_s);
-        Tensor tOrP = make_tensor(p.data(), accumulator_as_a_operand(p.layout()));
-        gemm_regs_smem(tiled_mma, acc_o, tOrP, tOrVt, in_stage(tOsVt, n), copy_v, copy_v_thr);
+        products.add_pv(acc_o, acc_s, in_stage(products.pv.b, n));
     };
 
     // K/V blocks from the last to the first. The ones that need the key mask (the diagonal, the
@@ -274,8 +254,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
     if constexpr (kInference) {
         if (write_partials) { // fp32 O and lse of this split, straight from registers (dense q only)
-            Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-            Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+            Tensor o_coords = accumulator_coords<kBlockM, kHeadDim>(mma_thr);
             const int64_t split_row0 = (int64_t(split) * args.batch + b) * args.seqlen_q;
             CUTE_UNROLL
             for (int r = 0; r < size<0>(o_coords); ++r) {
@@ -308,8 +287,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     copy(copy_o, tOrO_view, tOsO);
 
     if (args.lse) {
-        Tensor tOcO = mma_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-        Tensor o_coords = make_tensor(tOcO.data(), rows_cols(tOcO.layout()));
+        Tensor o_coords = accumulator_coords<kBlockM, kHeadDim>(mma_thr);
         if (get<1>(o_coords(0, 0)) == 0) { // one lane of each quad writes its rows
             CUTE_UNROLL
             for (int r = 0; r < size<0>(o_coords); ++r) {
