@@ -41,6 +41,18 @@ def shape_grid(hdims=HDIMS, seqlens=SEQLENS, families=FAMILIES):
             for d, h, hk in heads for c in (False, True) for s in seqlens]
 
 
+
+def grid_from_args(args):
+    """The grid a benchmark's --quick, --seqlens, --hdims and --shapes ask for; exits when it is empty."""
+    seqlens = QUICK_SEQLENS if args.quick else SEQLENS
+    if args.seqlens:
+        seqlens = tuple(int(s) for s in args.seqlens.split(","))
+    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
+    grid = shape_grid(hdims, seqlens, parse_families(args.shapes))
+    if not grid:
+        raise SystemExit(f"no problem to time: --shapes {args.shapes} has no shape at --hdims {args.hdims}")
+    return grid
+
 def shape_label(row):
     """A row's head shape as the chart and tables name it: "MHA d128", "GQA 32/8 d128"."""
     h, hk = int(row["nheads"]), int(row["nheads_k"])

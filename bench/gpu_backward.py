@@ -49,9 +49,9 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
-from bench_common import FAMILIES, HDIMS, QUICK_SEQLENS, SEQLENS, best_of_rounds, commit, parse_variant  # noqa: E402
-from bench_common import SCRATCH, native_or_expanded, parse_families, parse_lib, plot_grid, read_rows  # noqa: E402
-from bench_common import shape_grid, shape_label  # noqa: E402
+from bench_common import FAMILIES, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import SCRATCH, grid_from_args, native_or_expanded, parse_lib, plot_grid, read_rows  # noqa: E402
+from bench_common import shape_label  # noqa: E402
 
 BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn", SDPBackend.CUDNN_ATTENTION))
 
@@ -185,13 +185,7 @@ def main():
     if args.replot:
         plot(read_rows(args.replot), out / "h200-backward.png")
         return
-    seqlens = QUICK_SEQLENS if args.quick else SEQLENS
-    if args.seqlens:
-        seqlens = tuple(int(s) for s in args.seqlens.split(","))
-    hdims = tuple(int(d) for d in args.hdims.split(",")) if args.hdims else HDIMS
-    grid = shape_grid(hdims, seqlens, parse_families(args.shapes))
-    if not grid:
-        raise SystemExit(f"no problem to time: --shapes {args.shapes} has no shape at --hdims {args.hdims}")
+    grid = grid_from_args(args)
     print(f"{len(grid)} problems", flush=True)
     props = torch.cuda.get_device_properties(0)
 

@@ -118,12 +118,7 @@ def _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slop
         raise ValueError(f"softcap must be a finite float >= 0 (0 = off), got {softcap!r}")
     if alibi_slopes is None:
         return None, window
-    if not isinstance(alibi_slopes, Tensor):
-        raise TypeError(f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
-    if alibi_slopes.dtype != torch.float32:
-        raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
-    if alibi_slopes.device != q.device:
-        raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
+    _check_float32_beside_q(alibi_slopes, "alibi_slopes", q)
     heads = q.shape[-2]
     if tuple(alibi_slopes.shape) not in ((heads,), (batch, heads)):
         raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
@@ -133,16 +128,21 @@ def _check_options(q, dropout_p, softmax_scale, window_size, softcap, alibi_slop
     return alibi_slopes, window
 
 
+def _check_float32_beside_q(t, name, q, what=""):
+    """A per-head fp32 parameter tensor (alibi_slopes, learnable_sink): a float32 torch.Tensor on q's device."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32{what}, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+
+
 def _check_sink(learnable_sink, q):
     """learnable_sink: None, or a float32 (nheads,) tensor on q's device (made contiguous)."""
     if learnable_sink is None:
         return None
-    if not isinstance(learnable_sink, Tensor):
-        raise TypeError(f"learnable_sink must be a torch.Tensor, got {type(learnable_sink).__name__}")
-    if learnable_sink.dtype != torch.float32:
-        raise TypeError(f"learnable_sink must be float32 (one sink logit per query head), got {learnable_sink.dtype}")
-    if learnable_sink.device != q.device:
-        raise ValueError(f"learnable_sink is on {learnable_sink.device} but q is on {q.device}")
+    _check_float32_beside_q(learnable_sink, "learnable_sink", q, " (one sink logit per query head)")
     heads = q.shape[-2]
     if tuple(learnable_sink.shape) != (heads,):
         raise ValueError(f"learnable_sink must have shape (nheads,) = ({heads},), got {tuple(learnable_sink.shape)}")

@@ -24,21 +24,6 @@ Case with(Case c, const Edit& edit) {
     return c;
 }
 
-// Names cases, drops those the backend cannot run (fp32 on CUDA), gives every case its own inputs.
-std::vector<Case> finish(std::vector<Case> cases, Backend backend) {
-    std::vector<Case> kept;
-    std::map<std::string, int> seen;
-    for (Case c : cases) {
-        if (backend == Backend::cuda && c.dtype == FA_FLOAT32) continue;
-        c.backend = backend;
-        std::string name = case_name(c);
-        if (int n = seen[name]++) name += "_" + std::to_string(n + 1);
-        c.name = name;
-        c.seed = seed_from(name);
-        kept.push_back(c);
-    }
-    return kept;
-}
 
 } // namespace
 
@@ -152,7 +137,7 @@ std::vector<Case> attention_cases(Backend backend) {
     cases.push_back(with(dense(FA_FLOAT16, 2, 512, 512, 4, 4, 128), [](Case& c) { c.causal = true; }));
     cases.push_back(with(dense(FA_BFLOAT16, 1, 384, 640, 4, 1, 64), [](Case& c) { c.dropout_p = 0.1f; c.alibi = Alibi::per_head; }));
     cases.push_back(with(dense(FA_FLOAT32, 1, 256, 300, 2, 2, 256), [](Case& c) { c.causal = true; c.softcap = 30.0f; }));
-    return finish(cases, backend);
+    return named_cases(cases, backend);
 }
 
 std::vector<Case> varlen_cases(Backend backend) {
@@ -187,7 +172,22 @@ std::vector<Case> varlen_cases(Backend backend) {
     }
     cases.push_back(with(packed(FA_FLOAT32, q_lens, k_lens, 6, 3, 256), [](Case& c) {
         c.causal = true; c.softcap = 8.0f; c.alibi = Alibi::per_head; c.dropout_p = 0.2f; c.seqused_k = {53, 2, 0, 50, 150, 9}; }));
-    return finish(cases, backend);
+    return named_cases(cases, backend);
+}
+
+std::vector<Case> named_cases(std::vector<Case> cases, Backend backend) {
+    std::vector<Case> kept;
+    std::map<std::string, int> seen;
+    for (Case c : cases) {
+        if (backend == Backend::cuda && c.dtype == FA_FLOAT32) continue;
+        c.backend = backend;
+        std::string name = case_name(c);
+        if (int n = seen[name]++) name += "_" + std::to_string(n + 1);
+        c.name = name;
+        c.seed = seed_from(name);
+        kept.push_back(c);
+    }
+    return kept;
 }
 
 } // namespace flashattn::testing

@@ -16,6 +16,9 @@ std::vector<Case> varlen_cases(Backend backend);
 
 // Test name of a case: what it is (describe() without the backend), unique within its list.
 std::string case_name(const Case& c);
+// A list ready to run on `backend`: each case named (case_name, numbered where names repeat) and
+// seeded from its name, those the backend cannot run dropped (fp32 on CUDA).
+std::vector<Case> named_cases(std::vector<Case> cases, Backend backend);
 
 class Attention : public ::testing::TestWithParam<Case> {
 protected:

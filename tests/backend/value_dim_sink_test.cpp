@@ -7,7 +7,6 @@
 
 #include <cstring>
 #include <functional>
-#include <map>
 
 namespace flashattn::testing {
 namespace {
@@ -37,21 +36,6 @@ Case packed(fa_dtype dtype, std::vector<int> q_lens, std::vector<int> k_lens, in
     c.q_lens = std::move(q_lens);
     c.k_lens = std::move(k_lens);
     return c;
-}
-
-std::vector<Case> finish(std::vector<Case> cases, Backend backend) {
-    std::vector<Case> kept;
-    std::map<std::string, int> seen;
-    for (Case c : cases) {
-        if (backend == Backend::cuda && c.dtype == FA_FLOAT32) continue;
-        c.backend = backend;
-        std::string name = case_name(c);
-        if (int n = seen[name]++) name += "_" + std::to_string(n + 1);
-        c.name = name;
-        c.seed = seed_from(name);
-        kept.push_back(c);
-    }
-    return kept;
 }
 
 std::vector<Case> value_dim_and_sink_cases(Backend backend) {
@@ -97,7 +81,7 @@ std::vector<Case> value_dim_and_sink_cases(Backend backend) {
         c.num_splits = 4; c.window_left = 0; c.window_right = -1; c.seqused_k = {90, 0}; }));
     // A larger one.
     cases.push_back(dense(FA_BFLOAT16, 1, 384, 512, 4, 2, 192, 128, true, [](Case& c) { c.causal = true; }));
-    return finish(cases, backend);
+    return named_cases(cases, backend);
 }
 
 std::vector<Case> varlen_value_dim_and_sink_cases(Backend backend) {
@@ -112,7 +96,7 @@ std::vector<Case> varlen_value_dim_and_sink_cases(Backend backend) {
     cases.push_back(packed(FA_BFLOAT16, q_lens, k_lens, 2, 2, 64, 32, false, [](Case& c) {
         c.window_left = 16; c.window_right = 3; c.softcap = 15.0f; }));
     cases.push_back(packed(FA_FLOAT16, {1, 1, 1, 1}, {300, 1, 0, 77}, 8, 2, 128, 64, true, [](Case& c) { c.num_splits = 0; }));
-    return finish(cases, backend);
+    return named_cases(cases, backend);
 }
 
 // True when the call succeeded; otherwise the status must be the refusal of a backend that lacks
