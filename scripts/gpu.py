@@ -55,7 +55,7 @@ python3 scripts/gpu.py build --tests
 #      there, not in a suite)
 o=""
 python3 scripts/gpu.py smoke --overrides "$o" &&
-  for f in forward backward inference; do python3 scripts/gpu.py pytest tests/gpu/test_$f.py --overrides "$o"; done
+  for f in forward backward inference value_dim_sink; do python3 scripts/gpu.py pytest tests/gpu/test_$f.py --overrides "$o"; done
 
 # 7. the package's suite, the C++ CUDA cases, compute-sanitizer
 python3 scripts/gpu.py pytest tests/python
@@ -224,6 +224,9 @@ SMOKE_PROBLEMS = [
     "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 256 --window 40,8 --softcap 30 --alibi --backward",
     "--kvcache --paged --page-size 16 --batch 3 --seqlen-q 1 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128 "
     "--causal",
+    "--seqlen 700 --head-dim 192 --head-dim-v 128 --heads 4 --batch 2 --causal --learnable-sink --backward --deterministic",
+    "--kvcache --batch 3 --seqlen-q 1 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128 --head-dim-v 64 "
+    "--learnable-sink --causal",
 ]
 
 

@@ -154,13 +154,14 @@ typedef struct fa_fwd_params {
      * Value head dim (DeepSeek's multi-head latent attention runs q/k at 192, v at 128): v, out (and
      * in the backward dout and dv; in fa_kvcache_forward v_new) have head_dim_v columns, q and k
      * keep head_dim. 0 = head_dim; else 1..256. The default softmax scale stays 1/sqrt(head_dim).
-     * The CUDA backend does not take head_dim_v != head_dim yet (FA_ERROR_UNSUPPORTED). */
+     * On CUDA a pair runs at the wider width with the narrower tensors staged as zero-padded copies
+     * (a narrower v cache or paged pool is copied whole per call: see docs/cuda-backend.md). */
     int32_t head_dim_v;
     /* Optional learnable attention sinks (gpt-oss): fp32 (num_heads), one logit per query head, in
      * the memory of q. Each row's softmax denominator gains exp(sink[h]), which takes no value:
      * out_i = sum_j exp(s_ij - m) v_j / (exp(sink[h] - m) + sum_j exp(s_ij - m)), and softmax_lse
-     * includes the sink's term. Finite values (checked at the call on the CPU). NULL = no sink.
-     * The CUDA backend does not take it yet (FA_ERROR_UNSUPPORTED). See docs/semantics.md. */
+     * includes the sink's term. Finite values (checked at the call on the CPU; not read on the host
+     * on CUDA). NULL = no sink. See docs/semantics.md. */
     const float* learnable_sink;
 } fa_fwd_params;
 

@@ -299,24 +299,6 @@ TEST(ApiRejects, CudaBackendForHostMemory) {
     }
 }
 
-// Until its kernels have them, the CUDA backend refuses a value head dim unlike the query's and
-// learnable sinks, by name, rather than computing something else.
-TEST(ApiRejects, ValueHeadDimAndSinksOnCudaForNow) {
-    if (!fa_cuda_available()) GTEST_SKIP() << "CUDA backend not available (fa_cuda_available() == 0)";
-    for (int variant = 0; variant < 2; ++variant) {
-        Case c = valid_dense();
-        c.backend = Backend::cuda;
-        c.seqused_k.clear();
-        if (variant == 0) c.head_dim_v = 8;
-        else c.learnable_sink = true;
-        AttentionRun run(c);
-        EXPECT_EQ(run.forward(), FA_ERROR_UNSUPPORTED) << run.last_error();
-        EXPECT_NE(run.last_error().find(variant == 0 ? "head_dim_v" : "learnable_sink"), std::string::npos)
-            << run.last_error();
-        EXPECT_NE(run.last_error().find("CUDA"), std::string::npos) << run.last_error();
-    }
-}
-
 TEST(ApiRejects, ErrorMessageIsClearedBySuccessfulCallsAndStatusesHaveNames) {
     fa_forward(nullptr);
     EXPECT_STRNE(fa_last_error(), "");

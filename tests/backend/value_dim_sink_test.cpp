@@ -1,8 +1,7 @@
 // A value head dim unlike the query's (head_dim_v) and learnable sinks, alone and with every other
 // feature, through the C ABI against the fp64 reference: out, lse, attn_probs, dq, dk, dv and dsink
-// within FlashAttention's tolerance rule, on every backend. A backend that does not have them yet
-// (the CUDA kernels, for now) must refuse them with FA_ERROR_UNSUPPORTED and a message naming the
-// argument; the case then reports itself skipped, and checks the answer as soon as it is supported.
+// within FlashAttention's tolerance rule, on every backend (both compute every case: a refusal is a
+// failure).
 #include "cases.h"
 
 #include <cstring>
@@ -81,6 +80,9 @@ std::vector<Case> value_dim_and_sink_cases(Backend backend) {
         c.num_splits = 4; c.window_left = 0; c.window_right = -1; c.seqused_k = {90, 0}; }));
     // A larger one.
     cases.push_back(dense(FA_BFLOAT16, 1, 384, 512, 4, 2, 192, 128, true, [](Case& c) { c.causal = true; }));
+    // The default (non-deterministic) backward: dsink's terms added atomically.
+    cases.push_back(dense(FA_BFLOAT16, 2, 300, 300, 4, 2, 128, 64, true, [](Case& c) { c.deterministic = false; c.causal = true; }));
+    cases.push_back(dense(FA_FLOAT16, 2, 97, 131, 6, 2, 64, 128, true, [](Case& c) { c.deterministic = false; }));
     return named_cases(cases, backend);
 }
 
@@ -99,24 +101,7 @@ std::vector<Case> varlen_value_dim_and_sink_cases(Backend backend) {
     return named_cases(cases, backend);
 }
 
-// True when the call succeeded; otherwise the status must be the refusal of a backend that lacks
-// these features, naming the argument, and the test is skipped.
-::testing::AssertionResult ran(fa_status status, const AttentionRun& run) {
-    if (status == FA_OK) return ::testing::AssertionSuccess();
-    const std::string& message = run.last_error();
-    const bool names_it = message.find("head_dim_v") != std::string::npos ||
-                          message.find("learnable_sink") != std::string::npos;
-    if (status == FA_ERROR_UNSUPPORTED && names_it) return ::testing::AssertionFailure() << message;
-    ADD_FAILURE() << fa_status_name(status) << ": " << message;
-    return ::testing::AssertionFailure() << message;
-}
-
-#define FA_RUN_OR_SKIP(call, run)                                                                     \
-    do {                                                                                              \
-        const fa_status status_ = (call);                                                             \
-        if (const ::testing::AssertionResult ok_ = ran(status_, run); !ok_)                           \
-            GTEST_SKIP() << "not supported by this backend yet: " << ok_.message();                   \
-    } while (0)
+#define FA_RUN_OK(call, run) ASSERT_EQ((call), FA_OK) << (run).last_error()
 
 class ValueDimAndSink : public ::testing::TestWithParam<Case> {
 protected:
@@ -125,7 +110,7 @@ protected:
 
 TEST_P(ValueDimAndSink, ForwardMatchesReference) {
     AttentionRun run(GetParam());
-    FA_RUN_OR_SKIP(run.forward(), run);
+    FA_RUN_OK(run.forward(), run);
     expect_forward_matches_reference(run);
 }
 
@@ -134,7 +119,7 @@ TEST_P(ValueDimAndSink, ForwardAttnProbsMatchReference) {
     if (int64_t(c.batch) * c.heads * c.seqlen_q * c.seqlen_k > (1 << 20)) GTEST_SKIP() << "attn_probs: case too large";
     c.want_probs = true;
     AttentionRun run(c);
-    FA_RUN_OR_SKIP(run.forward(), run);
+    FA_RUN_OK(run.forward(), run);
     expect_forward_matches_reference(run);
 }
 
@@ -142,8 +127,8 @@ TEST_P(ValueDimAndSink, BackwardMatchesReference) {
     Case c = GetParam();
     c.with_lse = true;
     AttentionRun run(c);
-    FA_RUN_OR_SKIP(run.forward(), run);
-    FA_RUN_OR_SKIP(run.backward(), run);
+    FA_RUN_OK(run.forward(), run);
+    FA_RUN_OK(run.backward(), run);
     expect_backward_matches_reference(run);
 }
 
@@ -155,9 +140,9 @@ class VarlenValueDimAndSink : public ValueDimAndSink {};
 TEST_P(VarlenValueDimAndSink, ForwardAndBackwardMatchReference) {
     Case c = GetParam();
     AttentionRun run(c);
-    FA_RUN_OR_SKIP(run.forward(), run);
+    FA_RUN_OK(run.forward(), run);
     expect_forward_matches_reference(run);
-    FA_RUN_OR_SKIP(run.backward(), run);
+    FA_RUN_OK(run.backward(), run);
     expect_backward_matches_reference(run);
 }
 
@@ -198,6 +183,39 @@ TEST(CpuValueDimAndSink, ResultsDoNotDependOnThreadCount) {
             EXPECT_EQ(std::memcmp(first_lse.data(), run.lse.data(), first_lse.size() * sizeof(float)), 0);
             EXPECT_EQ(std::memcmp(first_dsink.data(), run.dsink.data(), first_dsink.size() * sizeof(float)), 0);
             EXPECT_EQ(first_dq, run.dq.canonical());
+            EXPECT_EQ(first_dv, run.dv.canonical());
+        }
+    }
+}
+
+// Deterministic mode on CUDA: dsink is a fixed-order sum (per-CTA terms, then an ordered sum), so it
+// is bitwise identical across runs, with dq, dk and dv; split-KV forwards are reproducible too.
+TEST(CudaValueDimAndSink, DeterministicBackwardIsBitwiseReproducible) {
+    FA_SKIP_IF_UNAVAILABLE(Backend::cuda);
+    for (int head_dim_v : {128, 64}) {
+        Case c = dense(FA_BFLOAT16, 3, 300, 420, 8, 2, 128, head_dim_v, true, [](Case& c) {
+            c.causal = true; c.deterministic = true; c.with_lse = true; });
+        c.backend = Backend::cuda;
+        c.name = "deterministic_dv" + std::to_string(head_dim_v);
+        c.seed = seed_from(c.name);
+        std::vector<float> first_dsink;
+        std::vector<double> first_dq, first_dk, first_dv;
+        for (int run_index = 0; run_index < 3; ++run_index) {
+            AttentionRun run(c);
+            ASSERT_EQ(run.forward(), FA_OK) << run.last_error();
+            ASSERT_EQ(run.backward(), FA_OK) << run.last_error();
+            if (run_index == 0) {
+                expect_backward_matches_reference(run);
+                first_dsink = run.dsink;
+                first_dq = run.dq.canonical();
+                first_dk = run.dk.canonical();
+                first_dv = run.dv.canonical();
+                continue;
+            }
+            SCOPED_TRACE("head_dim_v " + std::to_string(head_dim_v) + ", run " + std::to_string(run_index));
+            EXPECT_EQ(std::memcmp(first_dsink.data(), run.dsink.data(), first_dsink.size() * sizeof(float)), 0);
+            EXPECT_EQ(first_dq, run.dq.canonical());
+            EXPECT_EQ(first_dk, run.dk.canonical());
             EXPECT_EQ(first_dv, run.dv.canonical());
         }
     }

@@ -69,7 +69,8 @@ def tensor(t, varlen=False):
 def make_fwd_params(q, k, v, out, *, lse=None, softmax_scale=0.0, causal=False, window=(-1, -1),
                     softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, attn_probs=None,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                    seqused_k=None, backend=BACKEND_AUTO, stream=None):
+                    seqused_k=None, learnable_sink=None, backend=BACKEND_AUTO, stream=None):
+    """v and out may have a head dim unlike q's (head_dim_v = v.shape[-1]); learnable_sink: fp32 (heads,)."""
     p = _copy(lib.fwd_defaults)
     varlen = cu_seqlens_q is not None
     p.dtype = DTYPES[q.dtype]
@@ -84,6 +85,8 @@ def make_fwd_params(q, k, v, out, *, lse=None, softmax_scale=0.0, causal=False, 
         p.batch, p.seqlen_q, p.num_heads, p.head_dim = q.shape
         p.seqlen_k, p.num_heads_k = k.shape[1], k.shape[2]
     p.q, p.k, p.v, p.out = (tensor(t, varlen) for t in (q, k, v, out))
+    p.head_dim_v = v.shape[-1]
+    p.learnable_sink = _ptr(learnable_sink)
     p.softmax_lse = _ptr(lse)
     p.seqused_k = _ptr(seqused_k)
     p.softmax_scale = softmax_scale
@@ -110,7 +113,7 @@ def forward(q, k, v, *, out=None, return_lse=True, return_probs=False, **kw):
     """Run the forward; returns (out, lse, attn_probs). Outputs are pre-poisoned with NaN."""
     varlen = kw.get("cu_seqlens_q") is not None
     if out is None:
-        out = torch.full_like(q, float("nan"))
+        out = torch.full((*q.shape[:-1], v.shape[-1]), float("nan"), device=q.device, dtype=q.dtype)
     lse = None
     if return_lse:
         shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
@@ -123,11 +126,12 @@ def forward(q, k, v, *, out=None, return_lse=True, return_probs=False, **kw):
     return out, lse, probs
 
 
-def make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, *, deterministic=False, workspace=None, **kw):
+def make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, *, deterministic=False, workspace=None, dsink=None, **kw):
     b = _copy(lib.bwd_defaults)
     varlen = kw.get("cu_seqlens_q") is not None
     b.fwd = make_fwd_params(q, k, v, out, lse=lse, **kw)
     b.dout, b.dq, b.dk, b.dv = (tensor(t, varlen) for t in (dout, dq, dk, dv))
+    b.dsink = _ptr(dsink)
     b.deterministic = int(deterministic)
     if workspace is not None:
         b.workspace, b.workspace_size = workspace.data_ptr(), workspace.numel()
@@ -136,7 +140,8 @@ def make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, *, deterministic=False,
 
 def backward(q, k, v, out, lse, dout, *, dq=None, dk=None, dv=None, deterministic=False, use_workspace=False, **kw):
     """Run the backward; returns (dq, dk, dv), pre-poisoned with NaN. use_workspace: the caller
-    allocates fa_bwd_workspace_size bytes (as a framework would) instead of the library."""
+    allocates fa_bwd_workspace_size bytes (as a framework would) instead of the library. With
+    learnable_sink=, pass dsink= (fp32, heads) to receive its gradient."""
     varlen = kw.get("cu_seqlens_q") is not None
     dq = torch.full_like(q, float("nan")) if dq is None else dq
     dk = torch.full_like(k, float("nan")) if dk is None else dk
@@ -158,7 +163,7 @@ def _paged_params(q, k, v, block_table, num_splits, kw):
     varlen = kw.get("cu_seqlens_q") is not None
     kw = dict(kw)
     seqlen_k = kw.pop("seqlen_k", None)
-    out = torch.full_like(q, float("nan"))
+    out = torch.full((*q.shape[:-1], v.shape[-1]), float("nan"), device=q.device, dtype=q.dtype)
     shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
     lse = torch.full(shape, float("nan"), device=q.device, dtype=torch.float32)
     p = make_fwd_params(q, k, v, out, lse=lse, **kw)
@@ -202,12 +207,14 @@ def forward_workspace_size(q, k, v, block_table, *, num_splits=1, **kw):
 def make_kvcache_params(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, rotary_cos=None, rotary_sin=None,
                         rotary_interleaved=False, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                         softmax_scale=0.0, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
-                        num_splits=0, backend=BACKEND_AUTO, stream=None, out=None, lse=None, workspace=None):
+                        num_splits=0, backend=BACKEND_AUTO, stream=None, out=None, lse=None, workspace=None,
+                        learnable_sink=None):
     """(params, out, lse) for fa_kvcache_forward. k_cache/v_cache: (batch_cache, capacity, heads_k, d),
     or (num_blocks, page_size, heads_k, d) pools with block_table (batch, max_blocks) int32. out/lse:
     given, or new tensors poisoned with NaN. workspace: None (the library allocates its own scratch),
     "auto" (fa_kvcache_workspace_size bytes, kept as params.keep_workspace) or a uint8 tensor."""
-    out = torch.full_like(q, float("nan")) if out is None else out
+    if out is None:
+        out = torch.full((*q.shape[:-1], v_cache.shape[-1]), float("nan"), device=q.device, dtype=q.dtype)
     if lse is None:
         lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device=q.device, dtype=torch.float32)
     kp = _copy(lib.kv_defaults)
@@ -218,6 +225,8 @@ def make_kvcache_params(q, k_cache, v_cache, cache_seqlens, *, k=None, v=None, r
     paged = block_table is not None
     f.seqlen_k = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     f.q, f.k, f.v, f.out = tensor(q), tensor(k_cache), tensor(v_cache), tensor(out)
+    f.head_dim_v = v_cache.shape[-1]
+    f.learnable_sink = _ptr(learnable_sink)
     f.softmax_lse = lse.data_ptr()
     f.softmax_scale = softmax_scale
     f.causal = int(causal)

@@ -71,10 +71,12 @@ def keys_for_row(i, q_len, k_len, window_left, window_right):
     return begin, end
 
 
-def _one_sequence(q, k, v, *, scale, causal, window, softcap, slopes, keep, dropout_p, precision):
-    """q (Lq, H, d), k/v (Lk, Hk, d); slopes (H,) or None; keep (H, Lq, Lk) or None.
-    Returns out (Lq, H, d) in `precision`, lse (H, Lq) fp64, probs (H, Lq, Lk) fp64 (normalised)."""
-    Lq, H, d = q.shape
+def _one_sequence(q, k, v, *, scale, causal, window, softcap, slopes, keep, dropout_p, precision, sink=None):
+    """q (Lq, H, d), k (Lk, Hk, d), v (Lk, Hk, dv); slopes (H,) or None; keep (H, Lq, Lk) or None;
+    sink (H,) or None: one more score per row that takes no value. Returns out (Lq, H, dv) in
+    `precision`, lse (H, Lq) fp64, probs (H, Lq, Lk) fp64 (normalised)."""
+    Lq, H = q.shape[0], q.shape[1]
+    d = v.shape[-1]
     Lk, Hk = k.shape[0], k.shape[1]
     dev = q.device
     if Lq == 0:
@@ -98,11 +100,15 @@ def _one_sequence(q, k, v, *, scale, causal, window, softcap, slopes, keep, drop
     begin, end = keys_for_row(torch.arange(Lq, device=dev), Lq, Lk, left, right)
     allowed = (j >= begin[:, None]) & (j < end[:, None])                  # (Lq, Lk)
     s = s.masked_fill(~allowed[None], float("-inf"))
+    if sink is not None:  # the sink: one more column of every row's scores, dropped before P V
+        s = torch.cat([s, sink.to(s.dtype)[:, None, None].expand(H, Lq, 1)], dim=-1)
     s64 = s.to(torch.float64)
     lse = torch.logsumexp(s64, dim=-1)                                    # -inf for empty rows
     probs = torch.softmax(s, dim=-1)
     probs = torch.nan_to_num(probs, nan=0.0)                              # empty rows
     probs64 = torch.nan_to_num(torch.softmax(s64, dim=-1), nan=0.0)
+    if sink is not None:
+        probs, probs64 = probs[..., :-1], probs64[..., :-1]
     if keep is not None:
         dropped = probs * keep.to(probs.dtype) * (1.0 / (1.0 - dropout_p))
     else:
@@ -113,11 +119,13 @@ def _one_sequence(q, k, v, *, scale, causal, window, softcap, slopes, keep, drop
 
 def attention_ref(q, k, v, *, precision=torch.float64, softmax_scale=None, causal=False, window=(-1, -1),
                   softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, cu_seqlens_q=None,
-                  cu_seqlens_k=None, seqused_k=None, want_probs=False):
-    """Dense: q (B, Sq, H, d), k/v (B, Sk, Hk, d). Varlen: packed (total, H, d) with cu_seqlens.
-    Returns out (like q, in `precision`), lse (dense (B, H, Sq); varlen (H, total_q)), probs
-    (dense: (B, H, Sq, Sk), negated where dropped) or None."""
+                  cu_seqlens_k=None, seqused_k=None, want_probs=False, learnable_sink=None):
+    """Dense: q (B, Sq, H, d), k/v (B, Sk, Hk, d) (v may have its own head dim). Varlen: packed
+    (total, H, d) with cu_seqlens. learnable_sink: (H,) logits, or None. Returns out (like q with v's
+    head dim, in `precision`), lse (dense (B, H, Sq); varlen (H, total_q)), probs (dense: (B, H, Sq,
+    Sk), negated where dropped) or None."""
     d = q.shape[-1]
+    out_shape = (*q.shape[:-1], v.shape[-1])
     scale = softmax_scale if softmax_scale else 1.0 / math.sqrt(d)
     varlen = cu_seqlens_q is not None
     dev = q.device
@@ -125,12 +133,12 @@ def attention_ref(q, k, v, *, precision=torch.float64, softmax_scale=None, causa
     if varlen:
         cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
         batch = len(cq) - 1
-        out = torch.zeros(q.shape, device=dev, dtype=precision)
+        out = torch.zeros(out_shape, device=dev, dtype=precision)
         lse = torch.full((H, q.shape[0]), float("-inf"), device=dev, dtype=torch.float64)
     else:
         batch, Sq = q.shape[0], q.shape[1]
         Sk = k.shape[1]
-        out = torch.zeros(q.shape, device=dev, dtype=precision)
+        out = torch.zeros(out_shape, device=dev, dtype=precision)
         lse = torch.full((batch, H, Sq), float("-inf"), device=dev, dtype=torch.float64)
         probs_all = torch.zeros(batch, H, Sq, Sk, device=dev, dtype=torch.float64) if want_probs else None
     used = seqused_k.tolist() if seqused_k is not None else None
@@ -149,7 +157,8 @@ def attention_ref(q, k, v, *, precision=torch.float64, softmax_scale=None, causa
         if dropout_p > 0:
             keep = torch.stack([dropout_keep(seed, offset, b, H, h, Lq, Lk, dropout_p, dev) for h in range(H)])
         o, l, pr = _one_sequence(qs, ks_, vs, scale=scale, causal=causal, window=window, softcap=softcap,
-                                 slopes=slopes, keep=keep, dropout_p=dropout_p, precision=precision)
+                                 slopes=slopes, keep=keep, dropout_p=dropout_p, precision=precision,
+                                 sink=learnable_sink)
         if varlen:
             out[cq[b]:cq[b] + Lq] = o
             lse[:, cq[b]:cq[b] + Lq] = l

@@ -38,6 +38,7 @@ void* at(uintptr_t address) { return reinterpret_cast<void*>(address); }
 // A dense (batch, seqlen, heads, head_dim) forward problem with contiguous tensors.
 struct Dense {
     int batch = 2, seqlen_q = 1024, seqlen_k = 1024, heads = 16, heads_k = 16, head_dim = 128;
+    int head_dim_v = 0; // of v and out; 0 = head_dim
     bool causal = false;
     float softcap = 0.0f, dropout = 0.0f;
     int num_splits = 1;
@@ -49,13 +50,15 @@ struct Dense {
         p.dtype = FA_BFLOAT16;
         p.batch = batch, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k;
         p.num_heads = heads, p.num_heads_k = heads_k, p.head_dim = head_dim;
-        const auto view = [&](uintptr_t base, int rows, int h) {
-            return fa_tensor{at(base), int64_t(rows) * h * head_dim, int64_t(h) * head_dim, head_dim};
+        p.head_dim_v = head_dim_v;
+        const int dv = value_dim();
+        const auto view = [&](uintptr_t base, int rows, int h, int d) {
+            return fa_tensor{at(base), int64_t(rows) * h * d, int64_t(h) * d, d};
         };
-        p.q = view(0x10000000, seqlen_q, heads);
-        p.k = view(0x20000000, seqlen_k, heads_k);
-        p.v = view(0x30000000, seqlen_k, heads_k);
-        p.out = view(0x40000000, seqlen_q, heads);
+        p.q = view(0x10000000, seqlen_q, heads, head_dim);
+        p.k = view(0x20000000, seqlen_k, heads_k, head_dim);
+        p.v = view(0x30000000, seqlen_k, heads_k, dv);
+        p.out = view(0x40000000, seqlen_q, heads, dv);
         p.softmax_lse = lse ? static_cast<float*>(at(0x50000000)) : nullptr;
         p.causal = causal;
         p.softcap = softcap;
@@ -69,6 +72,7 @@ struct Dense {
         const fa_fwd_params p = params();
         return make_problem(&p, false);
     }
+    int value_dim() const { return head_dim_v ? head_dim_v : head_dim; }
 };
 
 ForwardPlan plan(const Dense& d, const DeviceInfo& device = h200(), const Overrides& o = {}) {
@@ -239,11 +243,70 @@ TEST(PlannerForward, OddLayoutsAreStagedIntoWorkspacePieces) {
     EXPECT_EQ(one.workspace.size(Piece::lse), size_t(16) * 2 * 1024 * 4);
 }
 
+// A value head dim unlike the query's runs on the kernels of the wider one: the narrower side is
+// staged, zero-padded to it, and out comes back through a staged copy when v is the narrower.
+TEST(PlannerForward, ValueHeadDimsRunAtTheWiderWidthStaged) {
+    Dense mla;
+    mla.head_dim = 192, mla.head_dim_v = 128; // DeepSeek's prefill
+    const ForwardPlan p = plan(mla);
+    EXPECT_TRUE(p.staging.pad_head_dim);
+    EXPECT_EQ(p.staging.padded_dim, 192);
+    EXPECT_EQ(p.staging.qk_dim, 192);
+    EXPECT_EQ(p.staging.v_dim, 128);
+    EXPECT_EQ(p.head_dim, 192);
+    EXPECT_EQ(p.tile_dim, 192);
+    EXPECT_FALSE(p.staging.q || p.staging.k);
+    EXPECT_TRUE(p.staging.v && p.staging.out);
+    const size_t rows192 = size_t(2) * 1024 * 16 * 192 * 2;
+    EXPECT_EQ(p.workspace.size(Piece::q), 0u);
+    EXPECT_EQ(p.workspace.size(Piece::k), 0u);
+    EXPECT_EQ(p.workspace.size(Piece::v), rows192);
+    EXPECT_EQ(p.workspace.size(Piece::out), rows192);
+
+    Dense narrow_v;
+    narrow_v.head_dim = 128, narrow_v.head_dim_v = 64;
+    const ForwardPlan n = plan(narrow_v);
+    EXPECT_EQ(n.head_dim, 128);
+    EXPECT_EQ(n.tile_dim, 128);
+    EXPECT_TRUE(!n.staging.q && !n.staging.k && n.staging.v && n.staging.out);
+    EXPECT_EQ(n.workspace.size(Piece::v), size_t(2) * 1024 * 16 * 128 * 2);
+
+    Dense wide_v;
+    wide_v.head_dim = 64, wide_v.head_dim_v = 128;
+    const ForwardPlan w = plan(wide_v);
+    EXPECT_EQ(w.head_dim, 128);
+    EXPECT_EQ(w.tile_dim, 128);
+    EXPECT_TRUE(w.staging.q && w.staging.k && !w.staging.v && !w.staging.out);
+    EXPECT_EQ(w.workspace.size(Piece::q), size_t(2) * 1024 * 16 * 128 * 2);
+    EXPECT_EQ(w.workspace.size(Piece::out), 0u);
+
+    Dense odd;
+    odd.head_dim = 59, odd.head_dim_v = 40; // both staged, at 64
+    const ForwardPlan o = plan(odd);
+    EXPECT_EQ(o.head_dim, 64);
+    EXPECT_EQ(o.tile_dim, 64);
+    EXPECT_TRUE(o.staging.q && o.staging.k && o.staging.v && o.staging.out);
+
+    Dense same;
+    same.head_dim_v = 128; // equal widths: nothing staged
+    const ForwardPlan e = plan(same);
+    EXPECT_FALSE(e.staging.pad_head_dim);
+    EXPECT_EQ(e.workspace.total, 0u);
+
+    // Split-KV's partials are rows of the kernels' width.
+    Dense split = mla;
+    split.seqlen_q = 64, split.seqlen_k = 8192, split.batch = 1, split.num_splits = 4;
+    const ForwardPlan s = plan(split);
+    EXPECT_EQ(s.splits, 4);
+    EXPECT_EQ(s.workspace.size(Piece::partial_out), size_t(4) * 64 * 16 * 192 * 4);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The inference kernels: decode tiles, KV caches, paged K/V, split-KV.
 
 struct KvCache {
     int batch = 1, seqlen_q = 1, capacity = 8192, heads = 32, heads_k = 8, head_dim = 128, seqlen_new = 0;
+    int head_dim_v = 0; // of the v cache, v_new and out; 0 = head_dim
     int page_size = 0; // > 0: paged
     bool leftpad = false, rotary = false, causal = false;
     int num_splits = 0;
@@ -257,11 +320,13 @@ struct KvCache {
         p.dtype = FA_BFLOAT16;
         p.batch = batch, p.seqlen_q = seqlen_q, p.seqlen_k = capacity;
         p.num_heads = heads, p.num_heads_k = heads_k, p.head_dim = head_dim;
+        p.head_dim_v = head_dim_v;
+        const int dv = head_dim_v ? head_dim_v : head_dim;
         p.q = fa_tensor{at(0x10000000), int64_t(seqlen_q) * heads * head_dim, int64_t(heads) * head_dim, head_dim};
-        p.out = fa_tensor{at(0x40000000), int64_t(seqlen_q) * heads * head_dim, int64_t(heads) * head_dim, head_dim};
+        p.out = fa_tensor{at(0x40000000), int64_t(seqlen_q) * heads * dv, int64_t(heads) * dv, dv};
         const int64_t rows = page_size ? page_size : capacity;
         p.k = fa_tensor{at(0x20000000), rows * heads_k * head_dim, int64_t(heads_k) * head_dim, head_dim};
-        p.v = fa_tensor{at(0x30000000), rows * heads_k * head_dim, int64_t(heads_k) * head_dim, head_dim};
+        p.v = fa_tensor{at(0x30000000), rows * heads_k * dv, int64_t(heads_k) * dv, dv};
         p.softmax_lse = static_cast<float*>(at(0x50000000));
         p.causal = causal;
         p.num_splits = num_splits;
@@ -279,8 +344,7 @@ struct KvCache {
         if (seqlen_new) {
             kv.k_new = fa_tensor{at(0x70000000), int64_t(seqlen_new) * heads_k * head_dim, int64_t(heads_k) * head_dim,
                                  head_dim};
-            kv.v_new = kv.k_new;
-            kv.v_new.data = at(0x78000000);
+            kv.v_new = fa_tensor{at(0x78000000), int64_t(seqlen_new) * heads_k * dv, int64_t(heads_k) * dv, dv};
             kv.seqlen_new = seqlen_new;
         }
         if (rotary) {
@@ -392,6 +456,25 @@ TEST(PlannerInference, ExplicitSplitsAreClampedToTheBlocks) {
     EXPECT_EQ(one.kernel, Kernel::decode); // a KV cache: still the inference kernels
 }
 
+// A KV cache or a paged pool whose v is narrower than k is read through a staged copy of the whole
+// v cache (pool), zero-padded to the kernels' width: correct, and a copy of the cache per call.
+TEST(PlannerInference, NarrowValueCachesAreStagedWhole) {
+    KvCache c;
+    c.head_dim = 192, c.head_dim_v = 128, c.batch = 4;
+    const ForwardPlan p = plan(c);
+    EXPECT_EQ(p.kernel, Kernel::decode);
+    EXPECT_EQ(p.head_dim, 192);
+    EXPECT_TRUE(!p.staging.q && !p.staging.k && p.staging.v && p.staging.out);
+    EXPECT_EQ(p.workspace.size(Piece::v), size_t(4) * 8192 * 8 * 192 * 2);
+    EXPECT_EQ(p.workspace.size(Piece::out), size_t(4) * 1 * 32 * 192 * 2);
+    KvCache paged;
+    paged.head_dim_v = 64, paged.page_size = 256, paged.batch = 2;
+    const ForwardPlan g = plan(paged);
+    EXPECT_TRUE(g.staging.v && !g.staging.k);
+    EXPECT_EQ(g.workspace.size(Piece::v), size_t(2 * 8192 / 256) * 256 * 8 * 128 * 2); // the pool's blocks
+    if (g.splits > 1) EXPECT_EQ(g.workspace.size(Piece::partial_out), size_t(g.splits) * 2 * 32 * 128 * 4);
+}
+
 TEST(PlannerInference, RotaryQueriesComeFirstInTheWorkspace) {
     KvCache c;
     c.rotary = true, c.seqlen_new = 1;
@@ -429,17 +512,22 @@ TEST(PlannerInference, PlainForwardsSplitOnlyWhenAsked) {
 struct Backward {
     Dense fwd;
     bool deterministic = false;
+    bool sink = false; // learnable sinks, and dsink asked for
     BwdProblem problem() const {
         fa_bwd_params b;
         fa_bwd_params_init(&b);
         b.fwd = fwd.params();
-        const int64_t rows = fwd.seqlen_q, h = fwd.heads, d = fwd.head_dim;
-        b.dout = fa_tensor{at(0x90000000), rows * h * d, h * d, d};
+        const int64_t rows = fwd.seqlen_q, h = fwd.heads, d = fwd.head_dim, dv = fwd.value_dim();
+        b.dout = fa_tensor{at(0x90000000), rows * h * dv, h * dv, dv};
         b.dq = fa_tensor{at(0xa0000000), rows * h * d, h * d, d};
         const int64_t krows = fwd.seqlen_k, hk = fwd.heads_k;
         b.dk = fa_tensor{at(0xb0000000), krows * hk * d, hk * d, d};
-        b.dv = fa_tensor{at(0xc0000000), krows * hk * d, hk * d, d};
+        b.dv = fa_tensor{at(0xc0000000), krows * hk * dv, hk * dv, dv};
         b.deterministic = deterministic;
+        if (sink) {
+            b.fwd.learnable_sink = static_cast<const float*>(at(0xd0000000));
+            b.dsink = static_cast<float*>(at(0xd0001000));
+        }
         return make_bwd_problem(&b, false);
     }
 };
@@ -511,6 +599,46 @@ TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {
     size_t total = 0;
     for (size_t i = 0; i < size_t(Piece::count); ++i) total += WorkspaceLayout::rounded(o.workspace.bytes[i]);
     EXPECT_EQ(o.workspace.total, total);
+}
+
+// Value head dims unlike the query's: the narrower inputs staged at the wider width, dK/dV through
+// the fp32 scratch (whose finishing sums write each output's real columns).
+TEST(PlannerBackward, ValueHeadDimsRunAtTheWiderWidthStaged) {
+    Backward mla;
+    mla.fwd.head_dim = 192, mla.fwd.head_dim_v = 128;
+    const BackwardPlan p = plan(mla);
+    EXPECT_EQ(p.tile_dim, 192);
+    EXPECT_EQ(p.kernel, Kernel::backward_sm80); // no wgmma backward at 192
+    EXPECT_TRUE(!p.staging.q && !p.staging.k && p.staging.v && p.staging.dout);
+    EXPECT_TRUE(p.dkv_scratch);
+    EXPECT_EQ(p.staging.padded_dim, 192);
+    EXPECT_EQ(p.workspace.size(Piece::v), size_t(2) * 1024 * 16 * 192 * 2);
+    EXPECT_EQ(p.workspace.size(Piece::dout), size_t(2) * 1024 * 16 * 192 * 2);
+    EXPECT_EQ(p.workspace.size(Piece::dv_accum), size_t(16) * 2 * 1024 * 192 * 4);
+    Backward wide_v;
+    wide_v.fwd.head_dim = 64, wide_v.fwd.head_dim_v = 128;
+    const BackwardPlan w = plan(wide_v);
+    EXPECT_EQ(w.tile_dim, 128);
+    EXPECT_EQ(w.kernel, Kernel::backward_sm90);
+    EXPECT_TRUE(w.staging.q && w.staging.k && !w.staging.v && !w.staging.dout && w.dkv_scratch);
+}
+
+// dsink: atomics into dsink by default (no scratch); deterministic, one term per (head, sequence,
+// 16-row block of the dsum pass) in scratch, summed in order.
+TEST(PlannerBackward, DeterministicDsinkTermsGetScratch) {
+    Backward b;
+    b.sink = true;
+    const BackwardPlan atomic = plan(b);
+    EXPECT_EQ(atomic.dsink_terms, 0);
+    EXPECT_EQ(atomic.workspace.size(Piece::dsink_partial), 0u);
+    b.deterministic = true;
+    b.fwd.seqlen_q = 1000; // 63 row blocks
+    const BackwardPlan fixed = plan(b);
+    EXPECT_EQ(fixed.dsink_terms, int64_t(16) * 2 * 63);
+    EXPECT_EQ(fixed.workspace.size(Piece::dsink_partial), size_t(16) * 2 * 63 * 4);
+    Backward no_dsink;
+    no_dsink.deterministic = true;
+    EXPECT_EQ(plan(no_dsink).workspace.size(Piece::dsink_partial), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------

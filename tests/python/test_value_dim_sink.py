@@ -1,14 +1,14 @@
 """A value head dim unlike the query's (v.shape[-1] != q.shape[-1]) and learnable sinks
 (learnable_sink=), through every public function that takes them, against a torch reference in
 float64: outputs, lse and gradients (dsink included), with causal, windows, GQA, varlen, dropout,
-the KV cache and torch.compile."""
+the KV cache and torch.compile. Both backends compute every case (a refusal is a failure)."""
 
 import pytest
 import torch
 
 import flashattn
 from flashattn import _ops
-from helpers import DEVICES, FLOOR, assert_lse_close, assert_within, dtypes_for, randn, skip_if_unsupported
+from helpers import DEVICES, FLOOR, assert_lse_close, assert_within, dtypes_for, randn
 from reference import allowed_mask, philox_keep_mask
 
 
@@ -27,7 +27,7 @@ def sink_attention_ref(q, k, v, sink=None, *, causal=False, window=(-1, -1), sof
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
     k_lens = seqused_k.tolist() if seqused_k is not None else [seqlen_k] * batch
-    allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window)
+    allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window).to(scores.device)
     scores = scores.masked_fill(~allowed, float("-inf"))
     if sink is not None:
         column = sink.to(compute).view(1, heads, 1, 1).expand(batch, heads, seqlen_q, 1)
@@ -56,8 +56,7 @@ def _check_forward_and_backward(q, k, v, sink, dtype, **options):
     assert_lse_close(lse, ref_lse, atol=1e-3 if dtype == torch.float32 else 2e-2)
 
     dout = torch.randn_like(out)
-    with skip_if_unsupported(f"backward on {q.device}"):
-        grads = torch.autograd.grad(out, leaves, dout)
+    grads = torch.autograd.grad(out, leaves, dout)
     ref_grads = torch.autograd.grad(ref_out, leaves, dout.double())
     naive_grads = torch.autograd.grad(naive_out, leaves, dout)
     for name, got, ref, naive in zip(("dq", "dk", "dv", "dsink"), grads, ref_grads, naive_grads):
@@ -101,11 +100,11 @@ def test_rows_without_keys_give_zero_and_the_sink_as_lse(device):
     k = randn(1, 3, 2, 16, dtype=torch.bfloat16, device=device)
     v = randn(1, 3, 2, 8, dtype=torch.bfloat16, device=device)
     sink = torch.tensor([0.5, -1.25], device=device)
-    with skip_if_unsupported(f"learnable_sink on {device}"):
-        out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, learnable_sink=sink, return_attn_probs=True)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, learnable_sink=sink, return_attn_probs=True)
     # causal, 6 queries over 3 keys: rows 0..2 see no key
     assert torch.equal(out[:, :3].float().cpu(), torch.zeros(1, 3, 2, 8))
-    assert torch.equal(lse[0, :, :3].cpu(), sink.cpu().view(2, 1).expand(2, 3))
+    # (the CUDA kernels keep the sink in their scores' units: equal up to a rounding or two)
+    assert torch.allclose(lse[0, :, :3].cpu(), sink.cpu().view(2, 1).expand(2, 3), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -118,9 +117,8 @@ def test_func_sink_with_dropout(device):
     v = randn(1, 48, 2, 16, dtype=dtype, device=device, requires_grad=True)
     sink = torch.randn(4, device=device, requires_grad=True)
     torch.manual_seed(11)
-    with skip_if_unsupported(f"learnable_sink on {device}"):
-        out, lse, _, rng_state = _ops.attention(q, k, v, None, None, None, None, sink, 0, 0, dropout_p, 32 ** -0.5,
-                                                True, -1, -1, 0.0, False, False)
+    out, lse, _, rng_state = _ops.attention(q, k, v, None, None, None, None, sink, 0, 0, dropout_p, 32 ** -0.5,
+                                            True, -1, -1, 0.0, False, False)
     seed, offset = rng_state.tolist()
     keep = philox_keep_mask(seed, offset, 1, 4, 40, 48, dropout_p).to(device)
     ref_out, ref_lse = sink_attention_ref(q, k, v, sink, causal=True, keep_mask=keep, dropout_p=dropout_p)
@@ -128,8 +126,7 @@ def test_func_sink_with_dropout(device):
     assert_within("out", out, ref_out, naive_out, 2, FLOOR[dtype])
     assert_lse_close(lse, ref_lse, atol=2e-2)
     dout = torch.randn_like(out)
-    with skip_if_unsupported(f"backward on {device}"):
-        grads = torch.autograd.grad(out, (q, k, v, sink), dout)
+    grads = torch.autograd.grad(out, (q, k, v, sink), dout)
     ref_grads = torch.autograd.grad(ref_out, (q, k, v, sink), dout.double())
     naive_grads = torch.autograd.grad(naive_out, (q, k, v, sink), dout)
     for name, got, ref, naive in zip(("dq", "dk", "dv", "dsink"), grads, ref_grads, naive_grads):
@@ -147,9 +144,8 @@ def test_varlen_value_head_dim_and_sink(device):
     k = randn(sum(k_lens), 2, 96, dtype=dtype, device=device, requires_grad=True)
     v = randn(sum(k_lens), 2, 64, dtype=dtype, device=device, requires_grad=True)
     sink = torch.randn(4, device=device, requires_grad=True)
-    with skip_if_unsupported(f"learnable_sink on {device}"):
-        out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), causal=True,
-                                                       learnable_sink=sink, return_attn_probs=True)
+    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), causal=True,
+                                                   learnable_sink=sink, return_attn_probs=True)
     assert out.shape == (sum(q_lens), 4, 64)
     # The reference: sequence by sequence.
     outs, lses, naive_outs = [], [], []
@@ -165,8 +161,7 @@ def test_varlen_value_head_dim_and_sink(device):
     assert_within("out", out, ref_out, naive_out, 2, FLOOR[dtype])
     assert_lse_close(lse, torch.cat(lses, dim=-1), atol=2e-2)
     dout = torch.randn_like(out)
-    with skip_if_unsupported(f"backward on {device}"):
-        grads = torch.autograd.grad(out, (q, k, v, sink), dout)
+    grads = torch.autograd.grad(out, (q, k, v, sink), dout)
     ref_grads = torch.autograd.grad(ref_out, (q, k, v, sink), dout.double())
     naive_grads = torch.autograd.grad(naive_out, (q, k, v, sink), dout)
     for name, got, ref, naive in zip(("dq", "dk", "dv", "dsink"), grads, ref_grads, naive_grads):
@@ -200,10 +195,9 @@ def test_kvcache_value_head_dim_and_sink(device, paged):
                 v_cache[table[b, blk]] = v_rows[b, blk * page:(blk + 1) * page]
     else:
         table, k_cache, v_cache = None, k_rows.clone(), v_rows.clone()
-    with skip_if_unsupported(f"learnable_sink on {device}"):
-        out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=cache_seqlens,
-                                                     block_table=table, causal=True, learnable_sink=sink,
-                                                     return_softmax_lse=True)
+    out, lse = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=cache_seqlens,
+                                                 block_table=table, causal=True, learnable_sink=sink,
+                                                 return_softmax_lse=True)
     assert out.shape == (batch, new, heads, dv)
     for b in range(batch):
         n = cached[b]
@@ -257,11 +251,10 @@ def test_compile_fullgraph_with_sink_and_value_head_dim(device):
     sink = torch.randn(4, device=device, requires_grad=True)
     leaves = weights + [sink]
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
-    with skip_if_unsupported(f"learnable_sink on {device}"):
-        eager_out = block(x, *leaves)
-        eager_grads = torch.autograd.grad(eager_out.square().sum(), leaves)
-        out = compiled(x, *leaves)
-        grads = torch.autograd.grad(out.square().sum(), leaves)
+    eager_out = block(x, *leaves)
+    eager_grads = torch.autograd.grad(eager_out.square().sum(), leaves)
+    out = compiled(x, *leaves)
+    grads = torch.autograd.grad(out.square().sum(), leaves)
     torch.testing.assert_close(out, eager_out)
     for g, e in zip(grads, eager_grads):
         torch.testing.assert_close(g, e)

@@ -36,6 +36,28 @@ struct OnlineSoftmax {
         }
     }
 
+    // Learnable sinks: one more key folded into row r's state, whose score is the sink and whose
+    // value is 0 (gpt-oss's sink), out rescaled to the new max as absorb() does. A softmax does not
+    // depend on the order of its keys, so this is the state that started at (max, sum, O) = (sink,
+    // 1, 0); taken after the last block, it leaves the main loop's state and registers those of the
+    // kernel without sinks. finish() then gives the lse with the sink's term, and a row with no
+    // allowed key O = 0 and lse = sink. The max is kept in the units of the scores absorb() sees,
+    // which exp_scale turns into log2 units, so the sink's natural-log logit is sink * log2(e) /
+    // exp_scale there (plain scores: sink / scale; transformed scores: the sink). The quad's four
+    // lanes hold parts of the row's sum, which finish() adds: `holds_sum` says whether this lane adds
+    // the sink's term.
+    template <typename Out>
+    __device__ __forceinline__ void absorb_sink(int r, float sink, float exp_scale, bool holds_sum, Out& out) {
+        const float sink_max = sink * (1.4426950408889634f / exp_scale);
+        const float new_max = fmaxf(row_max[r], sink_max);
+        const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * exp_scale; // (as in absorb)
+        const float correction = fast_exp2(row_max[r] * exp_scale - max_scaled);
+        row_max[r] = new_max;
+        row_sum[r] = row_sum[r] * correction + (holds_sum ? fast_exp2(sink_max * exp_scale - max_scaled) : 0.0f);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction;
+    }
+
     // Fold one K/V block's scores (rows x keys, masked entries -inf) into the running state:
     // scores become the unnormalised probabilities exp2(s * exp_scale - max * exp_scale) that P.V
     // uses, and out (rows x head_dim) is rescaled to the new max. exp_scale > 0 folds the softmax
@@ -104,7 +126,8 @@ struct OnlineSoftmax {
     }
 
     // Normalise out (times out_scale, the dropout rescale) and return each row's natural-log lse:
-    // -inf, with out = 0, for a row that saw no allowed key.
+    // -inf, with out = 0, for a row that saw no allowed key (with a sink, absorb_sink: lse = the
+    // sink, out = 0).
     template <typename Out>
     __device__ __forceinline__ void finish(Out& out, float exp_scale, float out_scale, float (&lse)[kRows]) {
         constexpr float kLn2 = 0.6931471805599453f;

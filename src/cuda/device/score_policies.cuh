@@ -43,6 +43,28 @@ __device__ __forceinline__ void poison_rows(AccRows& acc_o_rows, float (&row_lse
     for (int r = 0; r < kRows; ++r) row_lse[r] = __int_as_float(0x7fffffff);
 }
 
+// Learnable sinks (FwdArgs::learnable_sink, null = none): each of this thread's rows of the online
+// softmax (and of out_rows, O's accumulator as (rows, cols)) takes its query head's sink as one more
+// key (OnlineSoftmax::absorb_sink), after the last K/V block; rows (m0 + row of `coords`, the
+// thread's score coordinates) past q_len are left alone. Packed GQA rows are the heads h, h + 1,
+// ...; else every row is head h. A row's sink must enter once: the caller adds it only to the state
+// the others are merged into (split 0 of split-KV, warp 0 of the decode kernel's merge).
+template <typename Softmax, typename OutRows, typename Coords>
+__device__ __forceinline__ void absorb_sinks(Softmax& softmax, OutRows& out_rows, const FwdArgs& args,
+                                             Coords const& coords, int h, bool rows_are_heads, int m0, int q_len,
+                                             float exp_scale) {
+    if (!args.learnable_sink) return;
+    const bool holds_sum = get<1>(coords(0, 0)) == 0; // one lane of each quad (the lane with column 0)
+    const float head_sink = rows_are_heads ? 0.0f : args.learnable_sink[h];
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(coords); ++r) {
+        const int i = m0 + get<0>(coords(r, 0));
+        if (i < q_len)
+            softmax.absorb_sink(r, rows_are_heads ? args.learnable_sink[h + i] : head_sink, exp_scale, holds_sum,
+                                out_rows);
+    }
+}
+
 // Rows [start, end) of a packed tensor, as read from cu_seqlens[b] and [b + 1]: cu[0] = 0, cu[b] <=
 // cu[b + 1] <= total, at most max_len rows. Returns the first row; `len` the (clamped) number of rows.
 __device__ __forceinline__ int64_t checked_rows(int32_t start, int32_t end, int b, int64_t total, int64_t max_len,

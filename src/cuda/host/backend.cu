@@ -62,6 +62,7 @@ FwdArgs fwd_args_from(const Problem& problem, DeviceFault* fault) {
     // Raw Q.K^T can feed the softmax (scale folded into exp2) unless something transforms the
     // scores, or a non-positive scale would turn the row max into a row min.
     args.transform_scores = p.softcap > 0.0f || p.alibi_slopes != nullptr || !(problem.scale > 0.0f);
+    args.learnable_sink = p.learnable_sink;
     args.dropout = problem.has_dropout();
     args.keep_threshold = dropout_keep_threshold(p.dropout_p);
     args.keep_rescale = args.dropout ? float(1.0 / (1.0 - double(p.dropout_p))) : 1.0f;
@@ -180,7 +181,7 @@ void require_problem_on_device(const fa_fwd_params& p, int device) {
                                     {p.v.data, "v.data"}, {p.out.data, "out.data"}, {p.softmax_lse, "softmax_lse"},
                                     {p.cu_seqlens_q, "cu_seqlens_q"}, {p.cu_seqlens_k, "cu_seqlens_k"},
                                     {p.seqused_k, "seqused_k"}, {p.alibi_slopes, "alibi_slopes"},
-                                    {p.rng_state, "rng_state"}})
+                                    {p.rng_state, "rng_state"}, {p.learnable_sink, "learnable_sink"}})
         require_on_device(ptr, device, name);
 }
 
@@ -217,17 +218,6 @@ bool available() {
 
 bool is_device_pointer(const void* ptr) { return device_of(ptr) >= 0; }
 
-void require_kernels_support(const Problem& problem) {
-    const fa_fwd_params& p = problem.p;
-    if (p.head_dim_v != p.head_dim)
-        fail(FA_ERROR_UNSUPPORTED, "head_dim_v (", p.head_dim_v, ") differs from head_dim (", p.head_dim,
-             "): the CUDA kernels do not support a value head dim unlike the query's yet (supported on CUDA: "
-             "head_dim_v == head_dim, or 0; the CPU backend takes any head_dim_v in [1, 256])");
-    if (p.learnable_sink)
-        fail(FA_ERROR_UNSUPPORTED, "learnable_sink is set: the CUDA kernels do not support learnable sinks yet "
-                                   "(the CPU backend does)");
-}
-
 void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspace& workspace, int device) {
     const fa_fwd_params& p = problem.p;
     if (plan.empty) return;
@@ -241,20 +231,22 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
     const auto stream = static_cast<cudaStream_t>(p.stream);
     FwdArgs args = fwd_args_from(problem, device_fault_record(device));
 
-    // Layouts the kernels cannot address in 16-byte chunks go through packed, zero-padded copies.
+    // Layouts the kernels cannot address in 16-byte chunks, and widths other than the one they run
+    // at (a value head dim unlike the query's: the narrower side), go through packed, zero-padded
+    // copies. A KV cache or a paged pool is copied whole (planner.h, Staging).
     const Staging& s = plan.staging;
-    if (s.q) stage_input(args.q, s.dense_batch, !problem.varlen, s.q_rows, p.num_heads, p.head_dim, s.padded_dim,
+    if (s.q) stage_input(args.q, s.dense_batch, !problem.varlen, s.q_rows, p.num_heads, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::q), stream);
-    if (s.k) stage_input(args.k, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, p.head_dim, s.padded_dim,
+    if (s.k) stage_input(args.k, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::k), stream);
-    if (s.v) stage_input(args.v, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, p.head_dim, s.padded_dim,
+    if (s.v) stage_input(args.v, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, s.v_dim, s.padded_dim,
                          workspace.at(Piece::v), stream);
     if (s.out) {
         void* const buffer = workspace.at(Piece::out);
         args.out = fa_tensor{buffer, s.q_rows * p.num_heads * s.padded_dim, int64_t(p.num_heads) * s.padded_dim,
                              s.padded_dim};
     }
-    args.head_dim = plan.head_dim; // padding columns are zero in q and k: the scores do not change
+    args.head_dim = plan.head_dim; // padding columns are zero: the scores do not change, out's are 0
     if (workspace.at(Piece::lse)) args.lse = workspace.floats(Piece::lse); // attn_probs derives from an lse
 
     args.num_m_blocks = plan.num_m_blocks;
@@ -285,19 +277,17 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
 
     if (s.out) {
         StridedView dst{p.out.data, problem.varlen ? 0 : p.out.batch_stride, p.out.row_stride, p.out.head_stride};
-        unpack_padded(workspace.at(Piece::out), dst, s.dense_batch, s.q_rows, p.num_heads, p.head_dim, s.padded_dim,
+        unpack_padded(workspace.at(Piece::out), dst, s.dense_batch, s.q_rows, p.num_heads, s.v_dim, s.padded_dim,
                       stream);
     }
     if (p.attn_probs) write_attn_probs(args, p.dtype, p.attn_probs, stream);
 }
 
 size_t fwd_workspace_size(const Problem& problem) {
-    require_kernels_support(problem);
     return forward_plan(problem, forward_device(problem)).workspace.total;
 }
 
 void forward(const Problem& problem, void* workspace_base, size_t workspace_size) {
-    require_kernels_support(problem);
     const int device = forward_device(problem);
     const ForwardPlan plan = forward_plan(problem, device);
     if (plan.empty) return; // no query row: nothing to compute or write
@@ -312,7 +302,6 @@ void forward(const Problem& problem, void* workspace_base, size_t workspace_size
 // The backward: dsum, the main kernel, the finishing sums (kernels/aux/bwd_aux_kernels.h).
 
 size_t bwd_workspace_size(const BwdProblem& problem) {
-    require_kernels_support(problem.fwd); // (dsink needs learnable_sink: refused with it)
     const int device = backward_device(problem);
     if (device < 0) return 0;
     DeviceGuard guard(device);
@@ -320,16 +309,25 @@ size_t bwd_workspace_size(const BwdProblem& problem) {
 }
 
 void backward(const BwdProblem& problem) {
-    require_kernels_support(problem.fwd); // (dsink needs learnable_sink: refused with it)
     const Problem& pr = problem.fwd;
     const fa_fwd_params& p = pr.p;
     const fa_bwd_params& bp = problem.p;
     require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
     const int device = backward_device(problem);
-    if (device < 0) return; // no tensor has a row: nothing to compute or write
+    if (device < 0) { // no tensor has a row: nothing to compute, only dsink to write (zeros)
+        if (bp.dsink) {
+            const int dsink_device = device_of(bp.dsink);
+            require(dsink_device >= 0, "dsink is not CUDA device memory");
+            DeviceGuard guard(dsink_device);
+            check_cuda(cudaMemsetAsync(bp.dsink, 0, size_t(p.num_heads) * sizeof(float), static_cast<cudaStream_t>(p.stream)),
+                       "zeroing dsink");
+        }
+        return;
+    }
     require_problem_on_device(p, device);
     for (const auto& [ptr, name] : {std::pair<const void*, const char*>{bp.dout.data, "dout.data"}, {bp.dq.data, "dq.data"},
-                                    {bp.dk.data, "dk.data"}, {bp.dv.data, "dv.data"}, {bp.workspace, "workspace"}})
+                                    {bp.dk.data, "dk.data"}, {bp.dv.data, "dv.data"}, {bp.workspace, "workspace"},
+                                    {bp.dsink, "dsink"}})
         require_on_device(ptr, device, name);
     DeviceGuard guard(device);
     const BackwardPlan plan = plan_backward(problem, device_info(device), current_overrides());
@@ -343,7 +341,8 @@ void backward(const BwdProblem& problem) {
     args.dk = bp.dk;
     args.dv = bp.dv;
     args.num_heads_k = p.num_heads_k;
-    args.out_head_dim = p.head_dim;
+    args.qk_head_dim = p.head_dim;
+    args.v_head_dim = p.head_dim_v;
     args.accum_cols = plan.tile_dim;
     args.dsum = workspace.floats(Piece::dsum);
     args.dq_accum = workspace.floats(Piece::dq_accum);
@@ -352,24 +351,28 @@ void backward(const BwdProblem& problem) {
     args.num_n_blocks = plan.num_n_blocks;
     args.dk_accum = plan.dkv_scratch ? workspace.floats(Piece::dk_accum) : nullptr;
     args.dv_accum = plan.dkv_scratch ? workspace.floats(Piece::dv_accum) : nullptr;
+    args.dsink = bp.dsink;
+    args.dsink_terms = plan.dsink_terms > 0 ? workspace.floats(Piece::dsink_partial) : nullptr;
     args.q_rows_total = plan.q_rows_total;
     args.k_rows_total = plan.k_rows_total;
     args.dq_scale = pr.scale;
     args.dk_scale = pr.scale;
     args.dv_scale = args.fwd.keep_rescale;
 
-    // Inputs the kernels cannot read in 16-byte chunks go through packed, zero-padded copies.
+    // Inputs the kernels cannot read in 16-byte chunks, or of a width other than the one they run at,
+    // go through packed, zero-padded copies (the outputs through the fp32 scratch: dkv_scratch).
     const Staging& s = plan.staging;
     const bool has_batch = !pr.varlen;
-    if (s.q) stage_input(args.fwd.q, s.dense_batch, has_batch, s.q_rows, p.num_heads, p.head_dim, s.padded_dim,
+    if (s.q) stage_input(args.fwd.q, s.dense_batch, has_batch, s.q_rows, p.num_heads, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::q), stream);
-    if (s.dout) stage_input(args.dout, s.dense_batch, has_batch, s.q_rows, p.num_heads, p.head_dim, s.padded_dim,
+    if (s.dout) stage_input(args.dout, s.dense_batch, has_batch, s.q_rows, p.num_heads, s.v_dim, s.padded_dim,
                             workspace.at(Piece::dout), stream);
-    if (s.k) stage_input(args.fwd.k, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, p.head_dim, s.padded_dim,
+    if (s.k) stage_input(args.fwd.k, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::k), stream);
-    if (s.v) stage_input(args.fwd.v, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, p.head_dim, s.padded_dim,
+    if (s.v) stage_input(args.fwd.v, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, s.v_dim, s.padded_dim,
                          workspace.at(Piece::v), stream);
-    if (s.pad_head_dim) args.fwd.head_dim = s.padded_dim; // padding columns are zero: products unchanged
+    // Padding columns are zero: products unchanged, and the padded columns of dQ, dK, dV are 0.
+    if (s.pad_head_dim) args.fwd.head_dim = s.padded_dim;
 
     bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
     launch_backward(plan, args, p.dtype, stream);

@@ -48,7 +48,8 @@ void append_and_rotate(const KvCacheProblem& problem, void* q_rotated, DeviceFau
 
     const int64_t new_rows = int64_t(f.batch) * kv.seqlen_new * f.num_heads_k;
     if (new_rows > 0) { // every append is queued before the attention reads any cache
-        kernels::AppendArgs args{f.batch, f.num_heads_k, f.head_dim, p.k_new, p.v_new, f.k, f.v, cache, rotary};
+        kernels::AppendArgs args{f.batch,  f.num_heads_k, f.head_dim, f.head_dim_v, p.k_new,
+                                 p.v_new,  f.k,           f.v,        cache,        rotary};
         kernels::append_kv_kernel<T><<<ctas_for(new_rows, "appending to the KV cache"), 32 * kRowsPerCta, 0, stream>>>(args);
         check_cuda(cudaGetLastError(), "launching the KV-cache append kernel");
     }
@@ -78,13 +79,11 @@ ForwardPlan kvcache_plan(const KvCacheProblem& problem, int device) {
 } // namespace
 
 size_t kvcache_workspace_size(const KvCacheProblem& problem) {
-    require_kernels_support(problem.attention);
     const int device = kvcache_device(problem);
     return device < 0 ? 0 : kvcache_plan(problem, device).workspace.total;
 }
 
 void kvcache_forward(const KvCacheProblem& problem) {
-    require_kernels_support(problem.attention);
     const fa_kvcache_params& p = problem.p;
     const fa_fwd_params& f = p.fwd;
     require(f.dtype == FA_FLOAT16 || f.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");

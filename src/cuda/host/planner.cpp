@@ -246,6 +246,14 @@ bool plan_inference(const Problem& problem, const DeviceInfo& device, const Over
     return true;
 }
 
+// The widths of a problem's tensors and the one head dim the kernels run at (Staging).
+void set_widths(const Problem& problem, Staging& s) {
+    s.qk_dim = int(problem.head_dim());
+    s.v_dim = int(problem.head_dim_v());
+    s.padded_dim = int(round_up8(std::max(s.qk_dim, s.v_dim)));
+    s.pad_head_dim = s.qk_dim != s.padded_dim || s.v_dim != s.padded_dim;
+}
+
 Staging forward_staging(const Problem& problem) {
     const fa_fwd_params& p = problem.p;
     const bool varlen = problem.varlen, paged = problem.kv.paged();
@@ -255,12 +263,12 @@ Staging forward_staging(const Problem& problem) {
     s.kv_batch = paged ? p.num_blocks : problem.kv.cache_entries ? problem.kv.cache_entries : s.dense_batch;
     s.k_rows = paged ? p.page_size : varlen ? p.total_k : p.seqlen_k;
     s.kv_has_batch = paged || !varlen;
-    s.pad_head_dim = p.head_dim % 8 != 0;
-    s.padded_dim = int(round_up8(p.head_dim));
-    s.q = s.pad_head_dim || !chunk_aligned(p.q, !varlen);
-    s.k = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.k, s.kv_has_batch));
-    s.v = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.v, s.kv_has_batch));
-    s.out = s.pad_head_dim || !chunk_aligned(p.out, !varlen);
+    set_widths(problem, s);
+    const bool pad_qk = s.qk_dim != s.padded_dim, pad_v = s.v_dim != s.padded_dim;
+    s.q = pad_qk || !chunk_aligned(p.q, !varlen);
+    s.k = s.k_rows > 0 && (pad_qk || !chunk_aligned(p.k, s.kv_has_batch));
+    s.v = s.k_rows > 0 && (pad_v || !chunk_aligned(p.v, s.kv_has_batch));
+    s.out = pad_v || !chunk_aligned(p.out, !varlen);
     return s;
 }
 
@@ -371,20 +379,21 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     require(p.dtype == FA_FLOAT16 || p.dtype == FA_BFLOAT16, "dtype must be FA_FLOAT16 or FA_BFLOAT16 on CUDA");
     require_runnable(device, p);
     Staging& s = plan.staging;
-    s.pad_head_dim = p.head_dim % 8 != 0;
-    s.padded_dim = int(round_up8(p.head_dim));
+    set_widths(pr, s);
+    const bool pad_qk = s.qk_dim != s.padded_dim, pad_v = s.v_dim != s.padded_dim;
     s.dense_batch = varlen ? 1 : p.batch;
     s.q_rows = varlen ? pr.total_q : p.seqlen_q; // per batch entry of the tensors
     s.k_rows = varlen ? p.total_k : p.seqlen_k;
     s.kv_batch = s.dense_batch;
     s.kv_has_batch = !varlen;
-    s.q = s.q_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.q, !varlen));
-    s.dout = s.q_rows > 0 && (s.pad_head_dim || !chunk_aligned(problem.p.dout, !varlen));
-    s.k = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.k, !varlen));
-    s.v = s.k_rows > 0 && (s.pad_head_dim || !chunk_aligned(p.v, !varlen));
+    s.q = s.q_rows > 0 && (pad_qk || !chunk_aligned(p.q, !varlen));
+    s.dout = s.q_rows > 0 && (pad_v || !chunk_aligned(problem.p.dout, !varlen));
+    s.k = s.k_rows > 0 && (pad_qk || !chunk_aligned(p.k, !varlen));
+    s.v = s.k_rows > 0 && (pad_v || !chunk_aligned(p.v, !varlen));
     plan.tile_dim = tile_head_dim(device, s.padded_dim);
     plan.q_rows_total = varlen ? pr.total_q : int64_t(p.batch) * p.seqlen_q;
     plan.k_rows_total = varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
+    // (Staged widths: the main kernel would write padded_dim columns, the finishing sums write the real ones.)
     plan.dkv_scratch = pr.group > 1 || s.pad_head_dim || !chunk_aligned(problem.p.dk, !varlen) ||
                        !chunk_aligned(problem.p.dv, !varlen);
     const tiles::Backward tile = tiles::backward(plan.tile_dim);
@@ -447,6 +456,10 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     w.add(Piece::dout, s.dout ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
     w.add(Piece::k, s.k ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
     w.add(Piece::v, s.v ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
+    // dsink's terms, one per CTA of the dsum pass, summed in a fixed order in deterministic mode
+    // (else the CTAs add theirs to dsink atomically).
+    plan.dsink_terms = problem.p.dsink && deterministic ? int64_t(p.num_heads) * p.batch * tiles::dsum_row_blocks(p.seqlen_q) : 0;
+    w.add(Piece::dsink_partial, size_t(plan.dsink_terms) * sizeof(float));
     return plan;
 }
 

@@ -58,6 +58,7 @@ enum class Piece : uint8_t {
     lse,         // the lse attn_probs is derived from, when the caller asked for none
     partial_out, partial_lse, // split-KV's fp32 partials
     dsum, dq_accum, dk_accum, dv_accum, // the backward's fp32 accumulators
+    dsink_partial, // deterministic dsink: one fp32 term per (head, sequence, dsum row block), summed in order
     tile_counter, // forward_sm90 claiming its tiles: the counter, zeroed before the launch
     count
 };
@@ -76,11 +77,16 @@ struct WorkspaceLayout {
 };
 
 // Copies of tensors the kernels cannot address in 16-byte chunks (a head dim that is not a multiple
-// of 8, an unaligned base or stride): packed (batch, rows, heads, padded_dim), zero-padded.
+// of 8, an unaligned base or stride) or whose width is not the one the kernels run at: packed
+// (batch, rows, heads, padded_dim), zero-padded. The kernels have one head dim for q, k, v and out;
+// a value head dim unlike the query's runs at padded_dim = max(head_dim, head_dim_v) rounded up to
+// 8, the narrower side zero-padded (zero columns add nothing to Q K^T, and give zero columns of O,
+// dQ, dK and dV, which are not copied back).
 struct Staging {
     bool q = false, k = false, v = false, out = false, dout = false;
-    bool pad_head_dim = false; // head_dim % 8 != 0: every tensor is staged, the kernels read padded_dim
+    bool pad_head_dim = false; // some width differs from padded_dim: those tensors are staged, the kernels read padded_dim
     int padded_dim = 0;
+    int qk_dim = 0, v_dim = 0; // the caller's widths: of q and k (dq, dk), of v and out (dout, dv)
     int64_t dense_batch = 0, q_rows = 0; // q and out as staged: (dense_batch, q_rows, heads, padded_dim)
     int64_t kv_batch = 0, k_rows = 0;    // k and v as stored: sequences, a KV cache's entries, or pool blocks
     bool kv_has_batch = false;           // k and v have a batch (or block) dimension, varlen or not
@@ -123,7 +129,8 @@ struct BackwardPlan {
     int num_n_blocks = 0;        // key blocks of the longest sequence
     int64_t ctas = 0;
     int64_t dq_chunk_stride = 0; // deterministic: floats between the chunks' dQ buffers
-    bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts)
+    bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
+    int64_t dsink_terms = 0;     // deterministic dsink: (head, sequence, dsum row block) terms in scratch
     int64_t q_rows_total = 0, k_rows_total = 0;
     Staging staging;
     WorkspaceLayout workspace;

@@ -11,6 +11,7 @@
 //   dq_accum  [chunk][query head][q row][tile d]          sum of dS K over the chunk's key blocks
 //   dk_accum  [query head][k row][tile d]                  per query head, only when the kernel cannot
 //   dv_accum  [query head][k row][tile d]                  write dk/dv itself (GQA, odd layouts)
+//   dsink_terms [query head][sequence][dsum row block]    deterministic dsink only
 #pragma once
 
 #include "kernels/fwd_args.h"
@@ -28,7 +29,8 @@ struct BwdArgs {
     fa_tensor dq, dk, dv;   // the caller's outputs; dk/dv are written by the main kernel only when
                             // dk_accum is null, else by the finishing kernel (any layout)
     int32_t num_heads_k;
-    int32_t out_head_dim;   // the real head dim (fwd.head_dim may be rounded up to 8 by staging)
+    int32_t qk_head_dim;    // the real head dims, of q, k, dq, dk and of v, out, dout, dv (fwd.head_dim
+    int32_t v_head_dim;     // is the kernels' width: the wider one, rounded up to 8, when staged)
     int32_t accum_cols;     // columns per row of the fp32 scratch: the tile head dim
 
     float* dsum;
@@ -41,6 +43,12 @@ struct BwdArgs {
     float* dv_accum;
     int64_t q_rows_total;    // rows of the dQ scratch per head: varlen ? total_q : batch * seqlen_q
     int64_t k_rows_total;    // rows of the dK/dV scratch per head: varlen ? total_k : batch * seqlen_k
+
+    // dsink (fp32, num_heads; null = not asked): -sum of exp(sink - lse_i) * dsum_i over the rows of
+    // each head, added up by the dsum pass: atomically into dsink, or (deterministic) one term per
+    // dsum CTA into dsink_terms [head][sequence][row block], then summed in that order.
+    float* dsink;
+    float* dsink_terms;
 
     float dq_scale;          // softmax scale (dS is in units of the scaled score)
     float dk_scale;          // softmax scale

@@ -51,6 +51,9 @@ struct FwdArgs {
     MaskSpec mask;               // causal = window (left, 0); -1 = unbounded
     const float* alibi_slopes;   // optional, device memory
     int64_t alibi_batch_stride;
+    // Learnable sinks: fp32 (num_heads), device memory; null = none. Every row's online softmax
+    // starts from its head's sink (score_policies.cuh, start_rows_at_sinks).
+    const float* learnable_sink;
     // Scores go through scale -> softcap -> ALiBi before the softmax (only the "extras" kernel does
     // this); otherwise the scale is folded into exp2 and raw Q.K^T feeds the softmax.
     bool transform_scores;

@@ -79,4 +79,9 @@ constexpr bool backward_sm90_has(int tile_head_dim) {
 }
 constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return tile_head_dim == 256; }
 
+// The backward's row kernels (kernels/aux/bwd_aux_kernels.cu: dsum, the finishing sums): query rows
+// per CTA, and the CTAs of dsum per (sequence, head) for seqlen_q rows (each adds one dsink term).
+constexpr int kRowKernelRows = 16;
+constexpr long long dsum_row_blocks(long long seqlen_q) { return (seqlen_q + kRowKernelRows - 1) / kRowKernelRows; }
+
 } // namespace flashattn::cuda::tiles

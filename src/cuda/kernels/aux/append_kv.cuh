@@ -65,8 +65,8 @@ struct CacheRows {
 };
 
 struct AppendArgs {
-    int32_t batch, heads_k, head_dim;
-    fa_tensor k_new, v_new; // (batch, seqlen_new, heads_k, head_dim)
+    int32_t batch, heads_k, head_dim, head_dim_v;
+    fa_tensor k_new, v_new; // (batch, seqlen_new, heads_k, head_dim), v_new: head_dim_v columns
     fa_tensor k_cache, v_cache;
     CacheRows cache;
     RotaryTable rotary; // keys only
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(32 * kRowsPerCta) append_kv_kernel(const __gri
                int64_t(h) * t.head_stride;
     };
     copy_row_rotated(from(args.k_new), k_to, args.head_dim, args.rotary, row, lane);
-    copy_row_rotated(from(args.v_new), v_to, args.head_dim, RotaryTable{}, 0, lane);
+    copy_row_rotated(from(args.v_new), v_to, args.head_dim_v, RotaryTable{}, 0, lane);
 }
 
 // Warp per (sequence b, query row i, head h): q -> q_rotated.

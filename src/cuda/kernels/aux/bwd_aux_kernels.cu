@@ -10,6 +10,7 @@
 
 #include "host/cuda_check.h"
 #include "device/bwd_policies.cuh"
+#include "kernels/tiles.h"
 
 #include <cutlass/numeric_types.h>
 
@@ -25,7 +26,7 @@ using kernels::sequence_bounds;
 using kernels::stored_k_rows;
 
 constexpr int kLanesPerRow = 16; // a half warp per row
-constexpr int kRowsPerCta = 16;
+constexpr int kRowsPerCta = tiles::kRowKernelRows; // (the planner sizes dsink's terms by it)
 constexpr int kThreads = kRowsPerCta * kLanesPerRow;
 
 // Grid of (row block, sequence, head) CTAs, for rows up to max_rows per sequence.
@@ -82,46 +83,81 @@ __device__ __forceinline__ void load8(const Element* p, float (&v)[8]) {
     for (int j = 0; j < 8; ++j) v[j] = float(e[j]);
 }
 
-template <typename Element>
+// dsink's share of a CTA's rows (one term each, 0 for rows past the sequence), added in row order:
+// atomically into dsink[h], or (deterministic) into the CTA's slot of dsink_terms.
+__device__ __forceinline__ void add_dsink_terms(const BwdArgs& args, const RowItem& it, float term, int row_blocks) {
+    __shared__ float terms[kRowsPerCta];
+    if (it.lane == 0) terms[threadIdx.x / kLanesPerRow] = term;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    float total = 0.0f;
+    CUTE_UNROLL
+    for (int r = 0; r < kRowsPerCta; ++r) total += terms[r];
+    if (args.dsink_terms) {
+        const int rb = int(blockIdx.x % unsigned(row_blocks));
+        args.dsink_terms[(int64_t(it.h) * args.fwd.batch + it.b) * row_blocks + rb] = total;
+    } else {
+        atomicAdd(args.dsink + it.h, total);
+    }
+}
+
+// kDsink: also dsink's terms (a template argument: the kernel without them keeps its registers).
+template <typename Element, bool kDsink>
 __global__ void __launch_bounds__(kThreads) dsum_kernel(const BwdArgs args, int row_blocks, bool vector_rows) {
     const FwdArgs& fa = args.fwd;
     const RowItem it = row_item(fa, fa.num_heads, row_blocks);
-    if (it.i >= it.seq.q_len) return; // the whole half warp: one row
     const bool varlen = fa.cu_seqlens_q != nullptr;
-    auto row = [&](const fa_tensor& t) {
-        const int64_t offset = varlen ? (it.seq.q_row0 + it.i) * t.row_stride
-                                      : int64_t(it.b) * t.batch_stride + int64_t(it.i) * t.row_stride;
-        return static_cast<const Element*>(t.data) + offset + int64_t(it.h) * t.head_stride;
-    };
-    // The row's dQ scratch, zeroed in every chunk's buffer (16-byte stores; accum_cols is the tile
-    // head dim, a multiple of 32, and the scratch is 256-byte aligned).
-    const int64_t q_global_row = varlen ? it.seq.q_row0 + it.i : int64_t(it.b) * fa.seqlen_q + it.i;
-    float* const dq_row = args.dq_accum + (int64_t(it.h) * args.q_rows_total + q_global_row) * args.accum_cols;
-    const int dq_buffers = args.dq_chunk_stride != 0 ? args.num_chunks : 1;
-    for (int t = 0; t < dq_buffers; ++t) {
-        for (int c = it.lane * 4; c < args.accum_cols; c += kLanesPerRow * 4)
-            *reinterpret_cast<float4*>(dq_row + t * args.dq_chunk_stride + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    const Element* out = row(fa.out);
-    const Element* dout = row(args.dout);
-    float sum = 0.0f;
-    if (vector_rows) { // out_head_dim % 8 == 0, rows 16-byte aligned (bwd_dsum)
-        for (int c = it.lane * 8; c < args.out_head_dim; c += kLanesPerRow * 8) {
-            float o[8], d[8];
-            load8(out + c, o);
-            load8(dout + c, d);
-            CUTE_UNROLL
-            for (int j = 0; j < 8; ++j) sum += o[j] * d[j];
+    float sink_term = 0.0f;
+    if (it.i < it.seq.q_len) { // the whole half warp: one row
+        auto row = [&](const fa_tensor& t) {
+            const int64_t offset = varlen ? (it.seq.q_row0 + it.i) * t.row_stride
+                                          : int64_t(it.b) * t.batch_stride + int64_t(it.i) * t.row_stride;
+            return static_cast<const Element*>(t.data) + offset + int64_t(it.h) * t.head_stride;
+        };
+        // The row's dQ scratch, zeroed in every chunk's buffer (16-byte stores; accum_cols is the tile
+        // head dim, a multiple of 32, and the scratch is 256-byte aligned).
+        const int64_t q_global_row = varlen ? it.seq.q_row0 + it.i : int64_t(it.b) * fa.seqlen_q + it.i;
+        float* const dq_row = args.dq_accum + (int64_t(it.h) * args.q_rows_total + q_global_row) * args.accum_cols;
+        const int dq_buffers = args.dq_chunk_stride != 0 ? args.num_chunks : 1;
+        for (int t = 0; t < dq_buffers; ++t) {
+            for (int c = it.lane * 4; c < args.accum_cols; c += kLanesPerRow * 4)
+                *reinterpret_cast<float4*>(dq_row + t * args.dq_chunk_stride + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
-    } else {
-        for (int c = it.lane; c < args.out_head_dim; c += kLanesPerRow) sum += float(out[c]) * float(dout[c]);
+        const Element* out = row(fa.out);
+        const Element* dout = row(args.dout);
+        float sum = 0.0f;
+        if (vector_rows) { // v_head_dim % 8 == 0, rows 16-byte aligned (bwd_dsum)
+            for (int c = it.lane * 8; c < args.v_head_dim; c += kLanesPerRow * 8) {
+                float o[8], d[8];
+                load8(out + c, o);
+                load8(dout + c, d);
+                CUTE_UNROLL
+                for (int j = 0; j < 8; ++j) sum += o[j] * d[j];
+            }
+        } else {
+            for (int c = it.lane; c < args.v_head_dim; c += kLanesPerRow) sum += float(out[c]) * float(dout[c]);
+        }
+        sum = row_sum_lanes(sum);
+        if (it.lane == 0) {
+            const int64_t index = varlen ? int64_t(it.h) * fa.total_q + it.seq.q_row0 + it.i
+                                         : (int64_t(it.b) * fa.num_heads + it.h) * fa.seqlen_q + it.i;
+            args.dsum[index] = sum;
+            // The sink's probability in row i is exp(sink - lse_i) (lse includes the sink's term), its
+            // dS = p_sink * (0 - dsum_i): the sink takes no value.
+            if constexpr (kDsink) sink_term = -expf(fa.learnable_sink[it.h] - fa.lse[index]) * sum;
+        }
     }
-    sum = row_sum_lanes(sum);
-    if (it.lane == 0) {
-        const int64_t index = varlen ? int64_t(it.h) * fa.total_q + it.seq.q_row0 + it.i
-                                     : (int64_t(it.b) * fa.num_heads + it.h) * fa.seqlen_q + it.i;
-        args.dsum[index] = sum;
-    }
+    if constexpr (kDsink) add_dsink_terms(args, it, sink_term, row_blocks); // (every thread: a CTA barrier)
+}
+
+// dsink[h] = the sum of head h's terms (dsink_terms), in order: a warp per head, each lane a fixed
+// stride of them, then a fixed butterfly. The same result on every run.
+__global__ void __launch_bounds__(32) dsink_sum_kernel(const float* terms, int64_t terms_per_head, float* dsink) {
+    const float* head_terms = terms + int64_t(blockIdx.x) * terms_per_head;
+    float sum = 0.0f;
+    for (int64_t t = threadIdx.x; t < terms_per_head; t += 32) sum += head_terms[t];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x == 0) dsink[blockIdx.x] = sum;
 }
 
 // dst row = scale * sum_t src[t * term_stride + row], rows of the q side (dQ, over chunks) or of
@@ -135,8 +171,9 @@ struct RowSum {
     fa_tensor dst;
     int dst_heads;
     float scale;
+    int cols;            // the real columns of dst
     bool key_rows;       // rows of k (all stored rows of the sequence) rather than of q
-    bool vector_rows;    // out_head_dim % 4 == 0 and dst rows 8-byte aligned: 4 columns per access
+    bool vector_rows;    // cols % 4 == 0 and dst rows 8-byte aligned: 4 columns per access
 };
 
 template <typename Element>
@@ -155,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) row_sum_kernel(const BwdArgs args, c
     Element* dst = static_cast<Element*>(job.dst.data) + dst_offset;
     if (job.vector_rows) {
         // src rows: accum_cols floats (a multiple of 32) in a 256-byte aligned scratch: float4 loads.
-        for (int c = it.lane * 4; c < args.out_head_dim; c += kLanesPerRow * 4) {
+        for (int c = it.lane * 4; c < job.cols; c += kLanesPerRow * 4) {
             float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             for (int t = 0; t < job.terms; ++t) {
                 const float4 v = *reinterpret_cast<const float4*>(src + t * job.term_stride + c);
@@ -169,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) row_sum_kernel(const BwdArgs args, c
             *reinterpret_cast<uint2*>(dst + c) = *reinterpret_cast<const uint2*>(packed);
         }
     } else {
-        for (int c = it.lane; c < args.out_head_dim; c += kLanesPerRow) {
+        for (int c = it.lane; c < job.cols; c += kLanesPerRow) {
             float sum = 0.0f;
             for (int t = 0; t < job.terms; ++t) sum += src[t * job.term_stride + c];
             dst[c] = Element(sum * job.scale);
@@ -187,21 +224,22 @@ void finish(const BwdArgs& args, cudaStream_t stream) {
         check_cuda(cudaGetLastError(), "launching the backward's finishing kernel");
     };
     // 4 columns (8 bytes of 16-bit output) per access where every row allows it.
-    auto vector_rows = [&](const fa_tensor& dst) {
-        return args.out_head_dim % 4 == 0 && rows_aligned(dst, int(sizeof(Element)), 4 * int(sizeof(Element)));
+    auto vector_rows = [&](const fa_tensor& dst, int cols) {
+        return cols % 4 == 0 && rows_aligned(dst, int(sizeof(Element)), 4 * int(sizeof(Element)));
     };
     const bool deterministic = args.dq_chunk_stride != 0;
+    const int dqk = args.qk_head_dim, dv = args.v_head_dim;
     run(RowSum{args.dq_accum, args.dq_chunk_stride, deterministic ? args.num_chunks : 1, 1, args.q_rows_total,
-               args.dq, fa.num_heads, args.dq_scale, false, vector_rows(args.dq)},
+               args.dq, fa.num_heads, args.dq_scale, dqk, false, vector_rows(args.dq, dqk)},
         fa.seqlen_q);
     if (args.dk_accum) {
         const int64_t head_stride = args.k_rows_total * args.accum_cols;
         const int group = fa.heads_per_kv_head;
-        run(RowSum{args.dk_accum, head_stride, group, group, args.k_rows_total, args.dk, args.num_heads_k, 1.0f, true,
-                   vector_rows(args.dk)},
+        run(RowSum{args.dk_accum, head_stride, group, group, args.k_rows_total, args.dk, args.num_heads_k, 1.0f, dqk,
+                   true, vector_rows(args.dk, dqk)},
             fa.seqlen_k);
-        run(RowSum{args.dv_accum, head_stride, group, group, args.k_rows_total, args.dv, args.num_heads_k, 1.0f, true,
-                   vector_rows(args.dv)},
+        run(RowSum{args.dv_accum, head_stride, group, group, args.k_rows_total, args.dv, args.num_heads_k, 1.0f, dv,
+                   true, vector_rows(args.dv, dv)},
             fa.seqlen_k);
     }
 }
@@ -209,17 +247,26 @@ void finish(const BwdArgs& args, cudaStream_t stream) {
 } // namespace
 
 void bwd_dsum(const BwdArgs& args, fa_dtype dtype, cudaStream_t stream) {
-    const RowGrid g = row_grid(args.fwd.seqlen_q, args.fwd.batch, args.fwd.num_heads);
-    if (g.ctas == 0) return;
-    // 16-byte loads (8 columns) where every row of O and dO allows them (16-bit elements).
-    const bool vector_rows = args.out_head_dim % 8 == 0 && rows_aligned(args.fwd.out, 2, 16) &&
-                             rows_aligned(args.dout, 2, 16);
-    if (dtype == FA_FLOAT16) {
-        dsum_kernel<cutlass::half_t><<<unsigned(g.ctas), kThreads, 0, stream>>>(args, g.row_blocks, vector_rows);
-    } else {
-        dsum_kernel<cutlass::bfloat16_t><<<unsigned(g.ctas), kThreads, 0, stream>>>(args, g.row_blocks, vector_rows);
+    const FwdArgs& fa = args.fwd;
+    const RowGrid g = row_grid(fa.seqlen_q, fa.batch, fa.num_heads);
+    if (args.dsink && !args.dsink_terms) // the CTAs add to it (also what a call without rows leaves)
+        check_cuda(cudaMemsetAsync(args.dsink, 0, size_t(fa.num_heads) * sizeof(float), stream), "zeroing dsink");
+    if (g.ctas > 0) {
+        // 16-byte loads (8 columns) where every row of O and dO allows them (16-bit elements).
+        const bool vector_rows = args.v_head_dim % 8 == 0 && rows_aligned(fa.out, 2, 16) && rows_aligned(args.dout, 2, 16);
+        auto launch = [&](auto kernel) { kernel<<<unsigned(g.ctas), kThreads, 0, stream>>>(args, g.row_blocks, vector_rows); };
+        if (dtype == FA_FLOAT16) {
+            launch(args.dsink ? dsum_kernel<cutlass::half_t, true> : dsum_kernel<cutlass::half_t, false>);
+        } else {
+            launch(args.dsink ? dsum_kernel<cutlass::bfloat16_t, true> : dsum_kernel<cutlass::bfloat16_t, false>);
+        }
+        check_cuda(cudaGetLastError(), "launching the backward's dsum kernel");
     }
-    check_cuda(cudaGetLastError(), "launching the backward's dsum kernel");
+    if (args.dsink && args.dsink_terms) {
+        dsink_sum_kernel<<<unsigned(fa.num_heads), 32, 0, stream>>>(args.dsink_terms, int64_t(fa.batch) * g.row_blocks,
+                                                                   args.dsink);
+        check_cuda(cudaGetLastError(), "launching the backward's dsink sum");
+    }
 }
 
 void bwd_finish(const BwdArgs& args, fa_dtype dtype, cudaStream_t stream) {

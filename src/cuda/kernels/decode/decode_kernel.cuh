@@ -356,8 +356,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
     // that as mixed.)
     allow_dependent_launch();
 
-    // Each warp's normalised O and lse (a warp that saw no allowed key: O = 0, lse = -inf).
+    // Each warp's normalised O and lse (a warp that saw no allowed key: O = 0, lse = -inf; warp 0
+    // of split 0 holds the sink).
     float row_lse[kRows];
+    if (split == 0 && warp == 0) absorb_sinks(softmax, acc_o_rows, args, s_coords, h, packed, m0, seq.q_len, exp_scale);
     softmax.finish(acc_o_rows, exp_scale, 1.0f, row_lse);
 
     // The merge, over the rings (Q's buffer is left alone): lse (kWarps x kBlockM), then O (kWarps x

@@ -239,6 +239,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
     // Epilogue: normalise, lse, O through shared memory (Q's buffer) to 16-byte global stores.
     float row_lse[decltype(size<0>(acc_o_rows))::value];
+    if constexpr (kExtras) { // (the launcher runs sinks on the extras kernel)
+        if (split == 0) absorb_sinks(softmax, acc_o_rows, args, s_coords, h, packed, m0, seq.q_len, exp_scale);
+    }
     softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
     // A sequence with an index out of range (a block table entry: any thread may have met it) leaves NaN.
     bool faulted = seq.faulted;

@@ -1,5 +1,5 @@
 // Launch of the forward kernel for one (tile head dim, dtype): the plain kernel, or the extras
-// kernel when softcap, ALiBi, dropout or a non-positive scale needs it.
+// kernel when softcap, ALiBi, dropout, a non-positive scale or learnable sinks need it.
 #pragma once
 
 #include "host/grid_launch.h"
@@ -18,7 +18,9 @@ void run_forward_sm80(const FwdArgs& args, int64_t ctas, cudaStream_t stream) {
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "forward");
     };
-    if (args.dropout || args.transform_scores) {
+    // Sinks too: their merge at the epilogue moved the plain kernel's spills (ptxas, nvcc 13), whose
+    // loop is at the register limit at d128.
+    if (args.dropout || args.transform_scores || args.learnable_sink) {
         launch(kernels::fwd_kernel<Traits, true>);
     } else {
         launch(kernels::fwd_kernel<Traits, false>);

@@ -370,6 +370,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
 
         // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
         float row_lse[kRows];
+        absorb_sinks(softmax, acc_o_rows, args, s_coords, t.h, false, m0, t.seq.q_len, exp_scale);
         softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
         if (t.seq.faulted) poison_rows(acc_o_rows, row_lse); // an index out of range (device_faults.h)
         Tensor o = convert_fragment<Element>(acc_o);
