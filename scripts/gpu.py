@@ -13,6 +13,7 @@ subcommands ends with the table of what ran:
   python3 scripts/gpu.py ctest                            the CUDA cases of the C++ suite (build --tests)
   python3 scripts/gpu.py sanitize-cli                     memcheck + racecheck over small CLI problems
   python3 scripts/gpu.py bench decode --compare before:build-before/src/libflashattn.so -- --quick
+  python3 scripts/gpu.py bench features -- --quick        issue 27: head_dim_v against cuDNN, sinks against none
   python3 scripts/gpu.py profile backward --shapes d128n16k    Nsight Compute over bench/profile_*.py
   python3 scripts/gpu.py pip-install                      `pip install .` offline (.whl/), then tests/python
   python3 scripts/gpu.py plan                             the full validation run, call by call
@@ -296,7 +297,8 @@ def cmd_sanitize_cli(args):
     return 1 if failures else 0
 
 
-BENCHES = {"forward": "bench/gpu_forward.py", "backward": "bench/gpu_backward.py", "decode": "bench/gpu_decode.py"}
+BENCHES = {"forward": "bench/gpu_forward.py", "backward": "bench/gpu_backward.py", "decode": "bench/gpu_decode.py",
+           "features": "bench/gpu_features.py"}
 
 
 def cmd_bench(args):
