@@ -1,9 +1,11 @@
 // The Hopper (sm_90a) forward: FlashAttention-2's algorithm with wgmma products, scheduled
 // FlashAttention-3's way (warp specialisation). Tiles and the CuTe objects: fwd_traits_sm90.cuh.
 //
-//   warpgroup 0 (producer)     cp.async of Q once, then K[j] and V[j] into a ring of stages; each
-//                              stage's arrival is signalled on an mbarrier (cp.async.mbarrier.arrive),
-//                              its reuse waits for both consumers to release it (another mbarrier)
+//   warpgroup 0 (producer)     cp.async of Q once, then K[j] and V[j] into a ring of stages: by TMA
+//                              from one thread where K and V are dense (kv_tensor_maps.cuh), else by
+//                              cp.async from all 128; each stage's arrival is signalled on an mbarrier
+//                              (TMA's byte count, or cp.async.mbarrier.arrive), its reuse waits for
+//                              both consumers to release it (another mbarrier)
 //   warpgroups 1, 2 (consumer) 64 query rows each: S = Q K^T, softmax, O += P V (wgmma)
 //
 // Nothing in the main loop synchronises the whole CTA, so the two consumers can drift apart, and a
@@ -24,13 +26,16 @@
 // P V and the epilogue; else O is staged in Q's buffer and Q is released after O's store.
 //
 // Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
-// size of 0 where rows or columns lie outside the tensor), so the mbarrier that tracks its cp.asyncs
+// size of 0 where rows or columns lie outside the tensor) or TMA (the hardware zero-fills outside
+// the tensor map, which ends at seqlen_k and head_dim), so the mbarrier that tracks its copies
 // covers every byte. A consumer that waited on it runs fence.proxy.async before its wgmma reads the
-// stage (cp.async writes through the generic proxy, wgmma reads through the async proxy).
+// stage (cp.async writes through the generic proxy, wgmma reads through the async proxy; after TMA,
+// an async-proxy write, the fence costs nothing that matters).
 #pragma once
 
 #include "kernels/fwd_args.h"
 #include "kernels/forward_sm90/fwd_traits_sm90.cuh"
+#include "kernels/forward_sm90/kv_tensor_maps.cuh"
 #include "device/online_softmax.cuh"
 #include "device/producer_copies.cuh"
 #include "device/score_policies.cuh"
@@ -38,6 +43,7 @@
 #include "device/tile_order.cuh"
 #include "device/wgmma_ops.cuh"
 
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -47,8 +53,10 @@ using namespace cute;
 
 template <typename Traits, bool kExtras, bool kPersistent>
 __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
-    fwd_kernel_sm90(const __grid_constant__ FwdArgs args) {
+    fwd_kernel_sm90(const __grid_constant__ Sm90FwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const FwdArgs& args = params.args;
+    const bool kv_tma = params.kv_tma;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -89,8 +97,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::ClusterBarrier::init(q_full, 128);
         cutlass::arch::ClusterBarrier::init(q_empty, kConsumerThreads);
         for (int s = 0; s < kStages; ++s) {
-            cutlass::arch::ClusterBarrier::init(k_full + s, 128);
-            cutlass::arch::ClusterBarrier::init(v_full + s, 128);
+            // TMA: one arrival (with the stage's byte count) by the issuing thread; cp.async: one
+            // per producer thread.
+            cutlass::arch::ClusterBarrier::init(k_full + s, kv_tma ? 1 : 128);
+            cutlass::arch::ClusterBarrier::init(v_full + s, kv_tma ? 1 : 128);
             cutlass::arch::ClusterBarrier::init(k_empty + s, kConsumerThreads);
             cutlass::arch::ClusterBarrier::init(v_empty + s, kConsumerThreads);
         }
@@ -99,6 +109,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             cutlass::arch::ClusterBarrier::init(tile_empty + s, Traits::kCtaThreads);
         }
         cutlass::arch::fence_barrier_init();
+        if (kv_tma) {
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.k_map));
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.v_map));
+        }
     }
     __syncthreads(); // the last CTA-wide barrier
 
@@ -194,25 +208,44 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             // A readable address for the zero-filled chunks: Q has rows (m0 < q_len); K may not.
             const Element* safe = q_rows;
             auto produce_block = [&](int idx, const Element* rows, int64_t stride, uint32_t smem_at, uint64_t* full,
-                                     uint64_t* empty) __attribute__((always_inline)) {
+                                     uint64_t* empty, const CUtensorMap* map, Element* smem_ring)
+                                     __attribute__((always_inline)) {
                 const int r = ring_base + idx;
                 const int s = r % kStages;
                 const int j = t.e - 1 - idx;
+                if (kv_tma) {
+                    if (ptid != 0) return;
+                    if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
+                    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full + s, kKvStageBytes);
+                    constexpr int kColBlocks = kHeadDim / Traits::kSwizzleCols;
+                    CUTE_UNROLL
+                    for (int c = 0; c < kColBlocks; ++c)
+                        SM90_TMA_LOAD_4D::copy(map, full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                               smem_ring + s * kKvElems + c * kBlockN * Traits::kSwizzleCols,
+                                               c * Traits::kSwizzleCols, j * kBlockN, h_kv, t.b);
+                    return;
+                }
                 if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
                 copy_kv.load_async(smem_at + s * kKvStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
                         t.seq.k_len - j * kBlockN, args.head_dim, safe);
                 cutlass::arch::cpasync_barrier_arrive_noinc(full + s);
             };
+            auto produce_k = [&](int idx) __attribute__((always_inline)) {
+                produce_block(idx, k_rows, k_stride, smem_k_at, k_full, k_empty, &params.k_map, smem_k);
+            };
+            auto produce_v = [&](int idx) __attribute__((always_inline)) {
+                produce_block(idx, v_rows, v_stride, smem_v_at, v_full, v_empty, &params.v_map, smem_v);
+            };
             // The first K block goes before Q: it needs no more than a free stage, while Q's buffer
             // is free only once the consumers have stored the previous tile's O from it.
-            if (t.num_blocks > 0) produce_block(0, k_rows, k_stride, smem_k_at, k_full, k_empty);
+            if (t.num_blocks > 0) produce_k(0);
             if (tiles_done > 0) cutlass::arch::ClusterBarrier::wait(q_empty, (tiles_done - 1) & 1);
             copy_q.load_async(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, t.seq.q_len - t.m0, args.head_dim, safe);
             cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
-            if (t.num_blocks > 0) produce_block(0, v_rows, v_stride, smem_v_at, v_full, v_empty);
+            if (t.num_blocks > 0) produce_v(0);
             for (int idx = 1; idx < t.num_blocks; ++idx) {
-                produce_block(idx, k_rows, k_stride, smem_k_at, k_full, k_empty);
-                produce_block(idx, v_rows, v_stride, smem_v_at, v_full, v_empty);
+                produce_k(idx);
+                produce_v(idx);
             }
             ring_base += t.num_blocks;
             ++tiles_done;

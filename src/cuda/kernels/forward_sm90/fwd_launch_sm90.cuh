@@ -6,6 +6,7 @@
 #include "host/grid_launch.h"
 #include "host/launch.h"
 #include "kernels/forward_sm90/fwd_kernel_sm90.cuh"
+#include "kernels/forward_sm90/kv_tensor_maps.cuh"
 
 #include <type_traits>
 
@@ -17,8 +18,9 @@ void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream) {
     using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
     using Traits = kernels::DefaultSm90FwdTraits<kTileDim, Element>;
     constexpr bool kPersistent = Traits::kCanPersist;
+    const Sm90FwdParams params = sm90_forward_params<Traits>(args, kDtype == FA_BFLOAT16);
     auto launch = [&](auto kernel) {
-        launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, args, stream, "forward");
+        launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, params, stream, "forward");
     };
     if (args.dropout || args.transform_scores) return launch(kernels::fwd_kernel_sm90<Traits, true, kPersistent>);
     return launch(kernels::fwd_kernel_sm90<Traits, false, kPersistent>);

@@ -92,9 +92,10 @@ struct Sm90FwdTraits {
     // until the registers it asks for have been released by the CTA's other warps: the split must
     // fit the launch allocation, not the 64K register file, or the consumers wait forever (48 + 232
     // = 65536 > 64512 hung on the first Hopper problem, docs/perf-log.md). Within it: at
-    // d <= 128 the producer keeps 40 (it spills 68 B in its own code walking several tiles) and
+    // d <= 128 the producer keeps 40 (it spills 36 B in its own code walking several tiles) and
     // the consumers 232; above d128 the consumers need 240 (232 spilled 124 B at d256), which
-    // leaves the producer 24 (624 B of spills, all in the producer); ptxas -v, bf16.
+    // leaves the producer 24 (200 B of spills at d256, all in the producer: the TMA thread's
+    // coordinates beside the cp.async path's addresses); ptxas -v, bf16.
     static constexpr int kLaunchRegs = 65536 / kCtaThreads / 8 * 8;
     // Whether the kernel runs in its looping form (a CTA loops over tiles, fwd_kernel_sm90.cuh),
     // the only form compiled up to d128; above, the one-tile form is. Above d128 the loop's state
