@@ -8,6 +8,8 @@
 #                         nvcc found and a GPU visible; as CMake's AUTO and `pip install .` decide).
 #                         ON without a GPU compiles one head dim for sm_90: a compile check
 #   FLASHATTN_HEADDIMS    CUDA head dims to build (default: all with a GPU, 128 without)
+#   FLASHATTN_CUDA_ARCHS  CUDA architectures (default: 80;90 with a GPU, 90 without)
+# GoogleTest is installed (and the C++ suites configured) only when the targets need them (all).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 targets=("$@")
@@ -38,11 +40,16 @@ else
     echo "setup: building the CPU backend only: $why. $other."
 fi
 
+wants_tests=0
+for t in "${targets[@]}"; do [ "$t" = all ] && wants_tests=1; done
+has_gtest=0
+[ -f /usr/include/gtest/gtest.h ] && has_gtest=1
+
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v ninja >/dev/null || need_apt+=(ninja-build)
 command -v g++ >/dev/null || need_apt+=(g++)
-[ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
+if [ "$wants_tests" = 1 ] && [ "$has_gtest" = 0 ]; then need_apt+=(libgtest-dev); has_gtest=1; fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -51,15 +58,21 @@ fi
 
 build=${FLASHATTN_BUILD_DIR:-$root/build}
 headdims=${FLASHATTN_HEADDIMS:-}
+archs=${FLASHATTN_CUDA_ARCHS:-}
+# Each configure states the head dims and architectures (or resets them to CMake's defaults, all of
+# them), so that a build folder configured narrowly once is not narrow for ever.
 cuda_args=(-DFLASHATTN_CUDA="$cuda")
 if [ "$cuda" = ON ]; then
     "$root/scripts/fetch_cutlass.sh"
     # Without a GPU the CUDA sources are only compile-checked: one head dim, one architecture.
-    [ "$has_gpu" = 1 ] || { headdims=${headdims:-128}; cuda_args+=(-DFLASHATTN_CUDA_ARCHS=90); }
-    [ -n "$headdims" ] && cuda_args+=(-DFLASHATTN_HEADDIMS="$headdims")
+    [ "$has_gpu" = 1 ] || { headdims=${headdims:-128}; archs=${archs:-90}; }
 fi
-echo "setup: configuring $build (CUDA $cuda${headdims:+, head dims $headdims}), building ${targets[*]}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" >/dev/null
+if [ -n "$headdims" ]; then cuda_args+=(-DFLASHATTN_HEADDIMS="$headdims"); else cuda_args+=(-UFLASHATTN_HEADDIMS); fi
+if [ -n "$archs" ]; then cuda_args+=(-DFLASHATTN_CUDA_ARCHS="$archs"); else cuda_args+=(-UFLASHATTN_CUDA_ARCHS); fi
+tests=OFF
+[ "$has_gtest" = 1 ] && tests=ON
+echo "setup: configuring $build (CUDA $cuda${headdims:+, head dims $headdims}${archs:+, archs $archs}; C++ tests $tests), building ${targets[*]}"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" -DFLASHATTN_BUILD_TESTS="$tests" >/dev/null
 start=$(date +%s)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 echo "setup: build took $(( $(date +%s) - start )) s"
