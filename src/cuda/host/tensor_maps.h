@@ -1,0 +1,64 @@
+// TMA descriptors (CUtensorMap) of the attention tensors, made on the host for one launch.
+//
+// A map covers (head_dim, rows, heads, batch) of a dense (batch, rows, heads, head_dim) tensor and
+// is read in boxes of box_cols x box_rows written to shared memory in the 128-byte (or 64-byte)
+// swizzle that wgmma reads; the hardware fills what lies outside the map with zeros, so a map ends
+// where a sequence ends only for dense batches: varlen and seqused_k keep the kernels' cp.async paths.
+// The encoder is the driver's cuTensorMapEncodeTiled, looked up through the runtime (the library
+// does not link libcuda).
+#pragma once
+
+#include <flashattn/flashattn.h>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashattn::cuda {
+
+// cuTensorMapEncodeTiled's signature as of CUDA 12.0.
+using TensorMapEncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                          const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                          CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                          CUtensorMapFloatOOBfill);
+
+inline TensorMapEncodeTiled tensor_map_encoder() {
+    static const TensorMapEncodeTiled encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess)
+            fn = nullptr;
+        return reinterpret_cast<TensorMapEncodeTiled>(fn);
+    }();
+    return encode;
+}
+
+// The map of x's (head_dim, rows, heads, batch) in 16-bit elements with boxes of box_cols x box_rows
+// (box_cols x 2 bytes: 128 or 64, the swizzle's row); false where TMA cannot address x (a base or a
+// stride not a multiple of 16 bytes, a zero stride): the caller then loads with cp.async.
+inline bool encode_rows_map(CUtensorMap& map, const fa_tensor& x, bool bf16, int head_dim, int rows, int heads,
+                            int batch, int box_cols, int box_rows) {
+    constexpr int64_t kElem = 2;
+    const TensorMapEncodeTiled encode = tensor_map_encoder();
+    if (!encode || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) return false;
+    const int64_t batch_stride = batch > 1 ? x.batch_stride : int64_t(rows) * x.row_stride;
+    const int64_t head_stride = heads > 1 ? x.head_stride : int64_t(head_dim);
+    const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+    const int64_t strides[3] = {x.row_stride * kElem, head_stride * kElem, batch_stride * kElem};
+    cuuint64_t byte_strides[3];
+    for (int i = 0; i < 3; ++i) {
+        if (strides[i] <= 0 || strides[i] % 16 != 0 || strides[i] >= (int64_t(1) << 40)) return false;
+        byte_strides[i] = cuuint64_t(strides[i]);
+    }
+    const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
+    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    const CUtensorMapSwizzle swizzle = box_cols * kElem == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    return encode(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, x.data, dims,
+                  byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+} // namespace flashattn::cuda
