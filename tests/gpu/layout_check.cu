@@ -23,7 +23,8 @@
 //     merge scratch (disjoint from Q, 16-byte aligned float4 rows, conflict-free float2 writes);
 //     split_share() and inference_work_item() cover their ranges exactly once;
 //   - the Hopper forward's producer copies (SwizzledTileCopy) of Q and K/V against CuTe's tiled
-//     copy, for every head dim (producer_copy_check.h).
+//     copy, and its TMA boxes of K/V (where each swizzled box lands), for every head dim
+//     (producer_copy_check.h).
 #include "kernels/decode/decode_kernel.cuh"
 #include "kernels/forward/fwd_traits.cuh"
 #include "kernels/forward_sm90/fwd_traits_sm90.cuh"
@@ -370,6 +371,8 @@ void check_sm90_producer(const char* name) {
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads, Traits::kSwizzleCols>(name, "Q");
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads, Traits::kSwizzleCols>(name,
                                                                                                               "K/V");
+    // K/V by TMA (kv_tensor_maps.cuh): one box of kBlockN rows per column block.
+    check_tma_boxes<Element, typename Traits::SmemLayoutKV, Traits::kSwizzleCols>(name, "K/V by TMA", Traits::kBlockN);
 }
 
 int main() {

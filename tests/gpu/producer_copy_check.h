@@ -61,3 +61,38 @@ void check_producer_copy(const char* name, const char* what) {
         CHECK(n == 1, "%s %s: producer copy element (%d, %d) %d times", name, what, rc.first, rc.second, n);
 }
 
+
+// TMA's writes of a tile against CuTe's layout: the tile loaded as boxes of kBoxCols columns by
+// box_rows rows (column block c, rows [row0, row0 + box_rows) at shared element offset
+// (c * kRows + row0) * kBoxCols, as the kernels place them), each box written row by row with the
+// tensor map's swizzle (128-byte boxes: the 16-byte chunk bits 4-6 of the shared address XOR-ed
+// with bits 7-9; 64-byte boxes: bits 4-5 with bits 7-8), lands every element where CuTe's layout
+// says it is, and the boxes cover the tile once.
+template <typename Element, typename SmemLayout, int kBoxCols>
+void check_tma_boxes(const char* name, const char* what, int box_rows) {
+    using namespace cute;
+    constexpr int kRows = decltype(size<0>(SmemLayout{}))::value, kCols = decltype(size<1>(SmemLayout{}))::value;
+    constexpr int kBoxBytes = kBoxCols * int(sizeof(Element));
+    static_assert(kBoxBytes == 128 || kBoxBytes == 64, "the kernels' boxes span one swizzle row");
+    const uintptr_t mask = kBoxBytes == 128 ? 7 : 3;
+    const uintptr_t base = uintptr_t(3) << 20;
+    Tensor tile = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), SmemLayout{});
+    std::map<std::pair<int, int>, int> cover;
+    CHECK(kRows % box_rows == 0 && kCols % kBoxCols == 0, "%s %s: %d x %d boxes do not tile %d x %d", name, what,
+          box_rows, kBoxCols, kRows, kCols);
+    for (int c = 0; c < kCols / kBoxCols; ++c)
+        for (int row0 = 0; row0 < kRows; row0 += box_rows) {
+            const uintptr_t box = base + uintptr_t((c * kRows + row0) * kBoxCols) * sizeof(Element);
+            for (int r = 0; r < box_rows; ++r)
+                for (int col = 0; col < kBoxCols; ++col) {
+                    const uintptr_t linear = box + uintptr_t(r * kBoxBytes + col * int(sizeof(Element)));
+                    const uintptr_t written = linear ^ (((linear >> 7) & mask) << 4);
+                    const uintptr_t expected = reinterpret_cast<uintptr_t>(raw_pointer_cast(&tile(row0 + r, c * kBoxCols + col)));
+                    CHECK(written == expected, "%s %s: box (%d, rows %d+) element (%d, %d) lands at byte %d, CuTe has it at %d",
+                          name, what, c, row0, r, col, int(written - base), int(expected - base));
+                    cover[{row0 + r, c * kBoxCols + col}]++;
+                }
+        }
+    CHECK(int(cover.size()) == kRows * kCols, "%s %s: TMA boxes cover %d of %d", name, what, int(cover.size()),
+          kRows * kCols);
+}
