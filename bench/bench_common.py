@@ -145,6 +145,17 @@ def native_or_expanded(make, gqa, name, noted):
         return make(True), "expanded"
 
 
+def baseline_or_nan(make, gqa, name, noted, row):
+    """native_or_expanded, or None where the backend refuses the row: its column then holds NaN and
+    the reason is printed."""
+    try:
+        return native_or_expanded(make, gqa, name, noted)
+    except RuntimeError as e:
+        row[f"{name}_tflops"] = float("nan")
+        print(f"  {name} failed: {str(e)[:100]}", flush=True)
+        return None
+
+
 def best_of_rounds(entries, rounds, bench_ms, work):
     """Times each (column, fn, context) once per round, round-robin, inside `context()` (a context
     manager factory, e.g. overrides set and put back; None: nothing); returns {column: best work / ms}.

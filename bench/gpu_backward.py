@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from bench_common import FAMILIES, best_of_rounds, commit, parse_variant  # noqa: E402
-from bench_common import SCRATCH, grid_from_args, native_or_expanded, parse_lib, plot_grid, read_rows  # noqa: E402
+from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
 from bench_common import shape_label  # noqa: E402
 
 BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn", SDPBackend.CUDNN_ATTENTION))
@@ -127,13 +127,10 @@ def measure(grid, variants=(), libs=(), rounds=1):
                                            for g, o in zip(grads, ours_grads))
         hows = []
         for name, short, backend in BASELINES:
-            try:
-                (f, ref), how = native_or_expanded(partial(sdpa_backward_fn, q, k, v, dout, causal, backend),
-                                                   hk != h, name, noted)
-            except RuntimeError as e:
-                row[f"{name}_tflops"] = float("nan")
-                print(f"  {name} failed: {str(e)[:100]}", flush=True)
+            got = baseline_or_nan(partial(sdpa_backward_fn, q, k, v, dout, causal, backend), hk != h, name, noted, row)
+            if got is None:
                 continue
+            (f, ref), how = got
             entries.append((name, f, None))
             hows += [f"{short}={how}"] if how else []
             if name == "torch_fa2":  # sanity: the same gradients as the reference backend

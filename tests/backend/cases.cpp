@@ -7,15 +7,7 @@ namespace flashattn::testing {
 namespace {
 
 Case dense(fa_dtype dtype, int batch, int seqlen_q, int seqlen_k, int heads, int heads_k, int head_dim) {
-    Case c;
-    c.dtype = dtype;
-    c.batch = batch;
-    c.seqlen_q = seqlen_q;
-    c.seqlen_k = seqlen_k;
-    c.heads = heads;
-    c.heads_k = heads_k;
-    c.head_dim = head_dim;
-    return c;
+    return dense_case(dtype, batch, seqlen_q, seqlen_k, heads, heads_k, head_dim);
 }
 
 using Edit = std::function<void(Case&)>;
@@ -173,6 +165,18 @@ std::vector<Case> varlen_cases(Backend backend) {
     cases.push_back(with(packed(FA_FLOAT32, q_lens, k_lens, 6, 3, 256), [](Case& c) {
         c.causal = true; c.softcap = 8.0f; c.alibi = Alibi::per_head; c.dropout_p = 0.2f; c.seqused_k = {53, 2, 0, 50, 150, 9}; }));
     return named_cases(cases, backend);
+}
+
+Case dense_case(fa_dtype dtype, int batch, int seqlen_q, int seqlen_k, int heads, int heads_k, int head_dim) {
+    Case c;
+    c.dtype = dtype;
+    c.batch = batch;
+    c.seqlen_q = seqlen_q;
+    c.seqlen_k = seqlen_k;
+    c.heads = heads;
+    c.heads_k = heads_k;
+    c.head_dim = head_dim;
+    return c;
 }
 
 std::vector<Case> named_cases(std::vector<Case> cases, Backend backend) {

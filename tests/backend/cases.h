@@ -14,6 +14,9 @@ std::vector<Case> attention_cases(Backend backend);
 // Packed variable-length problems: empty sequences, seqused_k, spare rows, every feature.
 std::vector<Case> varlen_cases(Backend backend);
 
+// A dense problem of these sizes, every feature off (the lists start from it and edit).
+Case dense_case(fa_dtype dtype, int batch, int seqlen_q, int seqlen_k, int heads, int heads_k, int head_dim);
+
 // Test name of a case: what it is (describe() without the backend), unique within its list.
 std::string case_name(const Case& c);
 // A list ready to run on `backend`: each case named (case_name, numbered where names repeat) and

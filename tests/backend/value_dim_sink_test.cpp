@@ -14,14 +14,7 @@ using Edit = std::function<void(Case&)>;
 
 Case dense(fa_dtype dtype, int batch, int seqlen_q, int seqlen_k, int heads, int heads_k, int head_dim,
            int head_dim_v, bool sink, const Edit& edit = [](Case&) {}) {
-    Case c;
-    c.dtype = dtype;
-    c.batch = batch;
-    c.seqlen_q = seqlen_q;
-    c.seqlen_k = seqlen_k;
-    c.heads = heads;
-    c.heads_k = heads_k;
-    c.head_dim = head_dim;
+    Case c = dense_case(dtype, batch, seqlen_q, seqlen_k, heads, heads_k, head_dim);
     c.head_dim_v = head_dim_v;
     c.learnable_sink = sink;
     edit(c);

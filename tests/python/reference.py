@@ -31,12 +31,13 @@ def allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window, device="cpu"):
 
 
 def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
-                  seqused_k=None, keep_mask=None, dropout_p=0.0, upcast=True):
-    """Dense attention. q: (b, sq, h, d), k/v: (b, sk, hk, d). Returns (out, lse, probs).
+                  seqused_k=None, keep_mask=None, dropout_p=0.0, upcast=True, learnable_sink=None):
+    """Dense attention. q: (b, sq, h, d), k: (b, sk, hk, d), v: (b, sk, hk, dv). Returns (out, lse, probs).
 
     keep_mask: bool (b, h, sq, sk) or None; kept probabilities are scaled by 1/(1-dropout_p).
+    learnable_sink: (h,) or None: one more score per row, in the denominator (and lse) with no value.
     out has the compute dtype (float64 when upcast), lse is float64-or-compute (b, h, sq), probs are
-    the undropped normalised probabilities."""
+    the undropped normalised probabilities of the keys."""
     compute = torch.float64 if upcast else q.dtype
     q, k, v = (t.to(compute) for t in (q, k, v))
     batch, seqlen_q, heads, head_dim = q.shape
@@ -57,10 +58,15 @@ def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1),
         j = torch.arange(seqlen_k).view(1, 1, 1, -1)
         distance = (i + torch.tensor(k_lens).view(-1, 1, 1, 1) - seqlen_q - j).abs()
         scores = scores - slopes * distance.to(compute)
-    allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window)
+    allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window).to(scores.device)
     scores = scores.masked_fill(~allowed, float("-inf"))
+    if learnable_sink is not None:  # one more column, dropped from the probabilities before P V
+        column = learnable_sink.to(compute).view(1, heads, 1, 1).expand(batch, heads, seqlen_q, 1)
+        scores = torch.cat([scores, column], dim=-1)
     lse = torch.logsumexp(scores.to(torch.float64 if upcast else torch.float32), dim=-1)
     probs = torch.softmax(scores, dim=-1)
+    if learnable_sink is not None:
+        probs = probs[..., :-1]
     probs = torch.where(allowed.any(-1, keepdim=True), probs, torch.zeros((), dtype=compute))  # empty rows: 0, not NaN
     weights = probs
     if keep_mask is not None:

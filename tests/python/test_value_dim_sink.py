@@ -9,37 +9,16 @@ import torch
 import flashattn
 from flashattn import _ops
 from helpers import DEVICES, FLOOR, assert_lse_close, assert_within, dtypes_for, randn
-from reference import allowed_mask, philox_keep_mask
+from reference import attention_ref, philox_keep_mask
 
 
 def sink_attention_ref(q, k, v, sink=None, *, causal=False, window=(-1, -1), softcap=0.0, seqused_k=None,
                        keep_mask=None, dropout_p=0.0, upcast=True):
-    """Dense attention with an optional sink logit per query head, written as a framework would: the
-    sink is one more column of the scores, dropped from the probabilities before P V. q, k: (b, sq|sk,
-    h|hk, d), v: (b, sk, hk, dv). Returns (out, lse) in float64 (upcast) or the inputs' dtype."""
-    compute = torch.float64 if upcast else q.dtype
-    q, k, v = (t.to(compute) for t in (q, k, v))
-    batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_k = k.shape[1], k.shape[2]
-    k = k.repeat_interleave(heads // heads_k, dim=2)
-    v = v.repeat_interleave(heads // heads_k, dim=2)
-    scores = torch.einsum("bihd,bjhd->bhij", q, k) * head_dim ** -0.5  # the q/k head dim's scale
-    if softcap > 0:
-        scores = softcap * torch.tanh(scores / softcap)
-    k_lens = seqused_k.tolist() if seqused_k is not None else [seqlen_k] * batch
-    allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window).to(scores.device)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    if sink is not None:
-        column = sink.to(compute).view(1, heads, 1, 1).expand(batch, heads, seqlen_q, 1)
-        scores = torch.cat([scores, column], dim=-1)
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.softmax(scores, dim=-1)
-    if sink is not None:
-        probs = probs[..., :-1]  # the sink takes no value
-    probs = torch.nan_to_num(probs, nan=0.0)  # rows with nothing at all (no key, no sink): 0
-    if keep_mask is not None:
-        probs = probs * keep_mask.to(compute) / (1.0 - dropout_p)
-    return torch.einsum("bhij,bjhd->bihd", probs, v), lse
+    """reference.attention_ref with a sink logit per query head: (out, lse) in float64 (upcast) or the
+    inputs' dtype. q, k: (b, sq|sk, h|hk, d), v: (b, sk, hk, dv)."""
+    out, lse, _ = attention_ref(q, k, v, causal=causal, window=window, softcap=softcap, seqused_k=seqused_k,
+                                keep_mask=keep_mask, dropout_p=dropout_p, upcast=upcast, learnable_sink=sink)
+    return out, lse
 
 
 def _check_forward_and_backward(q, k, v, sink, dtype, **options):
