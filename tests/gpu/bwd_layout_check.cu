@@ -153,6 +153,8 @@ void check_sm90_traits() {
     check_transposed<typename Traits::SmemLayoutdS, typename Traits::SmemLayoutdSt, M, N>(name);
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
+    // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.
+    check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q/dO by TMA", Traits::kBlockM);
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>(name, "dK/dV epilogue");
 
@@ -253,6 +255,8 @@ void check_sm90_pds_traits() {
     check_transposed<typename Traits::SmemLayoutPdS, typename Traits::SmemLayoutPdSt, M, N>(name);
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
+    // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.
+    check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q/dO by TMA", Traits::kBlockM);
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>(name, "dK/dV epilogue");
     // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.

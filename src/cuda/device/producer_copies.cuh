@@ -166,4 +166,25 @@ __device__ __forceinline__ void cp_async_4_or_zero(void* smem, const void* gmem,
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0));
 }
 
+// Bulk reductions (sm_90): `bytes` of fp32 in shared memory added element by element to global
+// memory by the copy engine, tracked by this thread's bulk groups. Both addresses and the size are
+// multiples of 16 bytes. The shared source must have been made visible to the async proxy
+// (fence.proxy.async by the threads that wrote it, before the barrier that handed it over).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+                 "r"(cast_smem_ptr_to_uint(smem)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's bulk groups are pending: done (their writes performed) ...
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// ... or only done reading their shared source (which may then be overwritten).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
 } // namespace flashattn::cuda::kernels

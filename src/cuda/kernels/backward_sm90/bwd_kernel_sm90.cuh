@@ -2,7 +2,8 @@
 // algorithm, work items, scratch and policies as bwd_kernel.cuh, with FlashAttention-3's schedule.
 //
 //   warpgroup 0 (producer)      K, V of the key block once (kv_full), then for every query block
-//                               that meets it Q, dO, lse, dsum into a ring of kQStages stages
+//                               that meets it Q, dO (by TMA where dense), lse, dsum into a ring of
+//                               kQStages stages
 //                               (q_full[s]); a stage is refilled once both consumers released it
 //                               (q_empty[s]), K/V once they finished the key block (kv_empty).
 //                               After loading query block u it adds the consumers' dQ of block u-1
@@ -13,8 +14,9 @@
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns
-//     each) -> shared, for the producer to add to the fp32 scratch with red.add (per-chunk buffers
-//     when deterministic, as bwd_kernel.cuh: every address is added by one producer thread, in order)
+//     each) -> shared, for the producer to add to the fp32 scratch with bulk reductions, a row each
+//     (per-chunk buffers when deterministic, as bwd_kernel.cuh, added there with red.add: every
+//     address by one producer thread, in order)
 //   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
 //   per-query-head fp32 scratch.
 //
@@ -22,13 +24,16 @@
 // come in key pairs (j, j+1) per query row, and this kernel's registers hold query pairs.
 //
 // Memory model (as fwd_kernel_sm90.cuh): the producer writes shared memory only with cp.async
-// (zero-fill past the tensor), tracked by cp.async.mbarrier.arrive; consumers run fence.proxy.async
-// after waiting, before wgmma reads. dS^T is written with ordinary stores, so each writer fences
+// (zero-fill past the tensor), tracked by cp.async.mbarrier.arrive, and TMA (zero-fill outside the
+// map), tracked by the stage's byte count; consumers run fence.proxy.async after waiting, before
+// wgmma reads. dQ is written with ordinary stores and read by the producer's bulk reductions (async
+// proxy): each writer fences before arriving on dq_full. dS^T is written with ordinary stores, so each writer fences
 // (generic -> async proxy) before the named barrier that hands it to the other consumer's wgmma.
 // dS is double-buffered: a consumer writes dS[m] only after passing block m-1's barrier, which the
 // other consumer reaches only after its dQ wgmma of block m-2 (the same buffer) completed. The dQ
-// buffer is single: consumers write block u's once the producer has read block u-1's (dq_empty),
-// which it does right after loading block u, so the wait is normally long over.
+// buffer is single: consumers write block u's once the producer has read block u-1's (dq_empty:
+// its bulk reductions have read the buffer), which it does right after loading block u, so the wait
+// is normally long over.
 // tests/gpu/bwd_sm90_protocol_check.py models all of it.
 //
 // Index bookkeeping: accumulators of S^T / dP^T are (key row, query column) per warpgroup; the
@@ -52,8 +57,9 @@ namespace flashattn::cuda::kernels {
 using namespace cute;
 
 template <typename Traits, bool kExtras>
-__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ BwdArgs args) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -80,7 +86,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits>(args, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
@@ -205,6 +211,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
             *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
         }
+        cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
         cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
         ++q_uses;
     };

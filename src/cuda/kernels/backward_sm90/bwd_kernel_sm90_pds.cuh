@@ -49,8 +49,9 @@ namespace flashattn::cuda::kernels {
 using namespace cute;
 
 template <typename Traits, bool kExtras>
-__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const __grid_constant__ BwdArgs args) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const BwdArgs& args = params.args;
     static_assert(Traits::kPdSSchedule && !Traits::kDqHandoff);
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         return make_tensor(make_smem_ptr(base + buffer * Traits::kSmemPdSElems), typename Traits::SmemLayoutPdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits>(args, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers

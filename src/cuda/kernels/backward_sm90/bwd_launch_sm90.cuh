@@ -8,6 +8,7 @@
 #include "host/launch.h"
 #include "kernels/backward_sm90/bwd_kernel_sm90.cuh"
 #include "kernels/backward_sm90/bwd_kernel_sm90_pds.cuh"
+#include "kernels/backward_sm90/bwd_params_sm90.cuh"
 
 #include <type_traits>
 
@@ -19,8 +20,9 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
     using Traits = kernels::Sm90BwdTraitsFor<kTileDim, Element>;
     if (args.fwd.dropout) fail(FA_ERROR_INTERNAL, "the sm90 backward has no dropout (the planner routes it elsewhere)");
+    const Sm90BwdParams params = sm90_backward_params<Traits>(args, kDtype == FA_BFLOAT16);
     auto launch = [&](auto kernel) {
-        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, args, stream, "backward");
+        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, params, stream, "backward");
     };
     if constexpr (Traits::kPdSSchedule) {
         if (args.fwd.transform_scores) {

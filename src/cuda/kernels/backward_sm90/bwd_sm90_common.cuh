@@ -14,6 +14,7 @@
 // SmemLayoutQ, SmemLayoutQt, SmemLayoutKV (the producer copies with SwizzledTileCopy).
 #pragma once
 
+#include "kernels/backward_sm90/bwd_params_sm90.cuh"
 #include "kernels/bwd_args.h"
 #include "device/bwd_policies.cuh"
 #include "device/fast_exp2.cuh"
@@ -21,6 +22,7 @@
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
 
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -142,12 +144,15 @@ struct Sm90BwdSmem {
 // that meets it Q, dO, lse, dsum into stage q_uses % kQStages (q_full; refilled once both consumers
 // released it, q_empty). Both roles walk the same sequence: key blocks n of the chunk, and for each
 // the query blocks of q_block_range (empty ranges skip the loads); q_uses counts query blocks over
-// the whole walk, kv_uses key blocks with work. With the dQ hand-off (Traits::kDqHandoff) it adds
-// the consumers' dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty),
-// and the last one after the loop.
+// the whole walk, kv_uses key blocks with work. Q and dO come by TMA from thread 0 where the
+// launcher made their maps (params.q_tma: the stage's q_full then also waits for their bytes), else
+// by cp.async from every thread. With the dQ hand-off (Traits::kDqHandoff) it adds the consumers'
+// dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and the last one
+// after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block.
 template <typename Traits>
-__device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm90BwdWork& w,
+__device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
+    const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -180,27 +185,43 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
     const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + w.row_stat0;
     float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
 
-    // The dQ of query-block use `use` (first row m0): a warp per row of kHeadDim floats, added
-    // with 16-byte reductions; rows past the sequence belong to other sequences' rows (or to none).
+    // The dQ of query-block use `use` (first row m0) to the fp32 scratch; rows past the sequence
+    // belong to other sequences' rows (or to none) and are skipped. A CTA with one key block adds each
+    // row once: thread r < kBlockM adds row r (kHeadDim floats, contiguous in the scratch and in the
+    // hand-off buffer) with one bulk reduction and releases the buffer once the reductions have read
+    // it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again
+    // later, and two bulk reductions in flight may land in either order: there a warp per row adds
+    // 16-byte chunks with red.global (one thread per address, in program order, so every address
+    // takes its additions in the walk's order).
     float* const dq_rows = Traits::kDqHandoff ? w.template dq_rows<kHeadDim>(args) : nullptr;
-    // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid % kDqChunksPerRow) of
-    // pass j: one base address and compile-time offsets per pass (see SwizzledTileCopy for why).
+    const bool revisits_rows = (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
     auto add_dq = [&](int use, int m0) {
         if constexpr (Traits::kDqHandoff) {
-            constexpr int kDqChunksPerRow = Traits::kDqChunksPerRow;
-            constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
-            static_assert(Traits::kProducerThreads % kDqChunksPerRow == 0 && kBlockM % kDqRowsPerPass == 0);
-            const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
-            const int rows_left = seq.q_len - m0 - dq_row;
-            const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
-            float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
-            asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (SwizzledTileCopy)
-            CUTE_UNROLL
-            for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
-                if (j * kDqRowsPerPass < rows_left) {
-                    const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
-                    red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
+            if (!revisits_rows) {
+                if (ptid < kBlockM && m0 + ptid < seq.q_len) {
+                    bulk_reduce_add_f32(dq_rows + int64_t(m0 + ptid) * kHeadDim,
+                                        sm.dq + ptid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
+                    bulk_commit_group();
+                    bulk_wait_group_read<0>();
+                }
+            } else {
+                // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid %
+                // kDqChunksPerRow) of pass j: one base address and compile-time offsets per pass.
+                constexpr int kDqChunksPerRow = Traits::kDqChunksPerRow;
+                constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
+                static_assert(Traits::kProducerThreads % kDqChunksPerRow == 0 && kBlockM % kDqRowsPerPass == 0);
+                const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
+                const int rows_left = seq.q_len - m0 - dq_row;
+                const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
+                float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
+                asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (SwizzledTileCopy)
+                CUTE_UNROLL
+                for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
+                    if (j * kDqRowsPerPass < rows_left) {
+                        const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
+                        red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
+                    }
                 }
             }
             cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
@@ -222,8 +243,23 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
             const int s = q_uses % kQStages;
             const int m0 = m * kBlockM;
             if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
-            copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
-            copy_q.load_async(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
+            if (params.q_tma) {
+                if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
+                    cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s, 2 * kQStageBytes);
+                    constexpr int kBoxCols = Traits::kQBoxCols;
+                    CUTE_UNROLL
+                    for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
+                        const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
+                        SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                               sm.q + offset, c * kBoxCols, m0, w.h, w.b);
+                        SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                               sm.d_o + offset, c * kBoxCols, m0, w.h, w.b);
+                    }
+                }
+            } else {
+                copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
+                copy_q.load_async(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
+            }
             const bool row_ok = m0 + stat_row < seq.q_len;
             cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
             cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
@@ -239,13 +275,19 @@ __device__ __forceinline__ void sm90_bwd_producer(const BwdArgs& args, const Sm9
 // mbarriers before the CTA's only __syncthreads; then warpgroup 0 lowers its registers and runs the
 // producer to its end (true: the caller returns), while the consumers raise theirs (false).
 template <typename Traits>
-__device__ __forceinline__ bool sm90_bwd_ran_producer(const BwdArgs& args, const Sm90BwdWork& w,
+__device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                       const Sm90BwdSmem<Traits>& sm) {
-    if (threadIdx.x == 0) sm.init_barriers();
+    if (threadIdx.x == 0) {
+        sm.init_barriers();
+        if (params.q_tma) {
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.do_map));
+        }
+    }
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-        sm90_bwd_producer<Traits>(args, w, sm);
+        sm90_bwd_producer<Traits>(params, w, sm);
         return true;
     }
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();

@@ -76,6 +76,8 @@ struct Sm90BwdTraits {
     static_assert(kHeadDim % decltype(size<1>(SmemAtomQ{}))::value == 0);
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
     using SmemLayoutKV = decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
+    // Q and dO by TMA (bwd_params_sm90.cuh): one box per atom column, kBlockM rows of 128 bytes.
+    static constexpr int kQBoxCols = decltype(size<1>(SmemAtomQ{}))::value;
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
@@ -99,9 +101,10 @@ struct Sm90BwdTraits {
         (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kDsBuffers * kSmemdSElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
     // dQ of one query block in fp32, handed from the consumers to the producer warpgroup, which adds
-    // it to the global scratch (red.global.add.v4: a warp per 512-byte row, coalesced) while the
-    // consumers go on. Rows padded by 8 floats: the consumers' float2 stores (8 rows x 4 column
-    // pairs per warp) then fill all 32 banks in two wavefronts.
+    // it to the global scratch (a bulk reduction per row; red.global.add.v4 where a CTA revisits
+    // rows, bwd_sm90_common.cuh) while the consumers go on. Rows padded by 8 floats: the consumers'
+    // float2 stores (8 rows x 4 column pairs per warp) then fill all 32 banks in two wavefronts; a
+    // row stays contiguous and 16-byte aligned (544 bytes apart at d128), as a bulk copy needs.
     static constexpr bool kDqHandoff = true;
     static constexpr int kDqRowStride = kHeadDim + 8;
     static constexpr int kSmemDqBytes = kBlockM * kDqRowStride * int(sizeof(float));
@@ -201,6 +204,7 @@ struct Sm90BwdPdSTraits {
     static_assert(kBlockN == kAtomCols, "P / dS rows: one 128-byte swizzle row of keys");
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
     using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
+    static constexpr int kQBoxCols = kAtomCols; // Q and dO by TMA: one box per atom column
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));

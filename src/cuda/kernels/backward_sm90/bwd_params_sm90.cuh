@@ -1,0 +1,35 @@
+// The Hopper backward's parameter block, and the TMA descriptors of Q and dO that it carries.
+//
+// Where Q and dO are dense (batch, seqlen_q, heads, head_dim) tensors whose strides and base are
+// multiples of 16 bytes, one producer thread loads each query block's Q and dO with TMA
+// (host/tensor_maps.h): boxes of 64 columns by kBlockM rows in the 128-byte swizzle of SmemLayoutQ,
+// rows past seqlen_q and columns past head_dim zero-filled by the hardware. Varlen and unaligned
+// layouts keep the per-lane cp.async path.
+#pragma once
+
+#include "host/tensor_maps.h"
+#include "kernels/bwd_args.h"
+
+namespace flashattn::cuda {
+
+struct Sm90BwdParams {
+    BwdArgs args;
+    CUtensorMap q_map, do_map; // valid when q_tma
+    bool q_tma;
+};
+
+template <typename Traits>
+Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
+    Sm90BwdParams p{};
+    p.args = args;
+    const FwdArgs& fa = args.fwd;
+    if (fa.cu_seqlens_q == nullptr) {
+        p.q_tma = encode_rows_map(p.q_map, fa.q, bf16, fa.head_dim, fa.seqlen_q, fa.num_heads, fa.batch,
+                                  Traits::kQBoxCols, Traits::kBlockM) &&
+                  encode_rows_map(p.do_map, args.dout, bf16, fa.head_dim, fa.seqlen_q, fa.num_heads, fa.batch,
+                                  Traits::kQBoxCols, Traits::kBlockM);
+    }
+    return p;
+}
+
+} // namespace flashattn::cuda
