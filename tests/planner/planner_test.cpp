@@ -581,10 +581,34 @@ TEST(PlannerBackward, DeterministicChunksFillOneWaveWithinTheMemoryBound) {
     EXPECT_EQ(plan(huge).num_chunks, 32);
 }
 
-TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {
+// GQA on the Hopper kernel: a CTA per (sequence, KV head, key block) walks the group's query heads,
+// dK/dV written once, no scratch; elsewhere (the mma.sync kernel, deterministic chunks) through it.
+TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
     Backward gqa;
     gqa.fwd.heads_k = 4;
     const BackwardPlan p = plan(gqa);
+    EXPECT_EQ(p.kernel, Kernel::backward_sm90);
+    EXPECT_TRUE(p.kv_major);
+    EXPECT_FALSE(p.dkv_scratch);
+    EXPECT_EQ(p.ctas, 8 * 2 * 4); // key blocks x batch x KV heads
+    EXPECT_EQ(p.workspace.size(Piece::dk_accum), size_t(0));
+    const BackwardPlan mha = plan(Backward{});
+    EXPECT_FALSE(mha.kv_major);
+    const BackwardPlan sm80 = plan(gqa, h200(), overrides("backward_kernel=sm80"));
+    EXPECT_FALSE(sm80.kv_major);
+    EXPECT_TRUE(sm80.dkv_scratch);
+    EXPECT_EQ(sm80.ctas, 8 * 2 * 16);
+    Backward det_gqa = gqa;
+    det_gqa.deterministic = true;
+    const BackwardPlan det = plan(det_gqa);
+    EXPECT_FALSE(det.kv_major);
+    EXPECT_TRUE(det.dkv_scratch);
+}
+
+TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {
+    Backward gqa;
+    gqa.fwd.heads_k = 4;
+    const BackwardPlan p = plan(gqa, h200(), overrides("backward_kernel=sm80"));
     EXPECT_TRUE(p.dkv_scratch);
     const size_t dkv = size_t(16) * 2 * 1024 * 128 * 4;
     EXPECT_EQ(p.workspace.size(Piece::dk_accum), dkv);

@@ -349,6 +349,7 @@ void backward(const BwdProblem& problem) {
     args.dq_chunk_stride = plan.dq_chunk_stride;
     args.num_chunks = plan.num_chunks;
     args.num_n_blocks = plan.num_n_blocks;
+    args.group_heads = plan.kv_major ? int32_t(pr.group) : 1;
     args.dk_accum = plan.dkv_scratch ? workspace.floats(Piece::dk_accum) : nullptr;
     args.dv_accum = plan.dkv_scratch ? workspace.floats(Piece::dv_accum) : nullptr;
     args.dsink = bp.dsink;

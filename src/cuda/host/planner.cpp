@@ -445,6 +445,16 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     }
     if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
     plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
+    // GQA on the Hopper kernel (not deterministic, dk/dv in their own width and 16-byte chunks): a
+    // CTA per (sequence, KV head, key block) walks the group's query heads, so dK/dV stay in
+    // registers and are written once in 16 bits: no fp32 scratch per query head (1 GB at 64/8
+    // heads, 16k) and no finishing sum over the group.
+    plan.kv_major = sm90 && pr.group > 1 && !deterministic && !s.pad_head_dim &&
+                    chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
+    if (plan.kv_major) {
+        plan.dkv_scratch = false;
+        plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads_k;
+    }
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));

@@ -130,6 +130,8 @@ struct BackwardPlan {
     int64_t ctas = 0;
     int64_t dq_chunk_stride = 0; // deterministic: floats between the chunks' dQ buffers
     bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
+    bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
+                                 // group's query heads; dK/dV written once, no scratch
     int64_t dsink_terms = 0;     // deterministic dsink: (head, sequence, dsum row block) terms in scratch
     int64_t q_rows_total = 0, k_rows_total = 0;
     Staging staging;

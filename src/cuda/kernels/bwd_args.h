@@ -39,6 +39,10 @@ struct BwdArgs {
     int32_t num_chunks;      // CTAs per (sequence, head) along the keys: CTA c visits key blocks
                              // c, c + num_chunks, ...; == key blocks unless deterministic
     int32_t num_n_blocks;    // key blocks of the longest sequence; set by the launcher
+    // The Hopper backward's grid over KV heads (GQA, planner: BackwardPlan::kv_major): CTA
+    // (sequence, KV head, chunk) walks the group's group_heads query heads in turn for each of its
+    // key blocks, dK/dV staying in registers across them. 1: a CTA per (sequence, query head, chunk).
+    int32_t group_heads;
     float* dk_accum;         // null: the main kernel writes dk/dv (scaled, converted) itself
     float* dv_accum;
     int64_t q_rows_total;    // rows of the dQ scratch per head: varlen ? total_q : batch * seqlen_q

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
 
     const Sm90BwdWork w(args);
     const SequenceBounds& seq = w.seq;
-    const int chunk = w.chunk, b = w.b, h = w.h;
+    const int chunk = w.chunk;
     const int k_stored = w.k_stored;
     if (chunk * kBlockN >= k_stored) return; // the whole CTA, before any barrier
 
@@ -124,10 +124,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
-    float alibi_slope = 0.0f;
-    if constexpr (kExtras) {
-        if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(b) * fa.alibi_batch_stride + h];
-    }
+    float alibi_slope = 0.0f; // of the current query head
+    auto on_head = [&](int head) { // query head w.h_first + head (sm90_bwd_consume)
+        if constexpr (kExtras) {
+            if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(w.b) * fa.alibi_batch_stride + w.h_first + head];
+        }
+    };
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
 
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block);
+    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

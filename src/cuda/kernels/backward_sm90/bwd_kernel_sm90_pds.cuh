@@ -109,13 +109,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
+    // The current query head's ALiBi slope and dQ scratch rows.
     float alibi_slope = 0.0f;
-    if constexpr (kExtras) {
-        if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(w.b) * fa.alibi_batch_stride + w.h];
-    }
+    float* dq_rows = nullptr;
+    auto on_head = [&](int head) { // query head w.h_first + head (sm90_bwd_consume)
+        if constexpr (kExtras) {
+            if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(w.b) * fa.alibi_batch_stride + w.h_first + head];
+        }
+        dq_rows = w.template dq_rows_of_head<kHeadDim>(args, w.h_first + head);
+    };
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
-    float* const dq_rows = w.template dq_rows<kHeadDim>(args);
 
     // Query block m of key block n0's range (sm90_bwd_consume); q_uses counts them over the walk.
     int q_uses = 0;
@@ -194,7 +198,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block);
+    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -30,9 +30,12 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-// Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh).
+// Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh); or, on a grid over KV
+// heads (args.group_heads > 1), chunk, sequence, KV head, and the group's query heads walked in
+// turn (set_head picks the current one: h, row_stat0).
 struct Sm90BwdWork {
     int chunk, b, h, h_kv;
+    int h_first;              // the first query head of the item (h itself on a grid over query heads)
     SequenceBounds seq;
     int k_stored;             // rows of k/v/dk/dv of the sequence (past seqused_k too)
     bool varlen;
@@ -44,14 +47,28 @@ struct Sm90BwdWork {
         const FwdArgs& fa = args.fwd;
         chunk = int(blockIdx.x % unsigned(args.num_chunks));
         const int bh = int(blockIdx.x / unsigned(args.num_chunks));
-        b = bh / fa.num_heads;
-        h = bh - b * fa.num_heads;
-        h_kv = h / fa.heads_per_kv_head;
+        if (args.group_heads > 1) {
+            b = bh / args.num_heads_k;
+            h_kv = bh - b * args.num_heads_k;
+            h = h_kv * args.group_heads;
+        } else {
+            b = bh / fa.num_heads;
+            h = bh - b * fa.num_heads;
+            h_kv = h / fa.heads_per_kv_head;
+        }
+        h_first = h;
         seq = sequence_bounds(fa, b);
         k_stored = stored_k_rows(fa, b);
         varlen = fa.cu_seqlens_q != nullptr;
         q_global_row0 = varlen ? seq.q_row0 : int64_t(b) * fa.seqlen_q;
         k_global_row0 = varlen ? seq.k_row0 : int64_t(b) * fa.seqlen_k;
+        set_head(args, 0);
+    }
+
+    // Query head h_first + i of the item: its lse / dsum rows (and, through h, its Q, dO and dQ rows).
+    __device__ __forceinline__ void set_head(const BwdArgs& args, int i) {
+        const FwdArgs& fa = args.fwd;
+        h = h_first + i;
         row_stat0 = varlen ? int64_t(h) * fa.total_q + seq.q_row0 : (int64_t(b) * fa.num_heads + h) * fa.seqlen_q;
     }
 
@@ -64,7 +81,11 @@ struct Sm90BwdWork {
     // fp32 dQ scratch rows of this (sequence, head) in this chunk's buffer: row i at + i * kHeadDim.
     template <int kHeadDim>
     __device__ __forceinline__ float* dq_rows(const BwdArgs& args) const {
-        return args.dq_accum + chunk * args.dq_chunk_stride + (int64_t(h) * args.q_rows_total + q_global_row0) * kHeadDim;
+        return dq_rows_of_head<kHeadDim>(args, h);
+    }
+    template <int kHeadDim>
+    __device__ __forceinline__ float* dq_rows_of_head(const BwdArgs& args, int head) const {
+        return args.dq_accum + chunk * args.dq_chunk_stride + (int64_t(head) * args.q_rows_total + q_global_row0) * kHeadDim;
     }
 };
 
@@ -171,8 +192,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     };
     const Element* const k_rows = first_row(fa.k, seq.k_row0, w.h_kv);
     const Element* const v_rows = first_row(fa.v, seq.k_row0, w.h_kv);
-    const Element* const q_rows = first_row(fa.q, seq.q_row0, w.h);
-    const Element* const do_rows = first_row(args.dout, seq.q_row0, w.h);
+    Sm90BwdWork wh = w; // the current query head of the item (set_head)
     const int64_t k_stride = fa.k.row_stride, v_stride = fa.v.row_stride;
     const int64_t q_stride = fa.q.row_stride, do_stride = args.dout.row_stride;
     const uint32_t smem_k = cast_smem_ptr_to_uint(sm.k), smem_v = cast_smem_ptr_to_uint(sm.v);
@@ -182,7 +202,6 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
     const bool loads_lse = ptid < kBlockM;
     const int stat_row = loads_lse ? ptid : ptid - kBlockM;
-    const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + w.row_stat0;
     float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
 
     // The dQ of query-block use `use` (first row m0) to the fp32 scratch; rows past the sequence
@@ -193,9 +212,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // later, and two bulk reductions in flight may land in either order: there a warp per row adds
     // 16-byte chunks with red.global (one thread per address, in program order, so every address
     // takes its additions in the walk's order).
-    float* const dq_rows = Traits::kDqHandoff ? w.template dq_rows<kHeadDim>(args) : nullptr;
     const bool revisits_rows = (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
-    auto add_dq = [&](int use, int m0) {
+    auto add_dq = [&](int use, int m0, float* dq_rows) { // dq_rows: the scratch rows of that use's head
         if constexpr (Traits::kDqHandoff) {
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
             if (!revisits_rows) {
@@ -229,6 +247,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     };
 
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
         const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
@@ -239,35 +258,43 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         copy_kv.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, fa.head_dim, safe);
         cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
         ++kv_uses;
-        for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
-            const int s = q_uses % kQStages;
-            const int m0 = m * kBlockM;
-            if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
-            if (params.q_tma) {
-                if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
-                    cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s, 2 * kQStageBytes);
-                    constexpr int kBoxCols = Traits::kQBoxCols;
-                    CUTE_UNROLL
-                    for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
-                        const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
-                        SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                               sm.q + offset, c * kBoxCols, m0, w.h, w.b);
-                        SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                               sm.d_o + offset, c * kBoxCols, m0, w.h, w.b);
+        for (int head = 0; head < args.group_heads; ++head) { // one pass unless the grid is over KV heads
+            wh.set_head(args, head);
+            const Element* const q_rows = first_row(fa.q, seq.q_row0, wh.h);
+            const Element* const do_rows = first_row(args.dout, seq.q_row0, wh.h);
+            const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + wh.row_stat0;
+            float* const dq_rows = Traits::kDqHandoff ? wh.template dq_rows<kHeadDim>(args) : nullptr;
+            for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
+                const int s = q_uses % kQStages;
+                const int m0 = m * kBlockM;
+                if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
+                if (params.q_tma) {
+                    if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
+                        cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s, 2 * kQStageBytes);
+                        constexpr int kBoxCols = Traits::kQBoxCols;
+                        CUTE_UNROLL
+                        for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
+                            const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
+                            SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                   sm.q + offset, c * kBoxCols, m0, wh.h, wh.b);
+                            SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                   sm.d_o + offset, c * kBoxCols, m0, wh.h, wh.b);
+                        }
                     }
+                } else {
+                    copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
+                    copy_q.load_async(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
                 }
-            } else {
-                copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
-                copy_q.load_async(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
+                const bool row_ok = m0 + stat_row < seq.q_len;
+                cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
+                cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
+                if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
+                last_m0 = m0;
+                last_dq_rows = dq_rows;
             }
-            const bool row_ok = m0 + stat_row < seq.q_len;
-            cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
-            cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
-            if (q_uses > 0) add_dq(q_uses - 1, last_m0);
-            last_m0 = m0;
         }
     }
-    if (q_uses > 0) add_dq(q_uses - 1, last_m0);
+    if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
 
@@ -351,7 +378,8 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
         store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKVc, rows_valid);
         return;
     }
-    // Written only without GQA (the host gives GQA the scratch), so h_kv == h.
+    // Without the scratch: one query head per KV head, or a grid over KV heads that summed the
+    // group's heads in registers; either way the KV head's rows.
     Tensor mdK = w.template rows_of<Element, kHeadDim>(args.dk, w.seq.k_row0, w.h_kv, w.k_stored);
     Tensor mdV = w.template rows_of<Element, kHeadDim>(args.dv, w.seq.k_row0, w.h_kv, w.k_stored);
     Tensor dk16 = convert_fragment<Element>(acc_dk);
@@ -398,13 +426,16 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
 }
 
 // The consumers' walk, the producer's order (sm90_bwd_producer): for every key block n of the
-// chunk, dK and dV cleared; if any query block meets it, once K and V have landed (kv_full) the
-// query blocks of its range, block(m, n0, masked_tag), then K and V released (kv_empty: every wgmma
-// reading them has completed); and the key block's epilogue.
-template <typename Traits, typename Acc, typename Coords, typename Block>
+// chunk, dK and dV cleared; if any query block meets it, once K and V have landed (kv_full), for
+// each query head of the item (one unless the grid is over KV heads; on_head(i) first) the query
+// blocks of its range, block(m, n0, masked_tag); then K and V released
+// (kv_empty: every wgmma reading them has completed); and the key block's epilogue. on_head(i) is
+// given the index in the group (query head w.h_first + i); w itself does not move, so that the
+// consumers keep no more work-item state live than without the group.
+template <typename Traits, typename Acc, typename Coords, typename Block, typename OnHead>
 __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90BwdWork& w,
                                                  const Sm90BwdSmem<Traits>& sm, Acc& acc_dk, Acc& acc_dv,
-                                                 Coords const& tdKVc, Block&& block) {
+                                                 Coords const& tdKVc, Block&& block, OnHead&& on_head) {
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     int kv_uses = 0;
@@ -416,12 +447,15 @@ __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90
         if (range.m_end > range.m_begin) {
             cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
             cutlass::arch::fence_view_async_shared();
-            // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
-            for (int m = range.m_begin; m < range.m_end;) {
-                for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
-                    block(m, n0, cute::true_type{});
-                for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
-                    block(m, n0, cute::false_type{});
+            for (int head = 0; head < args.group_heads; ++head) {
+                on_head(head);
+                // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
+                for (int m = range.m_begin; m < range.m_end;) {
+                    for (; m < range.m_end && (m < range.unmasked_begin || m >= range.unmasked_end); ++m)
+                        block(m, n0, cute::true_type{});
+                    for (; m < range.m_end && m >= range.unmasked_begin && m < range.unmasked_end; ++m)
+                        block(m, n0, cute::false_type{});
+                }
             }
             cutlass::arch::ClusterBarrier::arrive(sm.kv_empty);
             ++kv_uses;
