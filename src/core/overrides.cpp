@@ -24,6 +24,13 @@ InferenceChoice inference_choice(const std::string& value) {
     fail(FA_ERROR_INVALID_ARGUMENT, "overrides: inference_kernel must be tile64, split_keys or auto, got '", value, "'");
 }
 
+GqaBackwardChoice gqa_backward_choice(const std::string& value) {
+    if (value == "kv_major") return GqaBackwardChoice::kv_major;
+    if (value == "scratch") return GqaBackwardChoice::scratch;
+    if (value == "auto") return GqaBackwardChoice::automatic;
+    fail(FA_ERROR_INVALID_ARGUMENT, "overrides: backward_gqa must be kv_major, scratch or auto, got '", value, "'");
+}
+
 struct State {
     std::mutex mutex;
     Overrides value;
@@ -61,6 +68,8 @@ Overrides parse_overrides(const std::string& spec) {
             o.backward_kernel = kernel_choice(key, value);
         } else if (key == "inference_kernel") {
             o.inference_kernel = inference_choice(value);
+        } else if (key == "backward_gqa") {
+            o.backward_gqa = gqa_backward_choice(value);
         } else if (key == "cpu_isa") {
             require(value == "generic" || value == "avx2" || value == "avx512",
                     "overrides: cpu_isa must be generic, avx2 or avx512, got '", value, "'");
@@ -75,7 +84,7 @@ Overrides parse_overrides(const std::string& spec) {
             o.cpu_fwd_block_q = fq, o.cpu_fwd_block_k = fk, o.cpu_bwd_block_q = bq, o.cpu_bwd_block_k = bk;
         } else {
             fail(FA_ERROR_INVALID_ARGUMENT, "overrides: unknown key '", key,
-                 "' (known: forward_kernel, backward_kernel, inference_kernel, cpu_isa, cpu_blocks)");
+                 "' (known: forward_kernel, backward_kernel, inference_kernel, backward_gqa, cpu_isa, cpu_blocks)");
         }
     }
     return o;

@@ -153,6 +153,18 @@ def test_gqa(heads, causal, hdim):
     run_and_check(q, k, v, name=f"gqa {heads}", causal=causal)
 
 
+# Both GQA schemes of the Hopper backward (overrides backward_gqa): a CTA per KV head walking the
+# group's query heads, and the fp32 dK/dV scratch; 600 queries so that d128 runs the Hopper kernel.
+@pytest.mark.parametrize("scheme", ["kv_major", "scratch"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hdim", [64, 128, 256])
+def test_gqa_schemes(scheme, causal, hdim, overrides):
+    torch.manual_seed(hdim + causal)
+    overrides(f"backward_gqa={scheme}")
+    q, k, v = rand(2, 600, 6, hdim), rand(2, 700, 2, hdim), rand(2, 700, 2, hdim)
+    run_and_check(q, k, v, name=f"gqa {scheme}", causal=causal)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [(4, 4), (4, 2)])
 @pytest.mark.parametrize("hdim", [64, 128])

@@ -603,6 +603,33 @@ TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
     const BackwardPlan det = plan(det_gqa);
     EXPECT_FALSE(det.kv_major);
     EXPECT_TRUE(det.dkv_scratch);
+    Backward capped = gqa; // softcap: the walk has no extras instance
+    capped.fwd.softcap = 30.0f;
+    EXPECT_FALSE(plan(capped).kv_major);
+    EXPECT_FALSE(plan(capped, h200(), overrides("backward_gqa=kv_major")).kv_major);
+}
+
+// Automatic up to 2048 keys, where it measured faster than the scratch; the override forces either.
+TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
+    Backward long_gqa;
+    long_gqa.fwd.heads_k = 4;
+    long_gqa.fwd.seqlen_q = long_gqa.fwd.seqlen_k = 4096;
+    const BackwardPlan automatic = plan(long_gqa);
+    EXPECT_FALSE(automatic.kv_major);
+    EXPECT_TRUE(automatic.dkv_scratch);
+    EXPECT_EQ(automatic.ctas, 32 * 2 * 16);
+    const BackwardPlan forced = plan(long_gqa, h200(), overrides("backward_gqa=kv_major"));
+    EXPECT_TRUE(forced.kv_major);
+    EXPECT_FALSE(forced.dkv_scratch);
+    EXPECT_EQ(forced.ctas, 32 * 2 * 4);
+    Backward short_gqa;
+    short_gqa.fwd.heads_k = 4;
+    short_gqa.fwd.seqlen_q = short_gqa.fwd.seqlen_k = 2048;
+    EXPECT_TRUE(plan(short_gqa).kv_major);
+    const BackwardPlan scratch = plan(short_gqa, h200(), overrides("backward_gqa=scratch"));
+    EXPECT_FALSE(scratch.kv_major);
+    EXPECT_TRUE(scratch.dkv_scratch);
+    EXPECT_FALSE(plan(Backward{}, h200(), overrides("backward_gqa=kv_major")).kv_major); // MHA: nothing to walk
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {
@@ -670,14 +697,15 @@ TEST(PlannerBackward, DeterministicDsinkTermsGetScratch) {
 
 TEST(Overrides, ParseAndRefuseWithTheKeyNamed) {
     const Overrides o = parse_overrides("forward_kernel=sm80,backward_kernel=sm90,inference_kernel=split_keys,"
-                                        "cpu_isa=avx2,cpu_blocks=64x128x32x64");
+                                        "backward_gqa=scratch,cpu_isa=avx2,cpu_blocks=64x128x32x64");
     EXPECT_EQ(o.forward_kernel, KernelChoice::sm80);
     EXPECT_EQ(o.backward_kernel, KernelChoice::sm90);
     EXPECT_EQ(o.inference_kernel, InferenceChoice::split_keys);
+    EXPECT_EQ(o.backward_gqa, GqaBackwardChoice::scratch);
     EXPECT_EQ(o.cpu_isa, "avx2");
     EXPECT_EQ(o.cpu_fwd_block_k, 128);
     EXPECT_EQ(o.cpu_bwd_block_q, 32);
-    for (const char* bad : {"forward_kernel=sm70", "colour=blue", "cpu_blocks=1x2", "forward_kernel"}) {
+    for (const char* bad : {"forward_kernel=sm70", "backward_gqa=sm90", "colour=blue", "cpu_blocks=1x2", "forward_kernel"}) {
         try {
             parse_overrides(bad);
             ADD_FAILURE() << bad << " must be refused";

@@ -371,6 +371,10 @@ ForwardPlan plan_kvcache(const KvCacheProblem& problem, const DeviceInfo& device
 // device at the benchmark shapes. A fixed bound, not free memory, so that the size query agrees.
 constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 
+// GQA's grid over KV heads on the Hopper backward, automatic up to this many keys (H200, d128,
+// 32/8 and 64/8 heads: 1.18-1.25x the scratch at 1k, 0.83-0.86x at 16k).
+constexpr int64_t kKvMajorMaxKeys = 2048;
+
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
     const Problem& pr = problem.fwd;
     const fa_fwd_params& p = pr.p;
@@ -445,12 +449,20 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     }
     if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
     plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
-    // GQA on the Hopper kernel (not deterministic, dk/dv in their own width and 16-byte chunks): a
-    // CTA per (sequence, KV head, key block) walks the group's query heads, so dK/dV stay in
-    // registers and are written once in 16 bits: no fp32 scratch per query head (1 GB at 64/8
-    // heads, 16k) and no finishing sum over the group.
-    plan.kv_major = sm90 && pr.group > 1 && !deterministic && !s.pad_head_dim &&
-                    chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
+    // GQA on the Hopper kernel: a CTA per (sequence, KV head, key block) walks the group's query
+    // heads, so dK/dV stay in registers and are written once in 16 bits: no fp32 scratch per query
+    // head (1 GB at 64/8 heads, 16k) and no finishing sum over the group. Not in deterministic mode
+    // (chunks), with softcap or ALiBi (no such instance), staged widths or dk/dv outside 16-byte
+    // chunks. Automatic up to kKvMajorMaxKeys keys, where the scratch's fixed cost dominates; past
+    // it the longer CTAs measured slower (docs/perf-log.md).
+    const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);
+    const bool kv_major_fits = sm90 && pr.group > 1 && !deterministic && !extras && !s.pad_head_dim &&
+                               chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
+    switch (overrides.backward_gqa) {
+    case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
+    case GqaBackwardChoice::scratch: plan.kv_major = false; break;
+    case GqaBackwardChoice::automatic: plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys; break;
+    }
     if (plan.kv_major) {
         plan.dkv_scratch = false;
         plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads_k;

@@ -20,6 +20,11 @@
 //   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
 //   per-query-head fp32 scratch.
 //
+// kGroupWalk (GQA, planner's kv_major): the CTA's item is a KV head, and for each key block the
+// producer and the consumers walk every query head of its group in turn, so dK/dV sum the group in
+// registers and are written once. Its own instance: the walk's loop costs the consumers registers
+// (ptxas spills 84 -> 244 B at d128), which a grid over query heads should not pay.
+//
 // Dropout is not supported here (the launcher runs the mma.sync kernel for it): its Philox words
 // come in key pairs (j, j+1) per query row, and this kernel's registers hold query pairs.
 //
@@ -56,7 +61,7 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras>
+template <typename Traits, bool kExtras, bool kGroupWalk>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const BwdArgs& args = params.args;
@@ -86,7 +91,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits>(params, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits, kGroupWalk>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -48,7 +48,7 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras>
+template <typename Traits, bool kExtras, bool kGroupWalk>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const BwdArgs& args = params.args;
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         return make_tensor(make_smem_ptr(base + buffer * Traits::kSmemPdSElems), typename Traits::SmemLayoutPdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits>(params, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits, kGroupWalk>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

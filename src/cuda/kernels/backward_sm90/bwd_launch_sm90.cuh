@@ -1,7 +1,7 @@
 // Launch of the Hopper backward kernel for one (tile head dim, dtype): the schedule of the head dim
 // (keys as rows at d64/d128, P and dS through shared memory at d256: Sm90BwdTraitsFor) and the
-// plain or the extras (softcap, ALiBi) kernel. No dropout (the planner routes it to the mma.sync
-// kernel). Compiled for sm_90a only.
+// plain or the extras (softcap, ALiBi) kernel, the plain one also as the GQA group walk. No dropout
+// (the planner routes it to the mma.sync kernel). Compiled for sm_90a only.
 #pragma once
 
 #include "host/grid_launch.h"
@@ -24,16 +24,24 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     auto launch = [&](auto kernel) {
         launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, params, stream, "backward");
     };
+    // kGroupWalk (a grid over KV heads whose CTAs walk the group's query heads) only in the plain
+    // kernel: the planner gives GQA with softcap or ALiBi the dK/dV scratch.
+    const bool walk = args.group_heads > 1;
+    if (walk && args.fwd.transform_scores) fail(FA_ERROR_INTERNAL, "the sm90 backward walks GQA groups without softcap/ALiBi only");
     if constexpr (Traits::kPdSSchedule) {
         if (args.fwd.transform_scores) {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, true>);
+            launch(kernels::bwd_kernel_sm90_pds<Traits, true, false>);
+        } else if (walk) {
+            launch(kernels::bwd_kernel_sm90_pds<Traits, false, true>);
         } else {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, false>);
+            launch(kernels::bwd_kernel_sm90_pds<Traits, false, false>);
         }
     } else if (args.fwd.transform_scores) {
-        launch(kernels::bwd_kernel_sm90<Traits, true>);
+        launch(kernels::bwd_kernel_sm90<Traits, true, false>);
+    } else if (walk) {
+        launch(kernels::bwd_kernel_sm90<Traits, false, true>);
     } else {
-        launch(kernels::bwd_kernel_sm90<Traits, false>);
+        launch(kernels::bwd_kernel_sm90<Traits, false, false>);
     }
 }
 

@@ -170,7 +170,7 @@ struct Sm90BwdSmem {
 // by cp.async from every thread. With the dQ hand-off (Traits::kDqHandoff) it adds the consumers'
 // dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and the last one
 // after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block.
-template <typename Traits>
+template <typename Traits, bool kGroupWalk>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
     const BwdArgs& args = params.args;
@@ -246,6 +246,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         }
     };
 
+    const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
@@ -258,7 +259,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         copy_kv.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, fa.head_dim, safe);
         cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
         ++kv_uses;
-        for (int head = 0; head < args.group_heads; ++head) { // one pass unless the grid is over KV heads
+        for (int head = 0; head < group_heads; ++head) { // one pass unless the grid is over KV heads
             wh.set_head(args, head);
             const Element* const q_rows = first_row(fa.q, seq.q_row0, wh.h);
             const Element* const do_rows = first_row(args.dout, seq.q_row0, wh.h);
@@ -301,7 +302,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
 // The CTA's start in both schedules, after the work item's early return: thread 0 initialises the
 // mbarriers before the CTA's only __syncthreads; then warpgroup 0 lowers its registers and runs the
 // producer to its end (true: the caller returns), while the consumers raise theirs (false).
-template <typename Traits>
+template <typename Traits, bool kGroupWalk>
 __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                       const Sm90BwdSmem<Traits>& sm) {
     if (threadIdx.x == 0) {
@@ -314,7 +315,7 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-        sm90_bwd_producer<Traits>(params, w, sm);
+        sm90_bwd_producer<Traits, kGroupWalk>(params, w, sm);
         return true;
     }
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
@@ -432,12 +433,13 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
 // (kv_empty: every wgmma reading them has completed); and the key block's epilogue. on_head(i) is
 // given the index in the group (query head w.h_first + i); w itself does not move, so that the
 // consumers keep no more work-item state live than without the group.
-template <typename Traits, typename Acc, typename Coords, typename Block, typename OnHead>
+template <typename Traits, bool kGroupWalk, typename Acc, typename Coords, typename Block, typename OnHead>
 __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90BwdWork& w,
                                                  const Sm90BwdSmem<Traits>& sm, Acc& acc_dk, Acc& acc_dv,
                                                  Coords const& tdKVc, Block&& block, OnHead&& on_head) {
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
+    const int group_heads = kGroupWalk ? args.group_heads : 1;
     int kv_uses = 0;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -447,7 +449,7 @@ __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90
         if (range.m_end > range.m_begin) {
             cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
             cutlass::arch::fence_view_async_shared();
-            for (int head = 0; head < args.group_heads; ++head) {
+            for (int head = 0; head < group_heads; ++head) {
                 on_head(head);
                 // Masked blocks sit at the two ends of the range: masked, unmasked, masked.
                 for (int m = range.m_begin; m < range.m_end;) {
