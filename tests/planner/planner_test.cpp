@@ -609,7 +609,8 @@ TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
     EXPECT_FALSE(plan(capped, h200(), overrides("backward_gqa=kv_major")).kv_major);
 }
 
-// Automatic up to 2048 keys, where it measured faster than the scratch; the override forces either.
+// Automatic up to 2048 keys (not at d256 causal), where it measured faster than the scratch; the
+// override forces either.
 TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward long_gqa;
     long_gqa.fwd.heads_k = 4;
@@ -630,6 +631,12 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     EXPECT_FALSE(scratch.kv_major);
     EXPECT_TRUE(scratch.dkv_scratch);
     EXPECT_FALSE(plan(Backward{}, h200(), overrides("backward_gqa=kv_major")).kv_major); // MHA: nothing to walk
+    Backward d256_causal = short_gqa; // measured slower there
+    d256_causal.fwd.head_dim = 256;
+    EXPECT_TRUE(plan(d256_causal).kv_major);
+    d256_causal.fwd.causal = true;
+    EXPECT_FALSE(plan(d256_causal).kv_major);
+    EXPECT_TRUE(plan(d256_causal, h200(), overrides("backward_gqa=kv_major")).kv_major);
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {

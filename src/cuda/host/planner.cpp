@@ -371,8 +371,9 @@ ForwardPlan plan_kvcache(const KvCacheProblem& problem, const DeviceInfo& device
 // device at the benchmark shapes. A fixed bound, not free memory, so that the size query agrees.
 constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 
-// GQA's grid over KV heads on the Hopper backward, automatic up to this many keys (H200, d128,
-// 32/8 and 64/8 heads: 1.18-1.25x the scratch at 1k, 0.83-0.86x at 16k).
+// GQA's grid over KV heads on the Hopper backward, automatic up to this many keys. H200, walk /
+// scratch: d128 (32/8, 64/8) 1.15-1.21x at 1k, 1.03-1.09x at 2k, 0.93-1.02x at 4k, 0.77-1.01x at
+// 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
 
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
@@ -454,14 +455,16 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // head (1 GB at 64/8 heads, 16k) and no finishing sum over the group. Not in deterministic mode
     // (chunks), with softcap or ALiBi (no such instance), staged widths or dk/dv outside 16-byte
     // chunks. Automatic up to kKvMajorMaxKeys keys, where the scratch's fixed cost dominates; past
-    // it the longer CTAs measured slower (docs/perf-log.md).
+    // it the longer CTAs measured slower, as at d256 with a causal mask (docs/perf-log.md).
     const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);
     const bool kv_major_fits = sm90 && pr.group > 1 && !deterministic && !extras && !s.pad_head_dim &&
                                chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
     switch (overrides.backward_gqa) {
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
-    case GqaBackwardChoice::automatic: plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys; break;
+    case GqaBackwardChoice::automatic:
+        plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys && !(plan.tile_dim == 256 && p.causal);
+        break;
     }
     if (plan.kv_major) {
         plan.dkv_scratch = false;
