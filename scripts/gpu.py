@@ -163,6 +163,13 @@ def spills(log):
     return sorted(found, reverse=True)
 
 
+def serialized_wgmma(log):
+    """Kernels in which ptxas serialised the wgmma pipeline (C7514 and its kin: an accumulator read,
+    or a wait it had to insert, inside a wgmma's pipeline stage): every product then waits for the
+    previous one, 1.2-1.5x slower (docs/perf-log.md, session 18, E)."""
+    return sorted({m.group(2) for m in re.finditer(r"\((C751\d)\)[^\n]*?function '([^']+)'", tail(log, 10 ** 7))})
+
+
 ENV_PROBE = ("nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw "
              "--format=csv; nvcc --version | tail -2; {python} -c 'import torch; print(\"torch\", torch.__version__, "
              "\"cuda\", torch.version.cuda, \"cudnn\", torch.backends.cudnn.version())'")
@@ -193,9 +200,12 @@ def cmd_build(args):
         targets = ["flashattn", "flashattn-cli"] + (["backend_tests", "inference_tests"] if tests == "ON" else [])
         rc, seconds = run(args, f"{args.name}-build", ["ninja", "-C", build_dir, f"-j{os.cpu_count()}", *targets],
                           args.timeout)
-    found = spills(log)
+    found, serial = spills(log), serialized_wgmma(log)
     report(args, f"build {args.name}: rc={rc} {seconds:.0f} s (head dims {args.headdims}, archs {args.archs}, "
-                 f"{os.cpu_count()} cores, tests {tests}); {len(found)} kernels spill")
+                 f"{os.cpu_count()} cores, tests {tests}); {len(found)} kernels spill; "
+                 f"{len(serial)} with serialised wgmma")
+    for kernel in serial:
+        report(args, f"  SERIALISED WGMMA (ptxas C751x)  {kernel[:140]}")
     for stores, loads, kernel in found[:6]:
         report(args, f"  spill {stores:5d} / {loads:5d} B  {kernel[:140]}")
     if rc:
