@@ -61,7 +61,7 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras, bool kGroupWalk>
+template <typename Traits, bool kExtras, bool kGroupWalk, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const BwdArgs& args = params.args;
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr int kQStages = Traits::kQStages;
     const FwdArgs& fa = args.fwd;
 
-    const Sm90BwdWork w(args);
+    const Sm90BwdWork w(args, cute::bool_constant<kOrderedDq>{});
     const SequenceBounds& seq = w.seq;
     const int chunk = w.chunk;
     const int k_stored = w.k_stored;
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits, kGroupWalk>(params, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits, kGroupWalk, kOrderedDq>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers

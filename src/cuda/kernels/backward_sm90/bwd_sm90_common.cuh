@@ -33,6 +33,18 @@ using namespace cute;
 // Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh); or, on a grid over KV
 // heads (args.group_heads > 1), chunk, sequence, KV head, and the group's query heads walked in
 // turn (set_head picks the current one: h, row_stat0).
+//
+// Grid order. By default the chunks of a (sequence, head) pair are neighbours in blockIdx.x. With
+// the ordered dQ (args.dq_semaphore) a CTA waits for the CTAs of its pair's earlier key blocks in
+// the dQ order (from the first key block up, or with dq_keys_descending from the last down): the
+// grid runs them in that order, rank r = that position, in sections of dq_section_pairs pairs
+// (the last section holds the rest), the pairs fastest within a section:
+//   blockIdx.x = section * (dq_section_pairs * key blocks) + r * (pairs in the section) + pair.
+// So every CTA a CTA waits for has a lower blockIdx.x. Deadlock freedom rests on that and on the
+// hardware launching a one-dimensional grid's CTAs in increasing blockIdx.x order: a CTA becomes
+// resident only after every lower one has (as FlashAttention-3's deterministic backward and
+// CUTLASS's stream-K fix-up assume); the lowest unfinished CTA then waits for no one, by induction
+// all finish. (Ordered dQ: one key block per CTA, num_chunks == the key blocks, no group walk.)
 struct Sm90BwdWork {
     int chunk, b, h, h_kv;
     int h_first;              // the first query head of the item (h itself on a grid over query heads)
@@ -43,10 +55,26 @@ struct Sm90BwdWork {
     int64_t k_global_row0;    // ... in the dK/dV scratch of a head
     int64_t row_stat0;        // lse / dsum of query row 0 of this (sequence, head); row i at + i
 
-    __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args) {
+    // kOrderedDq: the kernel instance of the ordered dQ (its grid order; a template argument, so that
+    // the other instances keep their code).
+    template <bool kOrderedDq = false>
+    __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args, cute::bool_constant<kOrderedDq> = {}) {
         const FwdArgs& fa = args.fwd;
-        chunk = int(blockIdx.x % unsigned(args.num_chunks));
-        const int bh = int(blockIdx.x / unsigned(args.num_chunks));
+        int bh;
+        if constexpr (kOrderedDq) {
+            const unsigned key_blocks = unsigned(args.num_chunks), width = unsigned(args.dq_section_pairs);
+            const unsigned section = blockIdx.x / (width * key_blocks);
+            const unsigned in_section = blockIdx.x - section * (width * key_blocks);
+            const unsigned first_pair = section * width;
+            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads);
+            const unsigned here = min(width, pairs - first_pair); // pairs in this section
+            const unsigned rank = in_section / here;
+            bh = int(first_pair + (in_section - rank * here));
+            chunk = args.dq_keys_descending ? int(key_blocks - 1 - rank) : int(rank);
+        } else {
+            chunk = int(blockIdx.x % unsigned(args.num_chunks));
+            bh = int(blockIdx.x / unsigned(args.num_chunks));
+        }
         if (args.group_heads > 1) {
             b = bh / args.num_heads_k;
             h_kv = bh - b * args.num_heads_k;
@@ -88,6 +116,20 @@ struct Sm90BwdWork {
         return args.dq_accum + chunk * args.dq_chunk_stride + (int64_t(head) * args.q_rows_total + q_global_row0) * kHeadDim;
     }
 };
+
+// The ordered dQ's counters (bwd_args.h, dq_semaphore): read with acquire and added to with release
+// at GPU scope, so that what a key block's CTA added to a dQ block before its arrival is visible to
+// the CTA that sees the arrival; the proxy fence orders the bulk reductions (async proxy) after the
+// acquire on one side and their completed writes before the release on the other.
+__device__ __forceinline__ int load_acquire_gpu(const int* counter) {
+    int value;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+    return value;
+}
+__device__ __forceinline__ void add_release_gpu(int* counter, int value) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
 // 1024-byte aligned: whole swizzle periods), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the
@@ -170,9 +212,10 @@ struct Sm90BwdSmem {
 // by cp.async from every thread. With the dQ hand-off (Traits::kDqHandoff) it adds the consumers'
 // dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and the last one
 // after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block.
-template <typename Traits, bool kGroupWalk>
+template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
+    static_assert(!kOrderedDq || (Traits::kDqHandoff && !kGroupWalk), "ordered dQ: the hand-off's adds, no group walk");
     const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -212,11 +255,47 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // later, and two bulk reductions in flight may land in either order: there a warp per row adds
     // 16-byte chunks with red.global (one thread per address, in program order, so every address
     // takes its additions in the walk's order).
-    const bool revisits_rows = (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
+    const bool revisits_rows = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
+    // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the two warps that
+    // issue a block's reductions (a row per thread) each wait, before them, until the block's
+    // counter shows the arrivals of every key block before this one in the order (two each, one
+    // per warp: dq_key_blocks says which key blocks add to the block at all), and after them, once
+    // their writes are performed (not only their reads of the buffer), add their own arrival. The
+    // wait's first read is issued before the wait for the consumers' dQ, where it normally costs
+    // nothing; the arrival (release_dq) comes after the next block's loads are issued, so that the
+    // loads do not queue behind the writes.
+    // A separate kernel instance (kOrderedDq): in the others this code, though never run, cost the
+    // 24-register producer (d128) 72-96 B more of spills, some on its copies' addresses.
+    constexpr bool ordered = kOrderedDq;
+    const bool counts = ordered && ptid < kBlockM; // whole warps 0 and 1
+    const bool lane0 = ptid % 32 == 0;
+    int* const dq_counters =
+        ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
+    constexpr int kDqWarps = kBlockM / 32;
+    auto release_dq = [&](int m) {
+        if (counts) {
+            bulk_wait_group<0>();
+            fence_proxy_async_global();
+            __syncwarp();
+            if (lane0) add_release_gpu(dq_counters + m, 1);
+        }
+    };
     auto add_dq = [&](int use, int m0, float* dq_rows) { // dq_rows: the scratch rows of that use's head
         if constexpr (Traits::kDqHandoff) {
+            int turn = 0, seen = 0; // (lane 0 of the counting warps)
+            if (counts && lane0) {
+                const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
+                turn = kDqWarps * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+                seen = load_acquire_gpu(dq_counters + m0 / kBlockM);
+            }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
             if (!revisits_rows) {
+                if (counts) {
+                    if (lane0)
+                        while (seen < turn) seen = load_acquire_gpu(dq_counters + m0 / kBlockM);
+                    __syncwarp();
+                    fence_proxy_async_global();
+                }
                 if (ptid < kBlockM && m0 + ptid < seq.q_len) {
                     bulk_reduce_add_f32(dq_rows + int64_t(m0 + ptid) * kHeadDim,
                                         sm.dq + ptid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
@@ -248,6 +327,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
 
     const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    int unreleased = -1; // ordered dQ: the block whose reductions await their arrival
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -289,20 +369,29 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 const bool row_ok = m0 + stat_row < seq.q_len;
                 cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
                 cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
-                if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
+                if (unreleased >= 0) release_dq(unreleased);
+                unreleased = -1;
+                if (q_uses > 0) {
+                    add_dq(q_uses - 1, last_m0, last_dq_rows);
+                    if (ordered) unreleased = last_m0 / kBlockM;
+                }
                 last_m0 = m0;
                 last_dq_rows = dq_rows;
             }
         }
     }
-    if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
+    if (unreleased >= 0) release_dq(unreleased);
+    if (q_uses > 0) {
+        add_dq(q_uses - 1, last_m0, last_dq_rows);
+        if (ordered) release_dq(last_m0 / kBlockM);
+    }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
 
 // The CTA's start in both schedules, after the work item's early return: thread 0 initialises the
 // mbarriers before the CTA's only __syncthreads; then warpgroup 0 lowers its registers and runs the
 // producer to its end (true: the caller returns), while the consumers raise theirs (false).
-template <typename Traits, bool kGroupWalk>
+template <typename Traits, bool kGroupWalk, bool kOrderedDq = false>
 __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                       const Sm90BwdSmem<Traits>& sm) {
     if (threadIdx.x == 0) {
@@ -315,7 +404,7 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-        sm90_bwd_producer<Traits, kGroupWalk>(params, w, sm);
+        sm90_bwd_producer<Traits, kGroupWalk, kOrderedDq>(params, w, sm);
         return true;
     }
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
