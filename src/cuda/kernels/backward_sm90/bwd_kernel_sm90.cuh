@@ -14,9 +14,11 @@
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns
-//     each) -> shared, for the producer to add to the fp32 scratch with bulk reductions, a row each
-//     (per-chunk buffers when deterministic, as bwd_kernel.cuh, added there with red.add: every
-//     address by one producer thread, in order)
+//     each) -> shared, for the producer to add to the fp32 scratch with bulk reductions, a row each.
+//     Deterministic mode: either the ordered dQ (kOrderedDq, its own instance: one CTA per key
+//     block as by default, each query block's additions in a fixed key-block order under a counter,
+//     bwd_sm90_common.cuh), or per-chunk buffers as bwd_kernel.cuh (a CTA walks several key blocks,
+//     added with red.add: every address by one producer thread, in order)
 //   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
 //   per-query-head fp32 scratch.
 //

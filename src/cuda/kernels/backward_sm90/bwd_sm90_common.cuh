@@ -35,16 +35,17 @@ using namespace cute;
 // turn (set_head picks the current one: h, row_stat0).
 //
 // Grid order. By default the chunks of a (sequence, head) pair are neighbours in blockIdx.x. With
-// the ordered dQ (args.dq_semaphore) a CTA waits for the CTAs of its pair's earlier key blocks in
-// the dQ order (from the first key block up, or with dq_keys_descending from the last down): the
-// grid runs them in that order, rank r = that position, in sections of dq_section_pairs pairs
-// (the last section holds the rest), the pairs fastest within a section:
-//   blockIdx.x = section * (dq_section_pairs * key blocks) + r * (pairs in the section) + pair.
-// So every CTA a CTA waits for has a lower blockIdx.x. Deadlock freedom rests on that and on the
-// hardware launching a one-dimensional grid's CTAs in increasing blockIdx.x order: a CTA becomes
-// resident only after every lower one has (as FlashAttention-3's deterministic backward and
-// CUTLASS's stream-K fix-up assume); the lowest unfinished CTA then waits for no one, by induction
-// all finish. (Ordered dQ: one key block per CTA, num_chunks == the key blocks, no group walk.)
+// the ordered dQ (kOrderedDq; args.dq_semaphore: one key block per CTA, no group walk) a CTA waits
+// for the CTAs of its pair's earlier key blocks in the dQ order (from the first key block up, or
+// with dq_keys_descending from the last down), so the grid runs them in that order: with rank r the
+// key block's position in it and the pairs in sections of dq_section_pairs (the last section holds
+// the rest), the pairs fastest within a section,
+//   blockIdx.x = section * (dq_section_pairs * key blocks) + r * (pairs in the section) + pair in it.
+// Every CTA that a CTA waits for thus has a lower blockIdx.x. Deadlock freedom rests on that and on
+// the hardware launching a one-dimensional grid's CTAs in increasing blockIdx.x order (a CTA becomes
+// resident only once every lower one has; FlashAttention-3's deterministic backward and CUTLASS's
+// stream-K fix-up assume the same): the lowest unfinished CTA is resident and every CTA it waits for
+// has finished, so it finishes too, and by induction all do.
 struct Sm90BwdWork {
     int chunk, b, h, h_kv;
     int h_first;              // the first query head of the item (h itself on a grid over query heads)
@@ -211,7 +212,8 @@ struct Sm90BwdSmem {
 // launcher made their maps (params.q_tma: the stage's q_full then also waits for their bytes), else
 // by cp.async from every thread. With the dQ hand-off (Traits::kDqHandoff) it adds the consumers'
 // dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and the last one
-// after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block.
+// after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block; with the
+// ordered dQ (kOrderedDq) each block's reductions wait for their turn and are counted (below).
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
