@@ -33,7 +33,7 @@ def ranges(seqlen, causal, bm=64, bn=128):
 
 
 def simulate(pairs, seqlen, hdim, causal, ordered, t_b, poll, read, write, epilogue):
-    rng = ranges(seqlen, causal)
+    rng = ranges(seqlen, causal, bn=64 if hdim == 256 else 128)
     n_blocks = len(rng)
     if ordered:
         section = max(1, min(pairs, int(40 * 2**20 // (seqlen * hdim * 8))))
@@ -82,9 +82,8 @@ def main():
     args = ap.parse_args()
     print(f"poll {args.poll} us, write {args.write} us; ordered / default time, per seqlen 1k 2k 4k 8k 16k")
     for hdim, heads in SHAPES:
-        # t_b: a (64 x 128) block pair's 10 * 64 * 128 * d FLOPs at ~540 TFLOP/s over 132 SMs (d256:
-        # 64 x 64 key blocks would change the ranges; modelled with d128's blocks at twice the time).
-        t_b = 10 * 64 * 128 * hdim / (540e12 / SMS) * 1e6
+        # t_b: a block pair's 10 * 64 * keys * d FLOPs (keys: 128, at d256 64) at ~540 TFLOP/s / 132 SMs.
+        t_b = 10 * 64 * (64 if hdim == 256 else 128) * hdim / (540e12 / SMS) * 1e6
         for causal in (False, True):
             ratios = []
             for seqlen in (1024, 2048, 4096, 8192, 16384):

@@ -115,7 +115,7 @@ TEST(CudaBackward, DeterministicIsBitwiseIdenticalOver50Runs) {
     }
 }
 
-// Deterministic mode's ordered dQ (the Hopper kernel at d64/d128 without softcap/ALiBi: the key
+// Deterministic mode's ordered dQ (the Hopper kernel without softcap/ALiBi: the key
 // blocks add to each query block's dQ in a fixed order, counted per query block): bitwise identical
 // over repeated runs and the reference's answer where the counting is delicate: ragged causal ranges
 // (lengths off the 64/128 blocks, more queries than keys, so that the first query blocks meet no
@@ -150,6 +150,18 @@ TEST(CudaBackward, OrderedDqIsBitwiseIdenticalAndMatchesReference) {
     }());
     cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 1, 2048, 2048, 2, 2, 128); c.causal = true; return c; }());
     cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 1, 3000, 3000, 1, 1, 64); return c; }());
+    // d256 (the consumers add their own dQ once granted their turn; key blocks of 64).
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 2, 777, 1000, 2, 2, 256); c.causal = true; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_FLOAT16, 1, 900, 700, 4, 2, 256); c.window_left = 150; c.window_right = 30; return c; }());
+    cases.push_back([] {
+        Case c = cuda_case(FA_BFLOAT16, 4, 0, 0, 2, 2, 256);
+        c.varlen = true;
+        c.q_lens = {300, 0, 257, 64};
+        c.k_lens = {200, 100, 400, 0};
+        c.seqused_k = {150, 100, 0, 0};
+        c.causal = true;
+        return c;
+    }());
     for (Case c : named(cases)) {
         c.deterministic = true;
         AttentionRun run(c);

@@ -3,14 +3,17 @@ Sm90BwdWork's grid order, sm90_bwd_producer's add_dq / release_dq; bwd_policies.
 dq_key_blocks).
 
 Each CTA owns one key block n of one (sequence, head) pair and adds its dQ to the query blocks m of
-q_block_range(n), in increasing m. Two producer warps each add half the rows of a block (one bulk
-reduction per row); before that, each waits until block m's counter shows 2 x the number of key
+q_block_range(n), in increasing m. At d64/d128 two producer warps each add half the rows of a
+block (one bulk reduction per row); before that, each waits until block m's counter shows 2 x the number of key
 blocks that meet m and come before n in the fixed order (dq_key_blocks(m): from the first up, or
 from the last down with a right window edge), and after the reductions' writes have landed (not
 only their reads of the shared buffer) it adds 1 to the counter. The arrival for block m is
 deferred until after the next block's loads, i.e. it comes right before the warp's next add (or at
 the end). The consumers hand dQ over through one buffer (dq_full / dq_empty: a block's dQ is
-written only once both warps have read the previous one).
+written only once both warps have read the previous one). At d256 (bwd_kernel_sm90_pds.cuh) the
+consumers add their dQ themselves once the producer thread has granted the block's turn, and the
+producer publishes one arrival per CTA (modelled as one adder with one arrival, its release after
+the adds have landed).
 
 CTAs are launched in blockIdx.x order onto a random number of slots (the hardware's order, which
 the kernel's deadlock freedom assumes), a new one when one finishes; everything else is a random
@@ -26,14 +29,14 @@ Broken variants (`broken=`) that must fail on some of the problems:
   "count_every_block"    the turn counts every earlier key block, also those that never add to m
   "order_against_grid"   the wait order ascending while the grid runs the key blocks descending
                          (and the other way round): a CTA waits for one launched after it
-  "one_arrival"          one arrival per CTA (warp 0 only) where two are awaited
+  "one_arrival"          one arrival per CTA (warp 0 only) where two are awaited (d64/d128)
   "keys_fastest_grid"    the default grid (a pair's key blocks neighbours, ascending) with the
                          descending order of a right window edge
 Run: python3 tests/gpu/bwd_dq_order_check.py
 """
 import random
 
-BM, BN = 4, 8  # query rows per block, keys per key block (the kernel's 64 and 128, scaled down)
+BM, BN = 4, 8  # query rows per block, keys per key block (the kernel's 64 and 128, scaled down; d256: 4, 4)
 
 
 def keys_for_row(i, q_len, k_len, left, right):
@@ -103,7 +106,11 @@ def random_problem(rnd):
     return seqs, left, right
 
 
-def run(seed, broken=None):
+def run(seed, broken=None, adders=2):
+    """adders: 2, the d64/d128 schedule's two producer warps, each half the rows and one arrival; 1,
+    the d256 schedule, whose consumers add the block (granted their turn by the producer thread,
+    which publishes one arrival per CTA once their adds are issued and, by its release fence,
+    performed)."""
     rnd = random.Random(seed)
     seqs, left, right = random_problem(rnd)
     pairs = len(seqs)
@@ -122,11 +129,11 @@ def run(seed, broken=None):
     for p, (q_len, k_len, k_stored) in enumerate(seqs):
         for m in range((q_len + BM - 1) // BM):
             nb, ne = dq_key_blocks(q_len, k_len, left, right, m)
-            adders = [n for n in range(key_blocks) if n * BN < k_stored
+            meeting = [n for n in range(key_blocks) if n * BN < k_stored
                       and q_block_range(q_len, k_len, left, right, n * BN)[0] <= m
                       < q_block_range(q_len, k_len, left, right, n * BN)[1]]
-            assert adders == list(range(nb, ne)), (seqs[p], left, right, m, adders, (nb, ne))
-            expected[(p, m)] = adders[::-1] if descending else adders
+            assert meeting == list(range(nb, ne)), (seqs[p], left, right, m, meeting, (nb, ne))
+            expected[(p, m)] = meeting[::-1] if descending else meeting
 
     counter = {}
     changed = [0]  # bumped by every change of state: a run without one for long is a deadlock
@@ -140,7 +147,7 @@ def run(seed, broken=None):
         blocks = list(range(mb, me))
         if not blocks: return []
         full = [False] * len(blocks)        # dq_full of each use
-        read = [[False, False] for _ in blocks]  # dq_empty: each warp has read the use's buffer
+        read = [[False] * adders for _ in blocks]  # dq_empty: each adder has read the use's buffer
 
         def consumers():
             for u in range(len(blocks)):
@@ -154,7 +161,7 @@ def run(seed, broken=None):
             nb, ne = dq_key_blocks(q_len, k_len, left, right, m)
             if broken == "count_every_block":
                 nb, ne = 0, (k_len + BN - 1) // BN
-            return 2 * ((ne - 1 - n) if wait_descending else (n - nb))
+            return adders * ((ne - 1 - n) if wait_descending else (n - nb))
 
         def release(w, m, flight):
             if broken != "release_on_read":
@@ -173,7 +180,7 @@ def run(seed, broken=None):
                 if broken != "no_wait":
                     while counter.get((p, m), 0) < turn: yield
                 flight = []
-                if m * BM + w * (BM // 2) < q_len:  # the warp's rows past the sequence add nothing
+                if m * BM + w * (BM // adders) < q_len:  # the warp's rows past the sequence add nothing
                     op = [rnd.randint(1, 10), (p, m, w), n, [False]]
                     pending.append(op)
                     flight.append(op)
@@ -183,7 +190,7 @@ def run(seed, broken=None):
                 unreleased = (m, flight)
             if unreleased is not None: yield from release(w, *unreleased)
 
-        return [consumers(), warp(0), warp(1)]
+        return [consumers()] + [warp(w) for w in range(adders)]
 
     live = {}  # resident CTA -> its live actors
     next_cta = 0
@@ -214,32 +221,36 @@ def run(seed, broken=None):
     if live or pending or next_cta < len(order):
         raise AssertionError(f"deadlock: seed {seed}, seqs {seqs}, window ({left}, {right}), section {section}, "
                              f"slots {slots}, {len(live)} resident, {len(order) - next_cta} not launched")
-    for (p, m), adders in expected.items():
+    for (p, m), keys in expected.items():
         q_len = seqs[p][0]
-        for w in (0, 1):
-            want = adders if m * BM + w * (BM // 2) < q_len else []
+        for w in range(adders):
+            want = keys if m * BM + w * (BM // adders) < q_len else []
             assert added.get((p, m, w), []) == want, (seed, seqs[p], (left, right), m, w, added.get((p, m, w)), want)
         if broken != "one_arrival":
-            assert counter.get((p, m), 0) == 2 * len(adders), (seed, p, m, counter.get((p, m)), adders)
+            assert counter.get((p, m), 0) == adders * len(keys), (seed, p, m, counter.get((p, m)), keys)
     return len(order)
 
 
-def caught(broken, seeds=600):
+def caught(broken, seeds=600, adders=2):
     hits = 0
     for seed in range(seeds):
         try:
-            run(seed, broken)
+            run(seed, broken, adders)
         except AssertionError:
             hits += 1
     return hits
 
 
 if __name__ == "__main__":
-    ctas = sum(run(seed) for seed in range(3000))
-    print(f"ordered dQ: 3000 random problems ({ctas} CTAs), no deadlock, every dQ block's additions complete "
-          "and in the fixed order, dq_key_blocks the inverse of q_block_range")
-    for broken in ("release_on_read", "no_wait", "count_every_block", "order_against_grid", "one_arrival",
-                   "keys_fastest_grid"):
-        hits = caught(broken)
-        assert hits > 0, f"broken={broken}: not caught by any problem"
-        print(f"  broken variant {broken}: caught on {hits} of 600 problems")
+    for adders, BN, schedule in ((2, 8, "d64/d128: two producer warps"),
+                                 (1, 4, "d256 (key blocks as tall as query blocks): the consumers, one arrival")):
+        ctas = sum(run(seed, adders=adders) for seed in range(1500))
+        print(f"ordered dQ, {schedule}: 1500 random problems ({ctas} CTAs), no deadlock, every dQ block's "
+              "additions complete and in the fixed order, dq_key_blocks the inverse of q_block_range")
+        for broken in ("release_on_read", "no_wait", "count_every_block", "order_against_grid", "one_arrival",
+                       "keys_fastest_grid"):
+            if broken == "one_arrival" and adders == 1:
+                continue  # one arrival is the d256 schedule's count
+            hits = caught(broken, 300, adders)
+            assert hits > 0, f"broken={broken}: not caught by any problem"
+            print(f"  broken variant {broken}: caught on {hits} of 300 problems")

@@ -205,8 +205,8 @@ def test_deterministic_bitwise_over_50_runs():
     run_and_check(q, k, v, name="deterministic", deterministic=True, **kw)
 
 
-# Deterministic mode's ordered dQ (the Hopper kernel at d64/d128: each query block's dQ takes the key
-# blocks' additions in a fixed order, counted per query block; docs/cuda-backend.md): bitwise
+# Deterministic mode's ordered dQ (the Hopper kernel: each query block's dQ takes the key blocks'
+# additions in a fixed order, counted per query block; docs/cuda-backend.md): bitwise
 # identical over runs and the reference's gradients where the counting is delicate, and the chunked
 # scheme (deterministic_dq=chunks) as a second opinion. d128 cases have >= 512 queries, so that they
 # run the Hopper kernel. (Elsewhere, or on the CPU backend, the same cases check the other schemes.)
@@ -239,7 +239,7 @@ def assert_bitwise_over_runs(q, k, v, runs, **kw):
 
 @pytest.mark.parametrize("scheme", ["ordered", "chunks"])
 @pytest.mark.parametrize("case", list(ORDERED_CASES))
-@pytest.mark.parametrize("hdim", [64, 128])
+@pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_deterministic_ordered_dq(hdim, case, scheme, overrides):
     if case == "many_key_blocks" and not ON_CUDA:
         pytest.skip("too slow for the CPU check mode")
@@ -251,7 +251,7 @@ def test_deterministic_ordered_dq(hdim, case, scheme, overrides):
     run_and_check(q, k, v, name=f"deterministic {scheme} {case}", deterministic=True, **kw)
 
 
-@pytest.mark.parametrize("hdim", [64, 128])
+@pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_deterministic_ordered_dq_varlen(hdim):
     """Empty sequences on either side, seqused_k shorter than the keys (key blocks that meet no
     query block), a causal mask over ragged lengths."""

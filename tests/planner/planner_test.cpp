@@ -566,7 +566,7 @@ TEST(PlannerBackward, HopperRunsTheWgmmaKernelWhereItMeasuredFaster) {
     EXPECT_EQ(plan(Backward{}, h200(), overrides("backward_kernel=sm80")).kernel, Kernel::backward_sm80);
 }
 
-// Deterministic mode on the Hopper kernel (d64, d128, no softcap/ALiBi): one CTA per key block, one
+// Deterministic mode on the Hopper kernel (d64, d128, d256, no softcap/ALiBi): one CTA per key block, one
 // dQ buffer, added in a fixed key-block order under a counter per (sequence, head, query block).
 TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     Backward b;
@@ -604,6 +604,13 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     d64.fwd.head_dim = 64;
     EXPECT_EQ(plan(d64).dq_section_pairs, 5);
     EXPECT_TRUE(plan(d64).ordered_dq);
+    Backward d256 = b; // the d256 schedule too (key blocks of 64: 16 CTAs per pair)
+    d256.fwd.head_dim = 256;
+    const BackwardPlan p256 = plan(d256);
+    EXPECT_EQ(p256.kernel, Kernel::backward_sm90);
+    EXPECT_TRUE(p256.ordered_dq);
+    EXPECT_EQ(p256.num_chunks, 16);
+    EXPECT_EQ(p256.dq_chunk_stride, 0);
 
     Backward gqa = b; // GQA keeps the dK/dV scratch (the walk over the group is not taken)
     gqa.fwd.heads_k = 4;
@@ -614,11 +621,12 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
 }
 
 // Where the ordered dQ is not taken, deterministic mode keeps the chunks: the mma.sync kernel
-// (dropout, d256, other devices, short d128), softcap / ALiBi (no ordered instance), the override.
+// (dropout, other devices, short d128, d256 with softcap), softcap / ALiBi (no ordered instance),
+// the override.
 TEST(PlannerBackward, DeterministicChunksElsewhere) {
     Backward b;
     b.deterministic = true;
-    for (const char* what : {"softcap", "dropout", "d256", "a100", "override", "short"}) {
+    for (const char* what : {"softcap", "dropout", "d256_softcap", "a100", "override", "short"}) {
         SCOPED_TRACE(what);
         Backward c = b;
         DeviceInfo device = h200();
@@ -626,7 +634,7 @@ TEST(PlannerBackward, DeterministicChunksElsewhere) {
         const std::string w = what;
         if (w == "softcap") c.fwd.softcap = 30.0f;
         if (w == "dropout") c.fwd.dropout = 0.1f;
-        if (w == "d256") c.fwd.head_dim = 256;
+        if (w == "d256_softcap") c.fwd.head_dim = 256, c.fwd.softcap = 30.0f;
         if (w == "a100") device = a100();
         if (w == "override") o = overrides("deterministic_dq=chunks");
         if (w == "short") c.fwd.seqlen_q = 256;
@@ -640,10 +648,13 @@ TEST(PlannerBackward, DeterministicChunksElsewhere) {
     EXPECT_EQ(plan(capped).kernel, Kernel::backward_sm90); // the extras kernel, with chunks
     EXPECT_EQ(plan(b, h200(), overrides("deterministic_dq=chunks")).kernel, Kernel::backward_sm90);
     EXPECT_TRUE(plan(b, h200(), overrides("deterministic_dq=ordered")).ordered_dq);
-    Backward d256 = b;
+    Backward d256 = capped;
     d256.fwd.head_dim = 256;
     EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm80); // chunks: the mma.sync kernel measured faster
-    EXPECT_FALSE(plan(d256, h200(), overrides("backward_kernel=sm90")).ordered_dq);
+    EXPECT_EQ(plan(d256, h200(), overrides("backward_kernel=sm90")).kernel, Kernel::backward_sm90);
+    Backward plain256 = b;
+    plain256.fwd.head_dim = 256;
+    EXPECT_EQ(plan(plain256, h200(), overrides("deterministic_dq=chunks")).kernel, Kernel::backward_sm80);
 }
 
 TEST(PlannerBackward, DeterministicChunksFillOneWaveWithinTheMemoryBound) {

@@ -406,9 +406,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     plan.block_n = tile.block_n;
     plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
 
-    // Deterministic mode: on the Hopper kernel (d64, d128, without softcap/ALiBi), dQ added in a
-    // fixed key-block order under per-query-block counters (ordered_dq, below); elsewhere, or with
-    // the override deterministic_dq=chunks, per-chunk dQ buffers summed in chunk order.
+    // Deterministic mode: on the Hopper kernel (without softcap/ALiBi), dQ added in a fixed
+    // key-block order under per-query-block counters (ordered_dq, below); elsewhere, or with the
+    // override deterministic_dq=chunks, per-chunk dQ buffers summed in chunk order.
     const bool deterministic = problem.p.deterministic;
     // Softcap or ALiBi (the extras kernel): no ordered instance of it, chunks.
     const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);

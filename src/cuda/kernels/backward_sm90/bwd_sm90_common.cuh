@@ -159,8 +159,8 @@ struct Sm90BwdSmem {
     uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
     uint64_t* kv_full;
     uint64_t* kv_empty;
-    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
-    uint64_t* dq_empty; // the producer has read it
+    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq` (d256: their adds of it are issued)
+    uint64_t* dq_empty; // the producer has read it (d256, ordered dQ: the block's turn has come)
 
     __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
         q = reinterpret_cast<Element*>(smem);
@@ -190,7 +190,7 @@ struct Sm90BwdSmem {
         cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
         cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
-        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kProducerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Traits::kProducerThreads : 1);
         cutlass::arch::fence_barrier_init();
     }
 
@@ -217,7 +217,7 @@ struct Sm90BwdSmem {
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
-    static_assert(!kOrderedDq || (Traits::kDqHandoff && !kGroupWalk), "ordered dQ: the hand-off's adds, no group walk");
+    static_assert(!kOrderedDq || !kGroupWalk, "ordered dQ: one query head per CTA");
     const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -269,7 +269,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // A separate kernel instance (kOrderedDq): in the others this code, though never run, cost the
     // 24-register producer (d128) 72-96 B more of spills, some on its copies' addresses.
     constexpr bool ordered = kOrderedDq;
-    const bool counts = ordered && ptid < kBlockM; // whole warps 0 and 1
+    const bool counts = ordered && Traits::kDqHandoff && ptid < kBlockM; // whole warps 0 and 1
     const bool lane0 = ptid % 32 == 0;
     int* const dq_counters =
         ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
@@ -280,6 +280,26 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             fence_proxy_async_global();
             __syncwarp();
             if (lane0) add_release_gpu(dq_counters + m, 1);
+        }
+    };
+    // Without the hand-off (the d256 schedule) the consumers add their own dQ, straight from their
+    // registers: thread 0 grants each block's turn (dq_empty, one arrival) once the counter shows it,
+    // the consumers wait for it before their adds and arrive on dq_full after issuing them, and
+    // thread 0 then publishes the CTA's one arrival (release at GPU scope after the mbarrier's
+    // acquire: the consumers' adds, ordered before their arrivals, are ordered before it). The turn
+    // of block u is granted after the arrival of block u - 1, so neither mbarrier runs a phase ahead.
+    auto grant_turn = [&](int m0) {
+        if (ordered && !Traits::kDqHandoff && ptid == 0) {
+            const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
+            const int turn = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
+            while (load_acquire_gpu(dq_counters + m0 / kBlockM) < turn) {}
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
+        }
+    };
+    auto publish_adds = [&](int use, int m0) {
+        if (ordered && !Traits::kDqHandoff && ptid == 0) {
+            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
+            add_release_gpu(dq_counters + m0 / kBlockM, 1);
         }
     };
     auto add_dq = [&](int use, int m0, float* dq_rows) { // dq_rows: the scratch rows of that use's head
@@ -371,21 +391,24 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 const bool row_ok = m0 + stat_row < seq.q_len;
                 cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
                 cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
+                if (q_uses > 0) publish_adds(q_uses - 1, last_m0);
+                grant_turn(m0);
                 if (unreleased >= 0) release_dq(unreleased);
                 unreleased = -1;
                 if (q_uses > 0) {
                     add_dq(q_uses - 1, last_m0, last_dq_rows);
-                    if (ordered) unreleased = last_m0 / kBlockM;
+                    if (ordered && Traits::kDqHandoff) unreleased = last_m0 / kBlockM;
                 }
                 last_m0 = m0;
                 last_dq_rows = dq_rows;
             }
         }
     }
+    if (q_uses > 0) publish_adds(q_uses - 1, last_m0);
     if (unreleased >= 0) release_dq(unreleased);
     if (q_uses > 0) {
         add_dq(q_uses - 1, last_m0, last_dq_rows);
-        if (ordered) release_dq(last_m0 / kBlockM);
+        if (ordered && Traits::kDqHandoff) release_dq(last_m0 / kBlockM);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
