@@ -288,6 +288,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // thread 0 then publishes the CTA's one arrival (release at GPU scope after the mbarrier's
     // acquire: the consumers' adds, ordered before their arrivals, are ordered before it). The turn
     // of block u is granted after the arrival of block u - 1, so neither mbarrier runs a phase ahead.
+    // Both come after loading block u + 1: the turn of u then lands early in block u (the consumers
+    // need it after their dQ product, half-way through), and the next load, which waits for the end
+    // of block u anyway, does not also wait for the publication of block u and the next counter read.
     auto grant_turn = [&](int m0) {
         if (ordered && !Traits::kDqHandoff && ptid == 0) {
             const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
@@ -350,6 +353,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
     int unreleased = -1; // ordered dQ: the block whose reductions await their arrival
+    int prev_m0 = 0;     // ordered dQ without the hand-off: the block before last_m0's
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -391,8 +395,11 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 const bool row_ok = m0 + stat_row < seq.q_len;
                 cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
                 cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
-                if (q_uses > 0) publish_adds(q_uses - 1, last_m0);
-                grant_turn(m0);
+                if constexpr (ordered && !Traits::kDqHandoff) {
+                    if (q_uses > 1) publish_adds(q_uses - 2, prev_m0);
+                    if (q_uses > 0) grant_turn(last_m0);
+                    prev_m0 = last_m0;
+                }
                 if (unreleased >= 0) release_dq(unreleased);
                 unreleased = -1;
                 if (q_uses > 0) {
@@ -404,7 +411,13 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             }
         }
     }
-    if (q_uses > 0) publish_adds(q_uses - 1, last_m0);
+    if constexpr (ordered && !Traits::kDqHandoff) {
+        if (q_uses > 1) publish_adds(q_uses - 2, prev_m0);
+        if (q_uses > 0) {
+            grant_turn(last_m0);
+            publish_adds(q_uses - 1, last_m0);
+        }
+    }
     if (unreleased >= 0) release_dq(unreleased);
     if (q_uses > 0) {
         add_dq(q_uses - 1, last_m0, last_dq_rows);
