@@ -2,7 +2,7 @@
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
         [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
-        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
+        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--det-variant LABEL:KEY=VALUE]... [--lib NAME:PATH]...
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
@@ -31,6 +31,10 @@ ours_LABEL_diff: its largest gradient difference to the library's own choice on 
 wrong kernel shows here; the dQ atomics make it nonzero even between two runs of one kernel). Each
 --lib NAME:PATH (a build of another commit: a before/after comparison in one process, interleaved)
 gets the same two columns, ours_NAME_tflops and ours_NAME_diff, and the table prints ours / NAME.
+Each --det-variant LABEL:OVERRIDES times the deterministic call with those overrides set (e.g.
+`chunks:deterministic_dq=chunks`, the per-chunk dQ buffers instead of the ordered dQ): columns
+ours_LABEL_tflops and ours_LABEL_diff (against the library's non-deterministic gradients); the
+table prints det / LABEL.
 `--replot CSV` only redraws the chart from a results file (one without nheads_k: all MHA).
 """
 import argparse
@@ -93,7 +97,7 @@ def folded(grad, nheads):
     return grad.transpose(1, 2).float().unflatten(2, (nheads, -1)).sum(3)
 
 
-def measure(grid, variants=(), libs=(), rounds=1):
+def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
     rows, noted = [], set()
     for shape in grid:
         b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
@@ -118,6 +122,18 @@ def measure(grid, variants=(), libs=(), rounds=1):
                 print(f"  {label}: {e}", flush=True)
                 continue
             entries.append((f"ours_{label}", ours, lambda spec=spec: abi.overrides(spec)))
+            row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
+                                            for g, o in zip(grads, ours_grads))
+        for label, spec in det_variants:  # the deterministic call under overrides
+            det = ours_fn(q, k, v, out, lse, dout, grads, causal, True)
+            try:
+                with abi.overrides(spec):
+                    abi.lib.check(det())
+            except abi.FlashAttnError as e:
+                row[f"ours_{label}_tflops"] = row[f"ours_{label}_diff"] = float("nan")
+                print(f"  {label}: {e}", flush=True)
+                continue
+            entries.append((f"ours_{label}", det, lambda spec=spec: abi.overrides(spec)))
             row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
                                             for g, o in zip(grads, ours_grads))
         for name, library in libs:
@@ -146,7 +162,7 @@ def measure(grid, variants=(), libs=(), rounds=1):
               f"(det {row['ours_deterministic_tflops']:6.1f})  fa2 {row['torch_fa2_tflops']:6.1f}  "
               f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
               + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
-                        for label, _ in variants + libs)
+                        for label, _ in variants + det_variants + libs)
               + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else ""), flush=True)
         del q, k, v, dout, out, lse, grads, ours_grads
         torch.cuda.empty_cache()
@@ -173,6 +189,9 @@ def main():
                     help="time every implementation this many times, round-robin, and keep each one's best")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                     help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
+    ap.add_argument("--det-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                    help="also time the deterministic call with these overrides set (column ours_LABEL_tflops; "
+                         "e.g. chunks:deterministic_dq=chunks); repeatable")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-backward.png from a results CSV")
@@ -187,12 +206,13 @@ def main():
     props = torch.cuda.get_device_properties(0)
 
     variants = [parse_variant(v) for v in args.variant]
+    det_variants = [parse_variant(v) for v in args.det_variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds)
+    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, det_variants=det_variants)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2", "baseline_gqa"]
-    for label, _ in variants + libs:
+    for label, _ in variants + det_variants + libs:
         fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
     with open(out / "h200-backward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -206,17 +226,21 @@ def main():
     except Exception as e:  # the numbers matter more than the chart
         print("plot failed:", e)
 
-    print("\nbackward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN)")
+    print("\nbackward TFLOP/s, bf16 (ratio = ours / torch FA2, ours / cuDNN; det/ours = deterministic / ours)")
     print(f"{'hdim':>4} {'h':>3} {'hk':>3} {'causal':>6} {'seqlen':>6} | {'ours':>6} {'det':>6} {'FA2':>6} "
-          f"{'cuDNN':>6} | {'/FA2':>5} {'/cuDNN':>6} | diff")
+          f"{'cuDNN':>6} | {'/FA2':>5} {'/cuDNN':>6} {'det/ours':>8} | diff")
     for r in rows:
         print(f"{r['hdim']:4d} {r['nheads']:3d} {r['nheads_k']:3d} {str(r['causal']):>6} {r['seqlen']:6d} | "
               f"{r['ours_tflops']:6.1f} "
               f"{r['ours_deterministic_tflops']:6.1f} {r['torch_fa2_tflops']:6.1f} {r['cudnn_tflops']:6.1f} | "
-              f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} | "
+              f"{r['ours_tflops'] / r['torch_fa2_tflops']:5.2f} {r['ours_tflops'] / r['cudnn_tflops']:6.2f} "
+              f"{r['ours_deterministic_tflops'] / r['ours_tflops']:8.2f} | "
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
               + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f} ({r[f'ours_{label}_tflops'] / r['torch_fa2_tflops']:4.2f}"
                         f" FA2, diff {r[f'ours_{label}_diff']:.2g})" for label, _ in variants)
+              + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f} (det/{label} "
+                        f"{r['ours_deterministic_tflops'] / r[f'ours_{label}_tflops']:4.2f}, diff {r[f'ours_{label}_diff']:.2g})"
+                        for label, _ in det_variants)
               + "".join(f" | {name} {r[f'ours_{name}_tflops']:6.1f} ours/{name} "
                         f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f} (diff {r[f'ours_{name}_diff']:.2g})"
                         for name, _ in libs))

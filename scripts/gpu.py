@@ -226,11 +226,14 @@ SANITIZE_PROBLEMS = [
     "--kvcache --batch 2 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128",
 ]
 # Checked problems for `smoke` (the Hopper kernels wait on mbarriers: a protocol error hangs rather
-# than fails): the forward; the backward with ragged blocks, deterministic chunks that walk every key
-# block, and the extras; a paged decode.
+# than fails, and so does a miscounted ordered dQ): the forward; the backward with ragged blocks,
+# deterministic chunks that walk every key block, the ordered dQ (d128 ragged causal, d64 varlen
+# window, d256 causal), and the extras; a paged decode.
 SMOKE_PROBLEMS = [
     "--seqlen 1024 --head-dim 128 --heads 4 --batch 2 --causal",
     "--seqlen-q 100 --seqlen-k 300 --head-dim 128 --heads 8 --batch 9 --causal --backward --deterministic",
+    "--seqlen-q 777 --seqlen-k 1000 --head-dim 128 --heads 8 --batch 3 --causal --backward --deterministic",
+    "--varlen --seqlen 600 --heads 4 --kv-heads 2 --head-dim 64 --window 90,20 --backward --deterministic",
     "--seqlen-q 100 --seqlen-k 300 --head-dim 256 --heads 8 --batch 9 --causal --backward --deterministic",
     "--varlen --seqlen 200 --heads 4 --kv-heads 2 --head-dim 256 --window 40,8 --softcap 30 --alibi --backward",
     "--kvcache --paged --page-size 16 --batch 3 --seqlen-q 1 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128 "

@@ -31,6 +31,13 @@ GqaBackwardChoice gqa_backward_choice(const std::string& value) {
     fail(FA_ERROR_INVALID_ARGUMENT, "overrides: backward_gqa must be kv_major, scratch or auto, got '", value, "'");
 }
 
+DeterministicDqChoice deterministic_dq_choice(const std::string& value) {
+    if (value == "ordered") return DeterministicDqChoice::ordered;
+    if (value == "chunks") return DeterministicDqChoice::chunks;
+    if (value == "auto") return DeterministicDqChoice::automatic;
+    fail(FA_ERROR_INVALID_ARGUMENT, "overrides: deterministic_dq must be ordered, chunks or auto, got '", value, "'");
+}
+
 struct State {
     std::mutex mutex;
     Overrides value;
@@ -70,6 +77,8 @@ Overrides parse_overrides(const std::string& spec) {
             o.inference_kernel = inference_choice(value);
         } else if (key == "backward_gqa") {
             o.backward_gqa = gqa_backward_choice(value);
+        } else if (key == "deterministic_dq") {
+            o.deterministic_dq = deterministic_dq_choice(value);
         } else if (key == "cpu_isa") {
             require(value == "generic" || value == "avx2" || value == "avx512",
                     "overrides: cpu_isa must be generic, avx2 or avx512, got '", value, "'");
@@ -84,7 +93,8 @@ Overrides parse_overrides(const std::string& spec) {
             o.cpu_fwd_block_q = fq, o.cpu_fwd_block_k = fk, o.cpu_bwd_block_q = bq, o.cpu_bwd_block_k = bk;
         } else {
             fail(FA_ERROR_INVALID_ARGUMENT, "overrides: unknown key '", key,
-                 "' (known: forward_kernel, backward_kernel, inference_kernel, backward_gqa, cpu_isa, cpu_blocks)");
+                 "' (known: forward_kernel, backward_kernel, inference_kernel, backward_gqa, deterministic_dq, cpu_isa, "
+                 "cpu_blocks)");
         }
     }
     return o;

@@ -13,6 +13,9 @@
 //   backward_gqa      kv_major | scratch     GQA on the Hopper backward: a CTA per KV head walking
 //                                            its query heads, or one per query head with fp32
 //                                            dK/dV scratch summed over the group afterwards
+//   deterministic_dq  ordered | chunks       deterministic mode's dQ: added in a fixed key-block order
+//                                            under per-query-block counters (Hopper kernel only), or
+//                                            per-chunk buffers summed in chunk order (either kernel)
 //   cpu_isa           generic | avx2 | avx512  the CPU kernels' instruction set (at most the machine's)
 //   cpu_blocks        FQxFKxBQxBK           the CPU backend's forward / backward tiles (query x key)
 // A forced choice the problem cannot take is refused with the reason, as the planner says it.
@@ -26,12 +29,14 @@ namespace flashattn {
 enum class KernelChoice : uint8_t { automatic, sm80, sm90 };
 enum class InferenceChoice : uint8_t { automatic, tile64, split_keys };
 enum class GqaBackwardChoice : uint8_t { automatic, kv_major, scratch };
+enum class DeterministicDqChoice : uint8_t { automatic, ordered, chunks };
 
 struct Overrides {
     KernelChoice forward_kernel = KernelChoice::automatic;
     KernelChoice backward_kernel = KernelChoice::automatic;
     InferenceChoice inference_kernel = InferenceChoice::automatic;
     GqaBackwardChoice backward_gqa = GqaBackwardChoice::automatic;
+    DeterministicDqChoice deterministic_dq = DeterministicDqChoice::automatic;
     std::string cpu_isa;                                      // "" = the best the machine has
     int cpu_fwd_block_q = 0, cpu_fwd_block_k = 0;             // 0 = the backend's choice
     int cpu_bwd_block_q = 0, cpu_bwd_block_k = 0;

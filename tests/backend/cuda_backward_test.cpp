@@ -4,7 +4,8 @@
 //     up or staged), causal and not, both 16-bit dtypes, and larger problems with many blocks;
 //   - features at the tile widths the shared lists do not reach (dropout, softcap, ALiBi, windows,
 //     GQA at d 32 / 192 / 256);
-//   - deterministic mode bitwise identical over 50 runs;
+//   - deterministic mode bitwise identical over 50 runs, and the ordered dQ of the Hopper kernel over
+//     20 runs where its counting is delicate (ragged causal ranges, windows, varlen, seqused_k);
 //   - a race test: batch 60, repeated, dk / dv bitwise stable even without deterministic mode (no
 //     atomics there), dq within tolerance on every run;
 //   - large-magnitude inputs (no overflow in dS, dK, dQ; every element finite and within tolerance).
@@ -106,6 +107,69 @@ TEST(CudaBackward, DeterministicIsBitwiseIdenticalOver50Runs) {
         expect_backward_matches_reference(run);
         const Gradients first{run.dq, run.dk, run.dv};
         for (int repeat = 1; repeat < 50; ++repeat) {
+            ASSERT_EQ(run.backward(), FA_OK) << run.last_error();
+            ASSERT_TRUE(same_bytes(first.dq, run.dq)) << describe(c) << ": dq differs on run " << repeat;
+            ASSERT_TRUE(same_bytes(first.dk, run.dk)) << describe(c) << ": dk differs on run " << repeat;
+            ASSERT_TRUE(same_bytes(first.dv, run.dv)) << describe(c) << ": dv differs on run " << repeat;
+        }
+    }
+}
+
+// Deterministic mode's ordered dQ (the Hopper kernel without softcap/ALiBi: the key
+// blocks add to each query block's dQ in a fixed order, counted per query block): bitwise identical
+// over repeated runs and the reference's answer where the counting is delicate: ragged causal ranges
+// (lengths off the 64/128 blocks, more queries than keys, so that the first query blocks meet no
+// key), local and one-sided windows (key blocks that meet only some query blocks), varlen with
+// empty sequences and seqused_k (key blocks that meet none), GQA (dK/dV through the scratch), and
+// many key blocks of one head at once. (On other devices these run the chunks: still checked.)
+TEST(CudaBackward, OrderedDqIsBitwiseIdenticalAndMatchesReference) {
+    FA_SKIP_IF_UNAVAILABLE(Backend::cuda);
+    std::vector<Case> cases;
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 2, 777, 1000, 3, 3, 128); c.causal = true; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_FLOAT16, 2, 1000, 600, 3, 3, 128); c.causal = true; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 2, 333, 555, 6, 2, 64); c.causal = true; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 1, 900, 900, 2, 2, 128); c.window_left = 200; c.window_right = 70; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_FLOAT16, 1, 700, 900, 2, 2, 64); c.window_left = 130; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 1, 650, 900, 2, 2, 128); c.window_right = 40; return c; }());
+    cases.push_back([] {
+        Case c = cuda_case(FA_BFLOAT16, 6, 0, 0, 4, 2, 64);
+        c.varlen = true;
+        c.q_lens = {600, 0, 513, 64, 1, 300};
+        c.k_lens = {650, 300, 0, 700, 200, 130};
+        c.seqused_k = {650, 100, 0, 333, 200, 0};
+        c.causal = true;
+        return c;
+    }());
+    cases.push_back([] {
+        Case c = cuda_case(FA_FLOAT16, 4, 0, 0, 2, 2, 128);
+        c.varlen = true;
+        c.q_lens = {700, 0, 520, 90};
+        c.k_lens = {300, 500, 520, 0};
+        c.window_left = 100, c.window_right = 0;
+        return c;
+    }());
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 1, 2048, 2048, 2, 2, 128); c.causal = true; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 1, 3000, 3000, 1, 1, 64); return c; }());
+    // d256 (the consumers add their own dQ once granted their turn; key blocks of 64).
+    cases.push_back([] { Case c = cuda_case(FA_BFLOAT16, 2, 777, 1000, 2, 2, 256); c.causal = true; return c; }());
+    cases.push_back([] { Case c = cuda_case(FA_FLOAT16, 1, 900, 700, 4, 2, 256); c.window_left = 150; c.window_right = 30; return c; }());
+    cases.push_back([] {
+        Case c = cuda_case(FA_BFLOAT16, 4, 0, 0, 2, 2, 256);
+        c.varlen = true;
+        c.q_lens = {300, 0, 257, 64};
+        c.k_lens = {200, 100, 400, 0};
+        c.seqused_k = {150, 100, 0, 0};
+        c.causal = true;
+        return c;
+    }());
+    for (Case c : named(cases)) {
+        c.deterministic = true;
+        AttentionRun run(c);
+        ASSERT_EQ(run.forward(), FA_OK) << describe(c) << ": " << run.last_error();
+        ASSERT_EQ(run.backward(), FA_OK) << describe(c) << ": " << run.last_error();
+        expect_backward_matches_reference(run);
+        const Gradients first{run.dq, run.dk, run.dv};
+        for (int repeat = 1; repeat < 20; ++repeat) {
             ASSERT_EQ(run.backward(), FA_OK) << run.last_error();
             ASSERT_TRUE(same_bytes(first.dq, run.dq)) << describe(c) << ": dq differs on run " << repeat;
             ASSERT_TRUE(same_bytes(first.dk, run.dk)) << describe(c) << ": dk differs on run " << repeat;

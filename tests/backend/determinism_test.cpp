@@ -32,7 +32,23 @@ protected:
         varlen.q_lens = {77, 0, 150, 3};
         varlen.k_lens = {90, 20, 140, 64};
         varlen.alibi = Alibi::per_head;
-        return {gqa, varlen};
+        // Without dropout or ALiBi: on the H200 these run the Hopper kernel's ordered dQ (d128 from
+        // 512 queries; d64 always), over ragged causal ranges and a window over varlen sequences
+        // with an empty one.
+        Case ordered = gqa;
+        ordered.dtype = FA_BFLOAT16;
+        ordered.seqlen_q = 600;
+        ordered.seqlen_k = 700;
+        ordered.head_dim = 128;
+        ordered.dropout_p = 0.0f;
+        Case ordered_varlen = ordered;
+        ordered_varlen.head_dim = 64;
+        ordered_varlen.causal = false;
+        ordered_varlen.window_left = 90, ordered_varlen.window_right = 20;
+        ordered_varlen.varlen = true;
+        ordered_varlen.q_lens = {300, 0, 129, 64};
+        ordered_varlen.k_lens = {250, 40, 300, 0};
+        return {gqa, varlen, ordered, ordered_varlen};
     }
 };
 

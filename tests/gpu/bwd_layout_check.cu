@@ -14,7 +14,8 @@
 //     slab of K^T is the first slab's layout at a fixed offset;
 //   - the global <-> shared copies cover each tile exactly once.
 // And q_block_range() against brute force over random shapes and windows: every query block that
-// meets a key block is visited, and every block run without the mask is fully allowed.
+// meets a key block is visited, and every block run without the mask is fully allowed; and
+// dq_key_blocks() (the key blocks that add to a query block's dQ) against q_block_range().
 //
 // For the Hopper kernel's traits (bwd_traits_sm90.cuh, bwd_kernel_sm90.cuh), with the 256 consumer
 // threads: the S^T/dP^T, dK/dV and dQ accumulators cover their tiles exactly once in neighbouring
@@ -354,6 +355,40 @@ void check_q_block_range(std::mt19937& rng) {
     }
 }
 
+// dq_key_blocks(m) is exactly {n : m in q_block_range(n)} (the ordered dQ of deterministic mode
+// counts on it: a key block counted that never adds hangs the kernel, one not counted misorders it),
+// over random shapes and windows and every query block, including ragged ends, rows that see no key
+// (causal with more queries than keys, windows), and empty sides.
+template <int kBlockM, int kBlockN>
+void check_dq_key_blocks(std::mt19937& rng) {
+    std::uniform_int_distribution<int> len(0, 700), window(-1, 300), coin(0, 3);
+    for (int trial = 0; trial < 4000; ++trial) {
+        SequenceBounds s{len(rng), len(rng), 0, 0};
+        if (coin(rng) == 0) s.q_len = s.k_len;
+        if (coin(rng) == 0) s.q_len = len(rng) / 30; // a few query rows, or none
+        MaskSpec mask{window(rng), window(rng)};
+        if (coin(rng) == 0) mask = MaskSpec{-1, 0};  // causal
+        if (coin(rng) == 0) mask = MaskSpec{-1, -1}; // none
+        if (coin(rng) == 0) mask.window_left = 0;    // the narrowest windows
+        const int key_blocks = (s.k_len + kBlockN - 1) / kBlockN;
+        for (int m = 0; m * kBlockM < s.q_len + kBlockM; ++m) { // and one block past the rows
+            const KeyBlockRange r = dq_key_blocks<kBlockM, kBlockN>(mask, s, m);
+            CHECK(r.n_begin <= r.n_end, "dq_key_blocks: q_len %d k_len %d block %d: range [%d, %d)", s.q_len, s.k_len,
+                  m, r.n_begin, r.n_end);
+            for (int n = 0; n < key_blocks + 1; ++n) {
+                const QBlockRange q = q_block_range<kBlockM, kBlockN>(mask, s, n * kBlockN);
+                const bool adds = m >= q.m_begin && m < q.m_end;
+                const bool counted = n >= r.n_begin && n < r.n_end;
+                CHECK(adds == counted,
+                      "dq_key_blocks: q_len %d k_len %d window (%lld, %lld) query block %d key block %d: adds %d, "
+                      "counted %d (range [%d, %d))",
+                      s.q_len, s.k_len, (long long)mask.window_left, (long long)mask.window_right, m, n, adds, counted,
+                      r.n_begin, r.n_end);
+            }
+        }
+    }
+}
+
 template <int kHeadDim>
 void check_tiling() {
     check_traits<DefaultBwdTraits<kHeadDim, cutlass::bfloat16_t>>();
@@ -433,6 +468,8 @@ int main() {
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);
     check_q_block_range<64, 64>(rng);
+    check_dq_key_blocks<64, 128>(rng); // the Hopper backward's blocks at d64 / d128
+    check_dq_key_blocks<64, 64>(rng);  // and at d256
     check_sm90_key_mask<Sm90BwdTraits<64, cutlass::bfloat16_t>>("sm90 bwd d64 key mask", rng);
     check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t>>("sm90 bwd d128 key mask", rng);
     std::printf(failures ? "%d FAILURES\n" : "all backward layout checks passed\n", failures);

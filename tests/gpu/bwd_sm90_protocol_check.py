@@ -25,11 +25,21 @@ named barrier (every consumer's wgmmas on K and V complete), each consumer's dK/
 and V's buffers, a second barrier, then 16-byte stores reading both halves. Checks: no product
 reads K or V after the staging began, and the stores read both halves.
 
+run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA): the
+producer thread grants each block's turn (dq_empty) and publishes the consumers' adds (dq_full),
+block u-1's turn and block u-2's adds after loading block u. Checks: no deadlock; no consumer adds
+before its block's turn; no publication before both consumers' adds; every block granted and
+published once, in order (neither mbarrier runs a phase ahead). (The order between CTAs, and the
+d64/d128 counters: tests/gpu/bwd_dq_order_check.py.)
+
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
            the previous block's)
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
+  run_pds(ordered=True): "ordered_no_publish_wait" (published without waiting for the adds),
+           "ordered_grant_first" (each block's turn granted as it is loaded, nothing published:
+           the turn mbarrier runs phases ahead of the consumers)
   both:    "no_epilogue_barrier" (the staging without the first barrier), "stage_every_block"
            (staging after every key block, while the producer refills K and V)
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
@@ -167,9 +177,15 @@ def run(walk, S, seed, broken=None):
     assert added == list(range(uses)), (walk, added)
 
 
-def run_pds(walk, S, seed, broken=None):
-    """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run()."""
+def run_pds(walk, S, seed, broken=None, ordered=False):
+    """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). ordered: deterministic
+    mode's ordered dQ (the walk is then one key block): producer thread 0, after loading block u,
+    publishes block u-2's adds (waits dq_full: both consumers issued them) and grants block u-1's
+    turn (dq_empty, after a random wait for the counter); the last two after the loop. Each consumer
+    waits for the turn before its adds and arrives on dq_full after them."""
     rnd = random.Random(seed)
+    turn = MBar(1); adds_issued = MBar(2)  # dq_empty, dq_full
+    granted, published = [], []
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
     pds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
@@ -178,6 +194,17 @@ def run_pds(walk, S, seed, broken=None):
     pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
     added = [[], []]  # [consumer] -> uses whose dQ half was added, in order
     pending = []
+
+    def publish(use):
+        if broken != "ordered_no_publish_wait":
+            while not adds_issued.done(use & 1): yield
+        assert all(use in added[c] for c in (0, 1)), ("published before both consumers' adds", use, added)
+        published.append(use)
+
+    def grant(use):
+        for _ in range(rnd.randint(0, 6)): yield  # the counter reaches the turn
+        granted.append(use)
+        turn.arrive()
 
     def producer():
         q_uses = kv_uses = 0
@@ -192,8 +219,19 @@ def run_pds(walk, S, seed, broken=None):
                 if q_uses >= S:
                     while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
                 pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
+                if ordered:
+                    if broken == "ordered_grant_first":
+                        yield from grant(q_uses)
+                    else:
+                        if q_uses > 1: yield from publish(q_uses - 2)
+                        if q_uses > 0: yield from grant(q_uses - 1)
                 q_uses += 1
                 yield
+        if ordered and broken != "ordered_grant_first":
+            if q_uses > 1: yield from publish(q_uses - 2)
+            if q_uses > 0:
+                yield from grant(q_uses - 1)
+                yield from publish(q_uses - 1)
 
     def consumer(c):
         q_uses = kv_uses = 0
@@ -221,7 +259,11 @@ def run_pds(walk, S, seed, broken=None):
                 for step in range(reads):
                     assert pds[buf] == [q_uses, q_uses], (c, q_uses, pds[buf])
                     assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
+                    if step == 0 and ordered:
+                        while not turn.done(q_uses & 1): yield
+                        assert granted and granted[-1] == q_uses, ("adds without their turn", c, q_uses, granted)
                     if step == 0: added[c].append(q_uses)
+                    if step == 0 and ordered: adds_issued.arrive()
                     if broken == "early_q_release" and step == 0: q_empty[s].arrive()
                     yield
                 if broken != "early_q_release": q_empty[s].arrive()
@@ -247,6 +289,8 @@ def run_pds(walk, S, seed, broken=None):
     else:
         raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
     assert added == [list(range(uses))] * 2, (walk, added)
+    if ordered:
+        assert granted == list(range(uses)) and published == list(range(uses)), (walk, granted, published)
 
 
 def random_walk(seed):
@@ -254,12 +298,17 @@ def random_walk(seed):
     return [(n, rnd.choice([0, 0, 1, 2, 3, 5, 8])) for n in range(rnd.randint(1, 5))]
 
 
-def caught(model, broken, seeds=400):
+def one_key_block(seed):
+    """The ordered dQ's walk: one key block per CTA, 1 to 9 query blocks."""
+    return [(0, random.Random(seed).randint(1, 9))]
+
+
+def caught(model, broken, seeds=400, **kw):
     """How many of the random walks expose the broken variant (an assertion or a deadlock)."""
     hits = 0
     for seed in range(seeds):
         try:
-            model(random_walk(seed), 2, seed, broken=broken)
+            model(one_key_block(seed) if kw.get("ordered") else random_walk(seed), 2, seed, broken=broken, **kw)
         except AssertionError:
             hits += 1
     return hits
@@ -272,8 +321,10 @@ if __name__ == "__main__":
         for S in (2, 3):
             run(walk, S, seed)
             run_pds(walk, S, seed)
+            if seed < 1000: run_pds(one_key_block(seed), S, seed, ordered=True)
             cases += 1
-    print(f"bwd ws protocol: {cases} random walks x 2 schedules, no deadlock, every stage, dS, P/dS and dQ "
+    print(f"bwd ws protocol: {cases} random walks x 2 schedules (2000 of the d256 one also with the ordered "
+          "dQ), no deadlock, every stage, dS, P/dS and dQ "
           "buffer and the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
                           (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
@@ -282,3 +333,7 @@ if __name__ == "__main__":
         hits = caught(model, broken)
         assert hits > 0, f"{model.__name__} broken={broken}: not caught by any walk"
         print(f"  broken variant {model.__name__}/{broken}: caught on {hits} of 400 walks")
+    for broken in ("ordered_no_publish_wait", "ordered_grant_first"):
+        hits = caught(run_pds, broken, seeds=20, ordered=True)
+        assert hits > 0, f"run_pds ordered broken={broken}: not caught by any walk"
+        print(f"  broken variant run_pds(ordered)/{broken}: caught on {hits} of 20 walks")

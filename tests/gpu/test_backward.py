@@ -205,6 +205,91 @@ def test_deterministic_bitwise_over_50_runs():
     run_and_check(q, k, v, name="deterministic", deterministic=True, **kw)
 
 
+# Deterministic mode's ordered dQ (the Hopper kernel: each query block's dQ takes the key blocks'
+# additions in a fixed order, counted per query block; docs/cuda-backend.md): bitwise
+# identical over runs and the reference's gradients where the counting is delicate, and the chunked
+# scheme (deterministic_dq=chunks) as a second opinion. d128 cases have >= 512 queries, so that they
+# run the Hopper kernel. (Elsewhere, or on the CPU backend, the same cases check the other schemes.)
+ORDERED_CASES = {
+    "causal_ragged": dict(shape=(2, 777, 1000, 3, 3), causal=True),
+    "causal_more_queries": dict(shape=(2, 1000, 600, 3, 3), causal=True),
+    "full_ragged": dict(shape=(2, 700, 650, 3, 3)),
+    "window": dict(shape=(1, 900, 900, 2, 2), window=(200, 70)),
+    "window_left_only": dict(shape=(1, 700, 900, 2, 2), window=(130, -1)),
+    "window_right_only": dict(shape=(1, 650, 900, 2, 2), window=(-1, 40)),
+    "gqa_causal": dict(shape=(2, 600, 700, 6, 2), causal=True),
+    "many_key_blocks": dict(shape=(1, 2048, 2048, 2, 2), causal=True),
+}
+
+
+def ordered_inputs(hdim, shape):
+    b, sq, sk, h, hk = shape
+    return rand(b, sq, h, hdim), rand(b, sk, hk, hdim), rand(b, sk, hk, hdim)
+
+
+def assert_bitwise_over_runs(q, k, v, runs, **kw):
+    out, lse, _ = abi.forward(q, k, v, **kw)
+    dout = rand(*out.shape, dtype=q.dtype)
+    first = abi.backward(q, k, v, out, lse, dout, deterministic=True, **kw)
+    for run in range(1, runs):
+        again = abi.backward(q, k, v, out, lse, dout, deterministic=True, **kw)
+        for what, a, b in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), f"{what} differs on run {run}"
+
+
+@pytest.mark.parametrize("scheme", ["ordered", "chunks"])
+@pytest.mark.parametrize("case", list(ORDERED_CASES))
+@pytest.mark.parametrize("hdim", [64, 128, 256])
+def test_deterministic_ordered_dq(hdim, case, scheme, overrides):
+    if case == "many_key_blocks" and not ON_CUDA:
+        pytest.skip("too slow for the CPU check mode")
+    torch.manual_seed(hdim + len(case))
+    overrides(f"deterministic_dq={scheme}")
+    kw = dict(ORDERED_CASES[case])
+    q, k, v = ordered_inputs(hdim, kw.pop("shape"))
+    assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, **kw)
+    run_and_check(q, k, v, name=f"deterministic {scheme} {case}", deterministic=True, **kw)
+
+
+@pytest.mark.parametrize("hdim", [64, 128, 256])
+def test_deterministic_ordered_dq_varlen(hdim):
+    """Empty sequences on either side, seqused_k shorter than the keys (key blocks that meet no
+    query block), a causal mask over ragged lengths."""
+    torch.manual_seed(30 + hdim)
+    lq, lk = [600, 0, 513, 64, 1, 300], [650, 300, 0, 700, 200, 130]
+    used = torch.tensor([650, 100, 0, 333, 200, 0], device=DEV, dtype=torch.int32)
+    q, k, v = rand(sum(lq), 4, hdim), rand(sum(lk), 2, hdim), rand(sum(lk), 2, hdim)
+    kw = dict(causal=True, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk),
+              seqused_k=used)
+    assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, **kw)
+    run_and_check(q, k, v, name="deterministic varlen", deterministic=True, **kw)
+
+
+@cuda_only
+def test_deterministic_ordered_dq_in_a_reused_workspace():
+    """The counters live in the caller's workspace: zeroed by every call (a workspace left with
+    other values, or with the previous call's counts, gives the same bits)."""
+    torch.manual_seed(31)
+    q, k, v = (rand(2, 700, 4, 128) for _ in range(3))
+    out, lse, _ = abi.forward(q, k, v, causal=True)
+    dout = rand(*out.shape)
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    params = abi.make_bwd_params(q, k, v, out, lse, dout, dq, dk, dv, causal=True, deterministic=True)
+    size = abi.lib.bwd_workspace_size(params)
+    workspace = torch.empty(size, dtype=torch.uint8, device=q.device)
+    params.workspace, params.workspace_size = workspace.data_ptr(), size
+    results = []
+    for fill in (0, 0x01, 0x7f, None):  # None: as the previous call left it
+        if fill is not None:
+            workspace.fill_(fill)
+        abi.lib.check(abi.lib.backward(params))
+        sync()
+        results.append([t.clone() for t in (dq, dk, dv)])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)
+
+
 @cuda_only
 def test_race_batch_60():
     """Many CTAs: dk, dv bitwise stable over repeats (no atomics), dq within tolerance."""

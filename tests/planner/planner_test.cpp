@@ -40,6 +40,7 @@ struct Dense {
     int batch = 2, seqlen_q = 1024, seqlen_k = 1024, heads = 16, heads_k = 16, head_dim = 128;
     int head_dim_v = 0; // of v and out; 0 = head_dim
     bool causal = false;
+    int window_left = -1, window_right = -1;
     float softcap = 0.0f, dropout = 0.0f;
     int num_splits = 1;
     bool attn_probs = false, lse = true;
@@ -61,6 +62,7 @@ struct Dense {
         p.out = view(0x40000000, seqlen_q, heads, dv);
         p.softmax_lse = lse ? static_cast<float*>(at(0x50000000)) : nullptr;
         p.causal = causal;
+        p.window_left = window_left, p.window_right = window_right;
         p.softcap = softcap;
         p.dropout_p = dropout;
         p.num_splits = num_splits;
@@ -564,21 +566,111 @@ TEST(PlannerBackward, HopperRunsTheWgmmaKernelWhereItMeasuredFaster) {
     EXPECT_EQ(plan(Backward{}, h200(), overrides("backward_kernel=sm80")).kernel, Kernel::backward_sm80);
 }
 
+// Deterministic mode on the Hopper kernel (d64, d128, d256, no softcap/ALiBi): one CTA per key block, one
+// dQ buffer, added in a fixed key-block order under a counter per (sequence, head, query block).
+TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
+    Backward b;
+    b.deterministic = true;
+    const BackwardPlan p = plan(b);
+    EXPECT_EQ(p.kernel, Kernel::backward_sm90);
+    EXPECT_TRUE(p.ordered_dq);
+    EXPECT_EQ(p.num_chunks, 8); // one CTA per key block, as outside deterministic mode
+    EXPECT_EQ(p.ctas, 8 * 2 * 16);
+    EXPECT_EQ(p.dq_chunk_stride, 0);
+    EXPECT_EQ(p.workspace.size(Piece::dq_accum), size_t(16) * 2 * 1024 * 128 * 4); // one buffer
+    EXPECT_EQ(p.dq_semaphore_blocks, 16);                                       // 1024 / 64 query rows
+    EXPECT_EQ(p.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 16 * 4);
+    EXPECT_EQ(p.workspace.at(Piece::dq_semaphore) % 256, 0u);
+    EXPECT_FALSE(p.dq_keys_descending); // no right window edge: from the first key block up
+    // Q, dO and dQ of a 1024-row head take 1 MB: all 32 pairs fit one 40 MB section.
+    EXPECT_EQ(p.dq_section_pairs, 32);
+    EXPECT_EQ(plan(Backward{}).workspace.size(Piece::dq_semaphore), 0u); // not deterministic: none
+
+    Backward causal = b;
+    causal.fwd.causal = true;
+    EXPECT_TRUE(plan(causal).dq_keys_descending); // a right edge: from the last key block down
+    Backward local = b;
+    local.fwd.window_left = 100, local.fwd.window_right = 50;
+    EXPECT_TRUE(plan(local).dq_keys_descending);
+    local.fwd.window_right = -1; // a left edge only: every key block meets the blocks from the first
+    EXPECT_FALSE(plan(local).dq_keys_descending);
+    Backward long_rows = b; // 16 MB per pair: 2 a section
+    long_rows.fwd.batch = 1, long_rows.fwd.heads = long_rows.fwd.heads_k = 32;
+    long_rows.fwd.seqlen_q = long_rows.fwd.seqlen_k = 16384;
+    const BackwardPlan l = plan(long_rows);
+    EXPECT_EQ(l.dq_section_pairs, 2);
+    EXPECT_EQ(l.dq_semaphore_blocks, 256);
+    Backward d64 = long_rows; // d64: 8 MB per pair, 5 a section
+    d64.fwd.head_dim = 64;
+    EXPECT_EQ(plan(d64).dq_section_pairs, 5);
+    EXPECT_TRUE(plan(d64).ordered_dq);
+    Backward d256 = b; // the d256 schedule too (key blocks of 64: 16 CTAs per pair)
+    d256.fwd.head_dim = 256;
+    const BackwardPlan p256 = plan(d256);
+    EXPECT_EQ(p256.kernel, Kernel::backward_sm90);
+    EXPECT_TRUE(p256.ordered_dq);
+    EXPECT_EQ(p256.num_chunks, 16);
+    EXPECT_EQ(p256.dq_chunk_stride, 0);
+
+    Backward gqa = b; // GQA keeps the dK/dV scratch (the walk over the group is not taken)
+    gqa.fwd.heads_k = 4;
+    const BackwardPlan g = plan(gqa);
+    EXPECT_TRUE(g.ordered_dq);
+    EXPECT_FALSE(g.kv_major);
+    EXPECT_TRUE(g.dkv_scratch);
+}
+
+// Where the ordered dQ is not taken, deterministic mode keeps the chunks: the mma.sync kernel
+// (dropout, other devices, short d128, d256 with softcap), softcap / ALiBi (no ordered instance),
+// the override.
+TEST(PlannerBackward, DeterministicChunksElsewhere) {
+    Backward b;
+    b.deterministic = true;
+    for (const char* what : {"softcap", "dropout", "d256_softcap", "a100", "override", "short"}) {
+        SCOPED_TRACE(what);
+        Backward c = b;
+        DeviceInfo device = h200();
+        Overrides o;
+        const std::string w = what;
+        if (w == "softcap") c.fwd.softcap = 30.0f;
+        if (w == "dropout") c.fwd.dropout = 0.1f;
+        if (w == "d256_softcap") c.fwd.head_dim = 256, c.fwd.softcap = 30.0f;
+        if (w == "a100") device = a100();
+        if (w == "override") o = overrides("deterministic_dq=chunks");
+        if (w == "short") c.fwd.seqlen_q = 256;
+        const BackwardPlan p = plan(c, device, o);
+        EXPECT_FALSE(p.ordered_dq);
+        EXPECT_EQ(p.workspace.size(Piece::dq_semaphore), 0u);
+        EXPECT_GT(p.dq_chunk_stride, 0);
+    }
+    Backward capped = b;
+    capped.fwd.softcap = 30.0f;
+    EXPECT_EQ(plan(capped).kernel, Kernel::backward_sm90); // the extras kernel, with chunks
+    EXPECT_EQ(plan(b, h200(), overrides("deterministic_dq=chunks")).kernel, Kernel::backward_sm90);
+    EXPECT_TRUE(plan(b, h200(), overrides("deterministic_dq=ordered")).ordered_dq);
+    Backward d256 = capped;
+    d256.fwd.head_dim = 256;
+    EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm80); // chunks: the mma.sync kernel measured faster
+    EXPECT_EQ(plan(d256, h200(), overrides("backward_kernel=sm90")).kernel, Kernel::backward_sm90);
+    Backward plain256 = b;
+    plain256.fwd.head_dim = 256;
+    EXPECT_EQ(plan(plain256, h200(), overrides("deterministic_dq=chunks")).kernel, Kernel::backward_sm80);
+}
+
 TEST(PlannerBackward, DeterministicChunksFillOneWaveWithinTheMemoryBound) {
     Backward b;
     b.deterministic = true; // 32 (sequence, head) pairs on 132 SMs: 4 chunks
-    const BackwardPlan p = plan(b);
+    const Overrides chunks = overrides("deterministic_dq=chunks");
+    const BackwardPlan p = plan(b, h200(), chunks);
     EXPECT_EQ(p.num_chunks, 4);
     EXPECT_EQ(p.ctas, 4 * 32);
     EXPECT_EQ(p.dq_chunk_stride, int64_t(16) * 2 * 1024 * 128);
     EXPECT_EQ(p.workspace.size(Piece::dq_accum), size_t(4) * 16 * 2 * 1024 * 128 * 4);
-    Backward d256 = b;
-    d256.fwd.head_dim = 256;
-    EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm80); // the sm90 kernel measured slower there
     Backward huge = b;
     huge.fwd.batch = 1, huge.fwd.heads = huge.fwd.heads_k = 2, huge.fwd.seqlen_q = huge.fwd.seqlen_k = 131072;
     // 2 pairs want 66 chunks; each chunk's dQ buffer is 128 MB, the bound 4 GB: 32 chunks.
-    EXPECT_EQ(plan(huge).num_chunks, 32);
+    EXPECT_EQ(plan(huge, h200(), chunks).num_chunks, 32);
+    EXPECT_EQ(plan(huge, a100()).num_chunks, 32);
 }
 
 // GQA on the Hopper kernel: a CTA per (sequence, KV head, key block) walks the group's query heads,
@@ -704,15 +796,18 @@ TEST(PlannerBackward, DeterministicDsinkTermsGetScratch) {
 
 TEST(Overrides, ParseAndRefuseWithTheKeyNamed) {
     const Overrides o = parse_overrides("forward_kernel=sm80,backward_kernel=sm90,inference_kernel=split_keys,"
-                                        "backward_gqa=scratch,cpu_isa=avx2,cpu_blocks=64x128x32x64");
+                                        "backward_gqa=scratch,deterministic_dq=chunks,cpu_isa=avx2,"
+                                        "cpu_blocks=64x128x32x64");
     EXPECT_EQ(o.forward_kernel, KernelChoice::sm80);
     EXPECT_EQ(o.backward_kernel, KernelChoice::sm90);
     EXPECT_EQ(o.inference_kernel, InferenceChoice::split_keys);
     EXPECT_EQ(o.backward_gqa, GqaBackwardChoice::scratch);
+    EXPECT_EQ(o.deterministic_dq, DeterministicDqChoice::chunks);
+    EXPECT_EQ(parse_overrides("deterministic_dq=ordered").deterministic_dq, DeterministicDqChoice::ordered);
     EXPECT_EQ(o.cpu_isa, "avx2");
     EXPECT_EQ(o.cpu_fwd_block_k, 128);
     EXPECT_EQ(o.cpu_bwd_block_q, 32);
-    for (const char* bad : {"forward_kernel=sm70", "backward_gqa=sm90", "colour=blue", "cpu_blocks=1x2", "forward_kernel"}) {
+    for (const char* bad : {"forward_kernel=sm70", "backward_gqa=sm90", "deterministic_dq=yes", "colour=blue", "cpu_blocks=1x2", "forward_kernel"}) {
         try {
             parse_overrides(bad);
             ADD_FAILURE() << bad << " must be refused";

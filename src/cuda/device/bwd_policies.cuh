@@ -116,6 +116,41 @@ __host__ __device__ __forceinline__ QBlockRange q_block_range(const MaskSpec& ma
     return r;
 }
 
+// The key blocks whose q_block_range holds query block m, [n_begin, n_end): exactly the key blocks
+// that add to block m's dQ (the ordered dQ of deterministic mode counts them, so a key block counted
+// here that never adds, or one missing, would hang or misorder it). From q_block_range's interval of
+// rows: key block n (keys [n0, n_last], n_last = min(n0 + kBlockN, k_len) - 1, n0 < k_len) meets
+// the rows [first, last] of block m (last clipped to q_len) iff
+//   n_last >= first + off - left (left >= 0)   and   n0 <= last + off + right (right >= 0),
+// i.e. n >= floor((first + off - left) / kBlockN), with first + off - left < k_len, and
+// n <= floor((last + off + right) / kBlockN), with last + off + right >= 0.
+// tests/gpu/bwd_layout_check.cu checks it against q_block_range over random shapes and windows.
+struct KeyBlockRange {
+    int n_begin, n_end;
+};
+
+template <int kBlockM, int kBlockN>
+__host__ __device__ __forceinline__ KeyBlockRange dq_key_blocks(const MaskSpec& mask, const SequenceBounds& s, int m) {
+    KeyBlockRange r{0, 0};
+    const int64_t first = int64_t(m) * kBlockM;
+    if (s.k_len <= 0 || first >= s.q_len) return r;
+    const int64_t last = min(first + kBlockM, int64_t(s.q_len)) - 1;
+    const int64_t off = int64_t(s.k_len) - s.q_len;
+    int64_t lo = 0, hi = (int64_t(s.k_len) + kBlockN - 1) / kBlockN;
+    if (mask.window_left >= 0) {
+        const int64_t x = first + off - mask.window_left;
+        if (x >= s.k_len) return r;
+        lo = x >= 0 ? x / kBlockN : 0;
+    }
+    if (mask.window_right >= 0) {
+        const int64_t y = last + off + mask.window_right;
+        if (y < 0) return r;
+        hi = min(hi, y / kBlockN + 1);
+    }
+    if (hi > lo) r = KeyBlockRange{int(lo), int(hi)};
+    return r;
+}
+
 // Multiply each probability by the softcap derivative at its score, d capped / d scaled =
 // 1 - tanh^2, recovered from P itself rather than kept in registers through dP = dO V^T:
 // log2 P + lse_log2 is the transformed score (in log2 units), adding the ALiBi term back gives the

@@ -349,6 +349,12 @@ void backward(const BwdProblem& problem) {
     args.dq_chunk_stride = plan.dq_chunk_stride;
     args.num_chunks = plan.num_chunks;
     args.num_n_blocks = plan.num_n_blocks;
+    if (plan.ordered_dq) { // the counters are zeroed by the dsum pass, which runs first
+        args.dq_semaphore = static_cast<int*>(workspace.at(Piece::dq_semaphore));
+        args.dq_semaphore_blocks = plan.dq_semaphore_blocks;
+        args.dq_section_pairs = plan.dq_section_pairs;
+        args.dq_keys_descending = plan.dq_keys_descending;
+    }
     args.group_heads = plan.kv_major ? int32_t(pr.group) : 1;
     args.dk_accum = plan.dkv_scratch ? workspace.floats(Piece::dk_accum) : nullptr;
     args.dv_accum = plan.dkv_scratch ? workspace.floats(Piece::dv_accum) : nullptr;

@@ -5,6 +5,7 @@
 #include "kernels/tiles.h"
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -405,31 +406,19 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     plan.block_n = tile.block_n;
     plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
 
-    const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);
-    size_t chunks = 1;
-    if (problem.p.deterministic) {
-        // (sequence, head, chunk) CTAs that fill the device in one wave, within the memory bound:
-        // rounding up gave 1.2-1.5 waves (d64 16k: 160 CTAs on 132 SMs, 150 TFLOP/s against 237
-        // with 3 chunks), so round down.
-        const int64_t items = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
-        chunks = size_t(std::clamp<int64_t>(device.sm_count / items, 1, std::max<int64_t>(plan.num_n_blocks, 1)));
-        while (chunks > 1 && chunks * dq_buffer > kMaxDeterministicDqBytes) --chunks;
-        plan.num_chunks = int(chunks);
-        plan.dq_chunk_stride = int64_t(dq_buffer / sizeof(float));
-    }
-    // CTA c of a (sequence, head) visits key blocks c, c + num_chunks, ...: one per key block unless
-    // deterministic.
-    if (plan.num_chunks <= 0 || plan.num_chunks > plan.num_n_blocks) plan.num_chunks = plan.num_n_blocks;
-    plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads;
-    if (plan.ctas > INT_MAX)
-        fail(FA_ERROR_UNSUPPORTED, "the CUDA backward needs ", plan.ctas, " thread blocks (key blocks of ",
-             plan.block_n, " rows x batch ", p.batch, " x heads ", p.num_heads, "), more than the 2^31-1 a grid holds");
+    // Deterministic mode: on the Hopper kernel (without softcap/ALiBi), dQ added in a fixed
+    // key-block order under per-query-block counters (ordered_dq, below); elsewhere, or with the
+    // override deterministic_dq=chunks, per-chunk dQ buffers summed in chunk order.
+    const bool deterministic = problem.p.deterministic;
+    // Softcap or ALiBi (the extras kernel): no ordered instance of it, chunks.
+    const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);
+    const bool ordered_wanted = deterministic && overrides.deterministic_dq != DeterministicDqChoice::chunks &&
+                                tiles::backward_sm90_ordered_dq(plan.tile_dim) && !extras;
 
     // The Hopper kernel (FlashAttention-3's scheme) at its tile dims without dropout, where it
     // measured faster than the mma.sync kernel on the H200: d64 and d256 everywhere, d128 from 512
-    // queries (1.32x at 512); not for d256 in deterministic mode, where a CTA walks several key
-    // blocks and it measured 0.71-0.85x.
-    const bool deterministic = plan.dq_chunk_stride != 0;
+    // queries (1.32x at 512); not for d256 in deterministic mode (chunks: a CTA walks several key
+    // blocks, and it measured 0.71-0.85x).
     bool sm90 = false;
     if (!device.hopper()) {
         plan.rejected.add(Kernel::backward_sm90, "needs compute capability 9.0");
@@ -443,11 +432,55 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         plan.rejected.add(Kernel::backward_sm90, "overrides: backward_kernel=sm80");
     } else if (overrides.backward_kernel == KernelChoice::automatic && plan.tile_dim == 128 && p.seqlen_q < 512) {
         plan.rejected.add(Kernel::backward_sm90, "d128 below 512 queries: not measured faster");
-    } else if (overrides.backward_kernel == KernelChoice::automatic && plan.tile_dim == 256 && deterministic) {
-        plan.rejected.add(Kernel::backward_sm90, "d256 deterministic: the mma.sync kernel measured faster");
+    } else if (overrides.backward_kernel == KernelChoice::automatic && plan.tile_dim == 256 && deterministic &&
+               !ordered_wanted) {
+        plan.rejected.add(Kernel::backward_sm90, "d256 deterministic (chunks): the mma.sync kernel measured faster");
     } else {
         sm90 = true;
     }
+    plan.ordered_dq = sm90 && ordered_wanted;
+
+    const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);
+    size_t chunks = 1;
+    if (deterministic && !plan.ordered_dq) {
+        // (sequence, head, chunk) CTAs that fill the device in one wave, within the memory bound:
+        // rounding up gave 1.2-1.5 waves (d64 16k: 160 CTAs on 132 SMs, 150 TFLOP/s against 237
+        // with 3 chunks), so round down.
+        const int64_t items = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
+        chunks = size_t(std::clamp<int64_t>(device.sm_count / items, 1, std::max<int64_t>(plan.num_n_blocks, 1)));
+        while (chunks > 1 && chunks * dq_buffer > kMaxDeterministicDqBytes) --chunks;
+        plan.num_chunks = int(chunks);
+        plan.dq_chunk_stride = int64_t(dq_buffer / sizeof(float));
+    }
+    // CTA c of a (sequence, head) visits key blocks c, c + num_chunks, ...: one per key block unless
+    // deterministic with chunks.
+    if (plan.num_chunks <= 0 || plan.num_chunks > plan.num_n_blocks) plan.num_chunks = plan.num_n_blocks;
+    plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads;
+    if (plan.ctas > INT_MAX)
+        fail(FA_ERROR_UNSUPPORTED, "the CUDA backward needs ", plan.ctas, " thread blocks (key blocks of ",
+             plan.block_n, " rows x batch ", p.batch, " x heads ", p.num_heads, "), more than the 2^31-1 a grid holds");
+    if (plan.ordered_dq) {
+        // The order of each query block's dQ additions, and the grid that runs them in it (each
+        // CTA waits only for CTAs launched before it): with the rows' key ranges starting later
+        // down the rows (a right window edge: causal, local), key block n + 1 meets a query block
+        // after fewer blocks of its walk than key block n, so running n + 1 first (from the last
+        // key block down) lets each predecessor stay ahead; without a right edge every key block
+        // meets the query blocks from the first, and the natural order serves.
+        plan.dq_keys_descending = pr.mask.window_right >= 0;
+        // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about
+        // 40 MB (FlashAttention-3's L2 figure), the pairs fastest within a section: the CTAs of
+        // one pair are then a section's width apart in launch order, so each starts well after
+        // its predecessor (no wait once the grid runs staggered), and the L2 holds the section's
+        // rows while its key blocks pass (docs/perf-log.md, ordered dQ).
+        constexpr double kSectionBytes = 40.0 * 1024 * 1024;
+        const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
+        const double rows = varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q);
+        const double pair_bytes = std::max(1.0, rows * double(plan.tile_dim) * (2 + 2 + 4));
+        const double fit = std::floor(kSectionBytes / pair_bytes);
+        plan.dq_section_pairs = int(std::clamp<double>(fit, 1.0, double(pairs)));
+        plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, tiles::kBackwardSm90BlockM));
+    }
+
     if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
     plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
     // GQA on the Hopper kernel: a CTA per (sequence, KV head, key block) walks the group's query
@@ -456,7 +489,6 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // (chunks), with softcap or ALiBi (no such instance), staged widths or dk/dv outside 16-byte
     // chunks. Automatic up to kKvMajorMaxKeys keys, where the scratch's fixed cost dominates; past
     // it the longer CTAs measured slower, as at d256 with a causal mask (docs/perf-log.md).
-    const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);
     const bool kv_major_fits = sm90 && pr.group > 1 && !deterministic && !extras && !s.pad_head_dim &&
                                chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
     switch (overrides.backward_gqa) {
@@ -485,6 +517,8 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // (else the CTAs add theirs to dsink atomically).
     plan.dsink_terms = problem.p.dsink && deterministic ? int64_t(p.num_heads) * p.batch * tiles::dsum_row_blocks(p.seqlen_q) : 0;
     w.add(Piece::dsink_partial, size_t(plan.dsink_terms) * sizeof(float));
+    w.add(Piece::dq_semaphore,
+          plan.ordered_dq ? size_t(p.batch) * size_t(p.num_heads) * size_t(plan.dq_semaphore_blocks) * sizeof(int32_t) : 0);
     return plan;
 }
 

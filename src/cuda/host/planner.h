@@ -59,6 +59,7 @@ enum class Piece : uint8_t {
     partial_out, partial_lse, // split-KV's fp32 partials
     dsum, dq_accum, dk_accum, dv_accum, // the backward's fp32 accumulators
     dsink_partial, // deterministic dsink: one fp32 term per (head, sequence, dsum row block), summed in order
+    dq_semaphore, // deterministic ordered dQ: an int32 counter per (sequence, head, query block), zeroed by dsum
     tile_counter, // forward_sm90 claiming its tiles: the counter, zeroed before the launch
     count
 };
@@ -128,7 +129,14 @@ struct BackwardPlan {
                                  // c + num_chunks, ... (one per key block unless deterministic)
     int num_n_blocks = 0;        // key blocks of the longest sequence
     int64_t ctas = 0;
-    int64_t dq_chunk_stride = 0; // deterministic: floats between the chunks' dQ buffers
+    int64_t dq_chunk_stride = 0; // deterministic chunks: floats between the chunks' dQ buffers
+    // Deterministic mode on the Hopper kernel: dQ added in a fixed key-block order (BwdArgs::
+    // dq_semaphore) instead of chunks; one CTA per key block, one dQ buffer.
+    bool ordered_dq = false;
+    bool dq_keys_descending = false; // the order: key blocks from the last down (masks whose rows' key
+                                     // ranges start later down the rows: causal, local), else up
+    int dq_section_pairs = 0;        // the grid: sections of this many (sequence, head) pairs
+    int dq_semaphore_blocks = 0;     // counters per (sequence, head): query blocks of the longest sequence
     bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
                                  // group's query heads; dK/dV written once, no scratch

@@ -9,6 +9,7 @@
 // b * seqlen_q + i, resp. b * seqlen_k + j):
 //   dsum      [lse index]                                  rowsum(dO * O), indexed like softmax_lse
 //   dq_accum  [chunk][query head][q row][tile d]          sum of dS K over the chunk's key blocks
+//   dq_semaphore [sequence][query head][query block]      int32, ordered dQ only (zeroed by dsum)
 //   dk_accum  [query head][k row][tile d]                  per query head, only when the kernel cannot
 //   dv_accum  [query head][k row][tile d]                  write dk/dv itself (GQA, odd layouts)
 //   dsink_terms [query head][sequence][dsum row block]    deterministic dsink only
@@ -39,6 +40,17 @@ struct BwdArgs {
     int32_t num_chunks;      // CTAs per (sequence, head) along the keys: CTA c visits key blocks
                              // c, c + num_chunks, ...; == key blocks unless deterministic
     int32_t num_n_blocks;    // key blocks of the longest sequence; set by the launcher
+    // Deterministic mode's ordered dQ on the Hopper kernel (planner: BackwardPlan::ordered_dq; null:
+    // not this call): one CTA per key block, one dQ buffer, and per (sequence, query head, query
+    // block of tiles::kBackwardSm90BlockM rows) a counter of the additions made to that block's dQ.
+    // The key blocks that meet a query block add to it in a fixed order (from the first up, or with
+    // dq_keys_descending from the last down), each once the counter says that every earlier one
+    // has; the grid runs them in that order (bwd_sm90_common.cuh, Sm90BwdWork).
+    int* dq_semaphore;
+    int32_t dq_semaphore_blocks; // query blocks per (sequence, head): ceil(seqlen_q / kBackwardSm90BlockM)
+    int32_t dq_section_pairs;    // grid order: sections of this many (sequence, head) pairs, the
+                                 // pairs fastest within a section, the key blocks in the order above
+    bool dq_keys_descending;
     // The Hopper backward's grid over KV heads (GQA, planner: BackwardPlan::kv_major): CTA
     // (sequence, KV head, chunk) walks the group's group_heads query heads in turn for each of its
     // key blocks, dK/dV staying in registers across them. 1: a CTA per (sequence, query head, chunk).

@@ -9,8 +9,9 @@ namespace flashattn::cuda {
 
 // dsum[lse index] = sum over the real head dim of dO * O (fp32), for every query row of every
 // sequence. Reads dout and fwd.out with any strides. Also zeroes the row's dQ scratch (every chunk's
-// buffer): the main kernel only adds to the rows of sequences, which are exactly the rows visited
-// here, so no separate memset pass over the scratch is needed.
+// buffer) and, with the ordered dQ, the counter of each query block at its first row: the main
+// kernel only adds to the rows of sequences, which are exactly the rows visited here, so no
+// separate memset pass over the scratch is needed.
 void bwd_dsum(const BwdArgs& args, fa_dtype dtype, cudaStream_t stream);
 
 // dq = dq_scale * (sum of the chunks' dQ scratch, in chunk order), and, when the main kernel left

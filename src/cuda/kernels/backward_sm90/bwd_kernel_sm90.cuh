@@ -14,9 +14,11 @@
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns
-//     each) -> shared, for the producer to add to the fp32 scratch with bulk reductions, a row each
-//     (per-chunk buffers when deterministic, as bwd_kernel.cuh, added there with red.add: every
-//     address by one producer thread, in order)
+//     each) -> shared, for the producer to add to the fp32 scratch with bulk reductions, a row each.
+//     Deterministic mode: either the ordered dQ (kOrderedDq, its own instance: one CTA per key
+//     block as by default, each query block's additions in a fixed key-block order under a counter,
+//     bwd_sm90_common.cuh), or per-chunk buffers as bwd_kernel.cuh (a CTA walks several key blocks,
+//     added with red.add: every address by one producer thread, in order)
 //   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
 //   per-query-head fp32 scratch.
 //
@@ -61,7 +63,7 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras, bool kGroupWalk>
+template <typename Traits, bool kExtras, bool kGroupWalk, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const BwdArgs& args = params.args;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr int kQStages = Traits::kQStages;
     const FwdArgs& fa = args.fwd;
 
-    const Sm90BwdWork w(args);
+    const Sm90BwdWork w(args, cute::bool_constant<kOrderedDq>{});
     const SequenceBounds& seq = w.seq;
     const int chunk = w.chunk;
     const int k_stored = w.k_stored;
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         return make_tensor(make_smem_ptr(smem_ds + buffer * Traits::kSmemdSElems), typename Traits::SmemLayoutdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits, kGroupWalk>(params, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits, kGroupWalk, kOrderedDq>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers

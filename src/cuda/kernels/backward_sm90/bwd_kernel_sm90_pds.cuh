@@ -6,7 +6,8 @@
 //
 //   warpgroup 0 (producer)      as bwd_kernel_sm90.cuh's, without the dQ hand-off: K, V once per key
 //                               block (kv_full / kv_empty), Q, dO, lse, dsum per query block into a
-//                               ring of two stages (q_full / q_empty)
+//                               ring of two stages (q_full / q_empty); with the ordered dQ it grants
+//                               each block's turn (dq_empty) and publishes the adds (dq_full)
 //   warpgroups 1, 2 (consumer)  per query block, consumer c:
 //     S = Q K^T, dP = dO V^T         keys [32c, 32c + 32), issued together; the softmax under dP
 //     P = exp2(S * scale_log2 - lse_log2[query])          [transform] [mask]
@@ -23,9 +24,12 @@
 //
 // Why each consumer adds its own dQ: the 64 KB fp32 hand-off buffer of bwd_kernel_sm90.cuh fits
 // beside one Q and one dO stage only (traits, kSmemBytes), and one stage would stall the consumers
-// on every block's 64 KB copy. Deterministic mode keeps its property: each address of a chunk's dQ
-// buffer is owned by one consumer thread (the dQ partition covers the tile once, the same thread
-// for every query block of the walk) and its adds are in that thread's program order.
+// on every block's 64 KB copy. Deterministic mode: with the ordered dQ (kOrderedDq, its own
+// instance) the consumers wait for each block's turn before their adds (an mbarrier the producer
+// completes once the block's counter shows it; normally long before) and report them issued, the
+// producer publishes the CTA's arrival; with chunks, each address of a chunk's dQ buffer is owned by
+// one consumer thread (the dQ partition covers the tile once, the same thread for every query block
+// of the walk) and its adds are in that thread's program order.
 //
 // Memory model (as bwd_kernel_sm90.cuh): the producer writes shared memory only with cp.async,
 // tracked by cp.async.mbarrier.arrive; consumers run fence.proxy.async after waiting, before wgmma
@@ -48,7 +52,7 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <typename Traits, bool kExtras, bool kGroupWalk>
+template <typename Traits, bool kExtras, bool kGroupWalk, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const BwdArgs& args = params.args;
@@ -61,7 +65,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     constexpr int kPdSBuffers = Traits::kPdSBuffers;
     const FwdArgs& fa = args.fwd;
 
-    const Sm90BwdWork w(args);
+    const Sm90BwdWork w(args, cute::bool_constant<kOrderedDq>{});
     const SequenceBounds& seq = w.seq;
     if (w.chunk * kBlockN >= w.k_stored) return; // the whole CTA, before any barrier
 
@@ -77,7 +81,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         return make_tensor(make_smem_ptr(base + buffer * Traits::kSmemPdSElems), typename Traits::SmemLayoutPdSt{});
     };
 
-    if (sm90_bwd_ran_producer<Traits, kGroupWalk>(params, w, sm)) return;
+    if (sm90_bwd_ran_producer<Traits, kGroupWalk, kOrderedDq>(params, w, sm)) return;
 
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
@@ -182,6 +186,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
 
         warpgroup_wait<2>(); // dQ (dV, dK may still run)
         warpgroup_fence_operand(acc_dq);
+        // Ordered dQ: the adds wait for the block's turn (granted by the producer) and are
+        // reported issued (dq_full), for the producer to publish (bwd_sm90_common.cuh).
+        if constexpr (kOrderedDq) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, q_uses & 1);
         // Rows past the sequence belong to other sequences' rows (or to none).
         const int rows_valid = seq.q_len - m0;
         float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
@@ -190,6 +197,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
             if (row < rows_valid) red_add_pair_v2(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
         }
+        if constexpr (kOrderedDq) cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
 
         warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
         warpgroup_fence_operand(acc_dv);

@@ -28,14 +28,22 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     // kernel: the planner gives GQA with softcap or ALiBi the dK/dV scratch.
     const bool walk = args.group_heads > 1;
     if (walk && args.fwd.transform_scores) fail(FA_ERROR_INTERNAL, "the sm90 backward walks GQA groups without softcap/ALiBi only");
+    // The ordered dQ (deterministic mode): its own instance of the plain kernel, one key block per CTA.
+    const bool ordered = args.dq_semaphore != nullptr;
+    if (ordered && (walk || args.fwd.transform_scores || args.num_chunks != args.num_n_blocks))
+        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ without softcap/ALiBi or the GQA walk, one key block per CTA");
     if constexpr (Traits::kPdSSchedule) {
-        if (args.fwd.transform_scores) {
+        if (ordered) {
+            launch(kernels::bwd_kernel_sm90_pds<Traits, false, false, true>);
+        } else if (args.fwd.transform_scores) {
             launch(kernels::bwd_kernel_sm90_pds<Traits, true, false>);
         } else if (walk) {
             launch(kernels::bwd_kernel_sm90_pds<Traits, false, true>);
         } else {
             launch(kernels::bwd_kernel_sm90_pds<Traits, false, false>);
         }
+    } else if (ordered) {
+        launch(kernels::bwd_kernel_sm90<Traits, false, false, true>);
     } else if (args.fwd.transform_scores) {
         launch(kernels::bwd_kernel_sm90<Traits, true, false>);
     } else if (walk) {

@@ -33,6 +33,19 @@ using namespace cute;
 // Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh); or, on a grid over KV
 // heads (args.group_heads > 1), chunk, sequence, KV head, and the group's query heads walked in
 // turn (set_head picks the current one: h, row_stat0).
+//
+// Grid order. By default the chunks of a (sequence, head) pair are neighbours in blockIdx.x. With
+// the ordered dQ (kOrderedDq; args.dq_semaphore: one key block per CTA, no group walk) a CTA waits
+// for the CTAs of its pair's earlier key blocks in the dQ order (from the first key block up, or
+// with dq_keys_descending from the last down), so the grid runs them in that order: with rank r the
+// key block's position in it and the pairs in sections of dq_section_pairs (the last section holds
+// the rest), the pairs fastest within a section,
+//   blockIdx.x = section * (dq_section_pairs * key blocks) + r * (pairs in the section) + pair in it.
+// Every CTA that a CTA waits for thus has a lower blockIdx.x. Deadlock freedom rests on that and on
+// the hardware launching a one-dimensional grid's CTAs in increasing blockIdx.x order (a CTA becomes
+// resident only once every lower one has; FlashAttention-3's deterministic backward and CUTLASS's
+// stream-K fix-up assume the same): the lowest unfinished CTA is resident and every CTA it waits for
+// has finished, so it finishes too, and by induction all do.
 struct Sm90BwdWork {
     int chunk, b, h, h_kv;
     int h_first;              // the first query head of the item (h itself on a grid over query heads)
@@ -43,10 +56,26 @@ struct Sm90BwdWork {
     int64_t k_global_row0;    // ... in the dK/dV scratch of a head
     int64_t row_stat0;        // lse / dsum of query row 0 of this (sequence, head); row i at + i
 
-    __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args) {
+    // kOrderedDq: the kernel instance of the ordered dQ (its grid order; a template argument, so that
+    // the other instances keep their code).
+    template <bool kOrderedDq = false>
+    __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args, cute::bool_constant<kOrderedDq> = {}) {
         const FwdArgs& fa = args.fwd;
-        chunk = int(blockIdx.x % unsigned(args.num_chunks));
-        const int bh = int(blockIdx.x / unsigned(args.num_chunks));
+        int bh;
+        if constexpr (kOrderedDq) {
+            const unsigned key_blocks = unsigned(args.num_chunks), width = unsigned(args.dq_section_pairs);
+            const unsigned section = blockIdx.x / (width * key_blocks);
+            const unsigned in_section = blockIdx.x - section * (width * key_blocks);
+            const unsigned first_pair = section * width;
+            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads);
+            const unsigned here = min(width, pairs - first_pair); // pairs in this section
+            const unsigned rank = in_section / here;
+            bh = int(first_pair + (in_section - rank * here));
+            chunk = args.dq_keys_descending ? int(key_blocks - 1 - rank) : int(rank);
+        } else {
+            chunk = int(blockIdx.x % unsigned(args.num_chunks));
+            bh = int(blockIdx.x / unsigned(args.num_chunks));
+        }
         if (args.group_heads > 1) {
             b = bh / args.num_heads_k;
             h_kv = bh - b * args.num_heads_k;
@@ -89,6 +118,20 @@ struct Sm90BwdWork {
     }
 };
 
+// The ordered dQ's counters (bwd_args.h, dq_semaphore): read with acquire and added to with release
+// at GPU scope, so that what a key block's CTA added to a dQ block before its arrival is visible to
+// the CTA that sees the arrival; the proxy fence orders the bulk reductions (async proxy) after the
+// acquire on one side and their completed writes before the release on the other.
+__device__ __forceinline__ int load_acquire_gpu(const int* counter) {
+    int value;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+    return value;
+}
+__device__ __forceinline__ void add_release_gpu(int* counter, int value) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 // Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
 // 1024-byte aligned: whole swizzle periods), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the
 // dQ hand-off buffer (if any), the mbarriers.
@@ -116,8 +159,8 @@ struct Sm90BwdSmem {
     uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
     uint64_t* kv_full;
     uint64_t* kv_empty;
-    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
-    uint64_t* dq_empty; // the producer has read it
+    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq` (d256: their adds of it are issued)
+    uint64_t* dq_empty; // the producer has read it (d256, ordered dQ: the block's turn has come)
 
     __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
         q = reinterpret_cast<Element*>(smem);
@@ -147,7 +190,7 @@ struct Sm90BwdSmem {
         cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
         cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
-        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kProducerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Traits::kProducerThreads : 1);
         cutlass::arch::fence_barrier_init();
     }
 
@@ -169,10 +212,12 @@ struct Sm90BwdSmem {
 // launcher made their maps (params.q_tma: the stage's q_full then also waits for their bytes), else
 // by cp.async from every thread. With the dQ hand-off (Traits::kDqHandoff) it adds the consumers'
 // dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and the last one
-// after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block.
-template <typename Traits, bool kGroupWalk>
+// after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block; with the
+// ordered dQ (kOrderedDq) each block's reductions wait for their turn and are counted (below).
+template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
+    static_assert(!kOrderedDq || !kGroupWalk, "ordered dQ: one query head per CTA");
     const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -212,11 +257,70 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // later, and two bulk reductions in flight may land in either order: there a warp per row adds
     // 16-byte chunks with red.global (one thread per address, in program order, so every address
     // takes its additions in the walk's order).
-    const bool revisits_rows = (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
+    const bool revisits_rows = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
+    // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the two warps that
+    // issue a block's reductions (a row per thread) each wait, before them, until the block's
+    // counter shows the arrivals of every key block before this one in the order (two each, one
+    // per warp: dq_key_blocks says which key blocks add to the block at all), and after them, once
+    // their writes are performed (not only their reads of the buffer), add their own arrival. The
+    // wait's first read is issued before the wait for the consumers' dQ, where it normally costs
+    // nothing; the arrival (release_dq) comes after the next block's loads are issued, so that the
+    // loads do not queue behind the writes.
+    // A separate kernel instance (kOrderedDq): in the others this code, though never run, cost the
+    // 24-register producer (d128) 72-96 B more of spills, some on its copies' addresses.
+    constexpr bool ordered = kOrderedDq;
+    const bool counts = ordered && Traits::kDqHandoff && ptid < kBlockM; // whole warps 0 and 1
+    const bool lane0 = ptid % 32 == 0;
+    int* const dq_counters =
+        ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
+    constexpr int kDqWarps = kBlockM / 32;
+    auto release_dq = [&](int m) {
+        if (counts) {
+            bulk_wait_group<0>();
+            fence_proxy_async_global();
+            __syncwarp();
+            if (lane0) add_release_gpu(dq_counters + m, 1);
+        }
+    };
+    // Without the hand-off (the d256 schedule) the consumers add their own dQ, straight from their
+    // registers: thread 0 grants each block's turn (dq_empty, one arrival) once the counter shows it,
+    // the consumers wait for it before their adds and arrive on dq_full after issuing them, and
+    // thread 0 then publishes the CTA's one arrival (release at GPU scope after the mbarrier's
+    // acquire: the consumers' adds, ordered before their arrivals, are ordered before it). The turn
+    // of block u is granted after the arrival of block u - 1, so neither mbarrier runs a phase ahead.
+    // Both come after loading block u + 1: the turn of u then lands early in block u (the consumers
+    // need it after their dQ product, half-way through), and the next load, which waits for the end
+    // of block u anyway, does not also wait for the publication of block u and the next counter read.
+    auto grant_turn = [&](int m0) {
+        if (ordered && !Traits::kDqHandoff && ptid == 0) {
+            const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
+            const int turn = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
+            while (load_acquire_gpu(dq_counters + m0 / kBlockM) < turn) {}
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
+        }
+    };
+    auto publish_adds = [&](int use, int m0) {
+        if (ordered && !Traits::kDqHandoff && ptid == 0) {
+            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
+            add_release_gpu(dq_counters + m0 / kBlockM, 1);
+        }
+    };
     auto add_dq = [&](int use, int m0, float* dq_rows) { // dq_rows: the scratch rows of that use's head
         if constexpr (Traits::kDqHandoff) {
+            int turn = 0, seen = 0; // (lane 0 of the counting warps)
+            if (counts && lane0) {
+                const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
+                turn = kDqWarps * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+                seen = load_acquire_gpu(dq_counters + m0 / kBlockM);
+            }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
             if (!revisits_rows) {
+                if (counts) {
+                    if (lane0)
+                        while (seen < turn) seen = load_acquire_gpu(dq_counters + m0 / kBlockM);
+                    __syncwarp();
+                    fence_proxy_async_global();
+                }
                 if (ptid < kBlockM && m0 + ptid < seq.q_len) {
                     bulk_reduce_add_f32(dq_rows + int64_t(m0 + ptid) * kHeadDim,
                                         sm.dq + ptid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
@@ -248,6 +352,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
 
     const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    int unreleased = -1; // ordered dQ: the block whose reductions await their arrival
+    int prev_m0 = 0;     // ordered dQ without the hand-off: the block before last_m0's
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -289,20 +395,41 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 const bool row_ok = m0 + stat_row < seq.q_len;
                 cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
                 cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
-                if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
+                if constexpr (ordered && !Traits::kDqHandoff) {
+                    if (q_uses > 1) publish_adds(q_uses - 2, prev_m0);
+                    if (q_uses > 0) grant_turn(last_m0);
+                    prev_m0 = last_m0;
+                }
+                if (unreleased >= 0) release_dq(unreleased);
+                unreleased = -1;
+                if (q_uses > 0) {
+                    add_dq(q_uses - 1, last_m0, last_dq_rows);
+                    if (ordered && Traits::kDqHandoff) unreleased = last_m0 / kBlockM;
+                }
                 last_m0 = m0;
                 last_dq_rows = dq_rows;
             }
         }
     }
-    if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
+    if constexpr (ordered && !Traits::kDqHandoff) {
+        if (q_uses > 1) publish_adds(q_uses - 2, prev_m0);
+        if (q_uses > 0) {
+            grant_turn(last_m0);
+            publish_adds(q_uses - 1, last_m0);
+        }
+    }
+    if (unreleased >= 0) release_dq(unreleased);
+    if (q_uses > 0) {
+        add_dq(q_uses - 1, last_m0, last_dq_rows);
+        if (ordered && Traits::kDqHandoff) release_dq(last_m0 / kBlockM);
+    }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
 
 // The CTA's start in both schedules, after the work item's early return: thread 0 initialises the
 // mbarriers before the CTA's only __syncthreads; then warpgroup 0 lowers its registers and runs the
 // producer to its end (true: the caller returns), while the consumers raise theirs (false).
-template <typename Traits, bool kGroupWalk>
+template <typename Traits, bool kGroupWalk, bool kOrderedDq = false>
 __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                       const Sm90BwdSmem<Traits>& sm) {
     if (threadIdx.x == 0) {
@@ -315,7 +442,7 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-        sm90_bwd_producer<Traits, kGroupWalk>(params, w, sm);
+        sm90_bwd_producer<Traits, kGroupWalk, kOrderedDq>(params, w, sm);
         return true;
     }
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();

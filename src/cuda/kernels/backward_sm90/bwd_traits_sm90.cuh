@@ -35,7 +35,7 @@ struct Sm90BwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWarpGroups = 2;
     static constexpr int kBlockN = 64 * kConsumerWarpGroups; // keys: 64 per consumer warpgroup
-    static constexpr int kBlockM = 64;                       // queries per Q/dO stage
+    static constexpr int kBlockM = tiles::kBackwardSm90BlockM; // queries per Q/dO stage (64)
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -154,7 +154,7 @@ struct Sm90BwdPdSTraits {
     static constexpr bool kPdSSchedule = true; // bwd_kernel_sm90_pds.cuh
     static constexpr int kConsumerWarpGroups = 2;
     static constexpr int kBlockN = 64; // keys per key block
-    static constexpr int kBlockM = 64; // queries per Q/dO stage
+    static constexpr int kBlockM = tiles::kBackwardSm90BlockM; // queries per Q/dO stage (64)
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
