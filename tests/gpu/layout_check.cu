@@ -22,15 +22,17 @@
 //     (they are copied as whole blocks), the warps together visit every block once); the
 //     merge scratch (disjoint from Q, 16-byte aligned float4 rows, conflict-free float2 writes);
 //     split_share() and inference_work_item() cover their ranges exactly once;
-//   - the Hopper forward's producer copies (SwizzledTileCopy) of Q and K/V against CuTe's tiled
-//     copy, and its TMA boxes of K/V (where each swizzled box lands), for every head dim
-//     (producer_copy_check.h).
+//   - the Hopper forward's producer copies (SwizzledTileCopy) of Q, K and V against CuTe's tiled
+//     copy, and its TMA boxes of K and V (where each swizzled box lands), for every head dim and
+//     the value-dim instance (V 128 wide beside Q/K 192: producer_copy_check.h); there, V^T is V's
+//     bytes, P V's accumulator has S's rows and covers O once, and O's staging fits Q's buffer.
 #include "kernels/decode/decode_kernel.cuh"
 #include "kernels/forward/fwd_traits.cuh"
 #include "kernels/forward_sm90/fwd_traits_sm90.cuh"
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
 #include "device/tile_order.cuh"
+#include "device/wgmma_ops.cuh"
 
 #include "host_check.h"
 #include "producer_copy_check.h"
@@ -368,11 +370,73 @@ void check_split_keys_copy(const char* name) {
 template <typename Traits>
 void check_sm90_producer(const char* name) {
     using Element = typename Traits::Element;
-    check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads, Traits::kSwizzleCols>(name, "Q");
-    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads, Traits::kSwizzleCols>(name,
-                                                                                                              "K/V");
-    // K/V by TMA (kv_tensor_maps.cuh): one box of kBlockN rows per column block.
-    check_tma_boxes<Element, typename Traits::SmemLayoutKV, Traits::kSwizzleCols>(name, "K/V by TMA", Traits::kBlockN);
+    constexpr int kThreads = Traits::kProducerThreads;
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, kThreads, Traits::kSwizzleCols>(name, "Q");
+    check_producer_copy<Element, typename Traits::SmemLayoutK, kThreads, Traits::kSwizzleCols>(name, "K");
+    check_producer_copy<Element, typename Traits::SmemLayoutV, kThreads, Traits::kSwizzleColsV>(name, "V");
+    // K and V by TMA (kv_tensor_maps.cuh): one box of kBlockN rows per column block, each tensor in
+    // its own swizzle-row-wide blocks.
+    check_tma_boxes<Element, typename Traits::SmemLayoutK, Traits::kSwizzleCols>(name, "K by TMA", Traits::kBlockN);
+    check_tma_boxes<Element, typename Traits::SmemLayoutV, Traits::kSwizzleColsV>(name, "V by TMA", Traits::kBlockN);
+}
+
+// What P V and O's epilogue rely on, at any value head dim (fwd_kernel_sm90.cuh): V^T (the MN-major
+// B operand) addresses V's bytes transposed; O's accumulator (TiledMmaO, 64 x kHeadDimV per
+// consumer) has the rows of S's accumulator in each thread (the softmax rescales and normalises it
+// by S's row statistics), covers the O tile once, and its register -> shared copy writes each
+// element of SmemLayoutO once, inside Q's buffer where O is staged there.
+template <typename Traits>
+void check_sm90_value_dim(const char* name) {
+    constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kDv = Traits::kHeadDimV;
+    using Element = typename Traits::Element;
+    const uintptr_t base = uintptr_t(3) << 20;
+    Tensor v = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), typename Traits::SmemLayoutV{});
+    Tensor vt = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), typename Traits::SmemLayoutVt{});
+    for (int n = 0; n < kBlockN; ++n)
+        for (int d = 0; d < kDv; ++d)
+            CHECK(raw_pointer_cast(&vt(d, n)) == raw_pointer_cast(&v(n, d)), "%s: V^T (%d, %d) is not V (%d, %d)", name,
+                  d, n, n, d);
+    typename Traits::TiledMmaS mma_s;
+    typename Traits::TiledMmaO mma_o;
+    std::map<std::pair<int, int>, int> o_cover, staged;
+    auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);
+    Tensor so = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), typename Traits::SmemLayoutO{});
+    const int o_limit = Traits::kOwnOBuffer ? Traits::kOBytes : Traits::kQBytes;
+    for (int tid = 0; tid < Traits::kThreads; ++tid) {
+        Tensor cs = mma_s.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+        Tensor co = mma_o.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kDv>>{}));
+        Tensor s_rc = make_tensor(cs.data(), wgmma_rows_cols(cs.layout()));
+        Tensor o_rc = make_tensor(co.data(), wgmma_rows_cols(co.layout()));
+        CHECK(size<0>(s_rc) == size<0>(o_rc), "%s: thread %d holds %d rows of S, %d of O", name, tid,
+              int(size<0>(s_rc)), int(size<0>(o_rc)));
+        for (int r = 0; r < int(size<0>(o_rc)); ++r) {
+            CHECK(get<0>(o_rc(r, 0)) == get<0>(s_rc(r, 0)), "%s: thread %d row %d of O is %d, of S %d", name, tid, r,
+                  int(get<0>(o_rc(r, 0))), int(get<0>(s_rc(r, 0))));
+            for (int c = 0; c < int(size<1>(o_rc)); ++c) {
+                CHECK(get<0>(o_rc(r, c)) == get<0>(o_rc(r, 0)), "%s: thread %d O row %d not one row", name, tid, r);
+                o_cover[{int(get<0>(o_rc(r, c))), int(get<1>(o_rc(r, c)))}]++;
+            }
+        }
+        auto thr = copy_o.get_thread_slice(tid);
+        Tensor dst = thr.partition_D(so);
+        Tensor dst_c = thr.partition_D(make_identity_tensor(Shape<Int<kBlockM>, Int<kDv>>{}));
+        for (int i = 0; i < int(size(dst)); ++i) {
+            const int at = int(reinterpret_cast<uintptr_t>(raw_pointer_cast(&dst(i))) - base);
+            CHECK(at >= 0 && at + int(sizeof(Element)) <= o_limit, "%s: O's staging writes byte %d past %d", name, at,
+                  o_limit);
+            CHECK(raw_pointer_cast(&dst(i)) == raw_pointer_cast(&so(get<0>(dst_c(i)), get<1>(dst_c(i)))),
+                  "%s: O's staging copy element %d of thread %d misplaced", name, i, tid);
+            staged[{int(get<0>(dst_c(i))), int(get<1>(dst_c(i)))}]++;
+        }
+    }
+    CHECK(int(o_cover.size()) == kBlockM * kDv, "%s: O's accumulator covers %d of %d", name, int(o_cover.size()),
+          kBlockM * kDv);
+    for (auto& [rc, n] : o_cover) CHECK(n == 1, "%s: O element (%d, %d) in %d registers", name, rc.first, rc.second, n);
+    CHECK(int(staged.size()) == kBlockM * kDv, "%s: O's staging covers %d of %d", name, int(staged.size()),
+          kBlockM * kDv);
+    for (auto& [rc, n] : staged) CHECK(n == 1, "%s: O element (%d, %d) staged %d times", name, rc.first, rc.second, n);
+    std::printf("%-28s ok so far (%d failures): %d B of shared memory, O %s\n", name, failures, Traits::kSmemBytes,
+                Traits::kOwnOBuffer ? "in its own buffer" : "in Q's buffer");
 }
 
 int main() {
@@ -384,6 +448,13 @@ int main() {
     check_sm90_producer<DefaultSm90FwdTraits<128, bf16>>("sm90 d128");
     check_sm90_producer<DefaultSm90FwdTraits<192, bf16>>("sm90 d192");
     check_sm90_producer<DefaultSm90FwdTraits<256, fp16>>("sm90 d256");
+    check_sm90_producer<DefaultSm90FwdTraits<192, bf16, 128>>("sm90 d192/128");
+    check_sm90_producer<DefaultSm90FwdTraits<192, fp16, 128>>("sm90 d192/128 fp16");
+    check_sm90_value_dim<DefaultSm90FwdTraits<128, bf16>>("sm90 d128 P V and O");
+    check_sm90_value_dim<DefaultSm90FwdTraits<256, fp16>>("sm90 d256 P V and O");
+    check_sm90_value_dim<DefaultSm90FwdTraits<192, bf16, 128>>("sm90 d192/128 P V and O");
+    static_assert(DefaultSm90FwdTraits<192, bf16, 128>::kBlockN == 128 && !DefaultSm90FwdTraits<192, bf16, 128>::kOwnOBuffer &&
+                  DefaultSm90FwdTraits<192, bf16, 128>::kSmemBytes == 48 * 1024 + 2 * 48 * 1024 + 2 * 32 * 1024 + 120);
     std::printf("sm90 forward producer copies  ok so far (%d failures)\n", failures);
     check_traits<DefaultFwdTraits<32, bf16>>("d32 default");
     check_traits<DefaultFwdTraits<64, bf16>>("d64 default");

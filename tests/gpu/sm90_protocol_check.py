@@ -174,7 +174,9 @@ def run(tiles, S, seed, own_o=False, claims=False):
 
 if __name__ == "__main__":
     rnd = random.Random(0)
-    for own_o, claims in ((False, False), (True, False), (True, True)):
+    # O in Q's buffer with a persistent grid is the value-dim instance's form (192 / 128: its tile
+    # leaves no room for O's own buffer), claims included (a causal call).
+    for own_o, claims in ((False, False), (False, True), (True, False), (True, True)):
         for S in (2, 3):
             for n in range(0, 9):  # one tile per CTA (grid = tiles)
                 for seed in range(100):

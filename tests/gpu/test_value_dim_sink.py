@@ -22,7 +22,7 @@ from reference import attention_ref
 from test_backward import assert_grad_close, floor
 from test_forward import assert_close, assert_lse_close
 
-from harness import DEV, ON_CUDA, cu, cuda_only, rand, sync
+from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
 
 REF_KEYS = ("softmax_scale", "causal", "window", "softcap", "alibi_slopes", "dropout_p", "seed", "offset",
             "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "learnable_sink")
@@ -118,6 +118,94 @@ def test_value_head_dim_large():
     q, k, v = rand(1, 2048, 8, 192), rand(1, 2048, 8, 192), rand(1, 2048, 8, 128)
     check_backward(q, k, v, "2k d192/128", causal=True)
     check_forward(q, k, v, "2k d192/128 full")
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hopper forward's value-dim instance (192 / 128): P V, O's registers, its staging and store at
+# 128 columns, v and out read and written in place (no zero-padded copies at 192). On sm_90 the
+# planner takes it for every training forward of exactly these widths (dense or varlen); the shapes
+# below give each CTA of its persistent grid several tiles (9 query blocks x 2 x 16 heads = 288 tiles
+# on 132 SMs), GQA, and each feature of the kernel (the extras variant: softcap, ALiBi, dropout).
+
+def on_hopper():
+    return ON_CUDA and torch.cuda.get_device_capability() == (9, 0)
+
+
+def assert_value_dim_kernel(q, k, v, **kw):
+    """On an H200: the call stages nothing (fa_forward_workspace_size is at most the tile counter a
+    masked call claims its tiles from), i.e. the value-dim instance runs, not v and out at 192."""
+    if on_hopper():
+        size = abi.forward_workspace_size(q, k, v, None, **kw)
+        assert size <= 256, f"192/128: {size} B of workspace, v or out staged (not the value-dim kernel)"
+
+
+VALUE_DIM_FEATURES = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window": dict(window=(256, 64)),
+    "sink": dict(sink=True),
+    "sink_causal": dict(causal=True, sink=True),
+    "softcap_alibi_sink": dict(softcap=20.0, alibi=True, sink=True, causal=True),
+    "dropout": dict(dropout_p=0.15, seed=11, offset=3),
+    "seqused_k": dict(seqused=(700, 1201)),
+}
+
+
+@heavy
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("feature", list(VALUE_DIM_FEATURES))
+def test_value_dim_192_128(feature, dtype):
+    torch.manual_seed(len(feature) * 13 + (dtype == torch.float16))
+    opts = dict(VALUE_DIM_FEATURES[feature])
+    batch, sq, sk, heads, heads_k = 2, 1100, 1201, 16, 4
+    q = rand(batch, sq, heads, 192, dtype=dtype)
+    k, v = rand(batch, sk, heads_k, 192, dtype=dtype), rand(batch, sk, heads_k, 128, dtype=dtype)
+    kw = {}
+    if opts.pop("sink", False):
+        kw["learnable_sink"] = sinks(heads)
+    if opts.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(heads, device=DEV) * 0.3
+    if "seqused" in opts:
+        kw["seqused_k"] = torch.tensor(opts.pop("seqused"), dtype=torch.int32, device=DEV)
+    kw.update(opts)
+    assert_value_dim_kernel(q, k, v, **kw)
+    check_forward(q, k, v, f"d192/128 {feature}", **kw)
+
+
+@heavy
+def test_value_dim_192_128_layouts():
+    """v and out as column slices of wider tensors (strided rows: read and written in place, by TMA
+    where aligned; out's other columns untouched), a misaligned v (staged at 128 columns, not 192),
+    and varlen (the kernel's cp.async path)."""
+    torch.manual_seed(27)
+    batch, sq, sk, heads, heads_k = 2, 700, 900, 8, 2
+    q, k = rand(batch, sq, heads, 192), rand(batch, sk, heads_k, 192)
+    v_wide = rand(batch, sk, heads_k, 192)
+    v = v_wide[..., :128]  # row stride 384 elements, head stride 192
+    assert_value_dim_kernel(q, k, v, causal=True)
+    out_wide = torch.full((batch, sq, heads, 160), float("nan"), device=DEV, dtype=q.dtype)
+    out, lse, _ = abi.forward(q, k, v, out=out_wide[..., 16:144], causal=True)
+    sync()
+    ref, ref_lse, _ = attention_ref(q, k, v, causal=True)
+    naive, naive_lse, _ = attention_ref(q, k, v, causal=True, precision=q.dtype)
+    assert_close("d192/128 strided v, out", out, ref, naive)
+    assert_lse_close("d192/128 strided v, out lse", lse, ref_lse, naive_lse)
+    assert torch.isnan(out_wide[..., :16]).all() and torch.isnan(out_wide[..., 144:]).all(), \
+        "the store wrote columns outside out's 128"
+
+    flat = torch.empty(v.numel() + 1, device=DEV, dtype=v.dtype)[1:]  # base 2 bytes past 16-byte alignment
+    v_odd = flat.view(v.shape).copy_(v)
+    if on_hopper():
+        size = abi.forward_workspace_size(q, k, v_odd, None)
+        assert size == -(-v.numel() * 2 // 256) * 256, f"misaligned v: {size} B staged, expected v at 128 columns"
+    check_forward(q, k, v_odd, "d192/128 misaligned v")
+
+    lq, lk = [1000, 7, 0, 300, 1500], [1100, 1, 50, 300, 1300]
+    q, k, v = rand(sum(lq), heads, 192), rand(sum(lk), heads_k, 192), rand(sum(lk), heads_k, 128)
+    for causal in (False, True):
+        kw = dict(cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk),
+                  causal=causal, learnable_sink=sinks(heads))
+        check_forward(q, k, v, f"varlen d192/128 causal={causal}", **kw)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace flashattn::cuda {
 namespace {
@@ -246,17 +248,22 @@ TEST(PlannerForward, OddLayoutsAreStagedIntoWorkspacePieces) {
 }
 
 // A value head dim unlike the query's runs on the kernels of the wider one: the narrower side is
-// staged, zero-padded to it, and out comes back through a staged copy when v is the narrower.
+// staged, zero-padded to it, and out comes back through a staged copy when v is the narrower. (On
+// Hopper's wgmma forward, 192 / 128 has a kernel of its own: the next test.)
 TEST(PlannerForward, ValueHeadDimsRunAtTheWiderWidthStaged) {
     Dense mla;
-    mla.head_dim = 192, mla.head_dim_v = 128; // DeepSeek's prefill
-    const ForwardPlan p = plan(mla);
+    mla.head_dim = 192, mla.head_dim_v = 128; // DeepSeek's prefill, on the mma.sync kernel
+    const ForwardPlan p = plan(mla, a100());
+    EXPECT_EQ(p.kernel, Kernel::forward_sm80);
     EXPECT_TRUE(p.staging.pad_head_dim);
     EXPECT_EQ(p.staging.padded_dim, 192);
+    EXPECT_EQ(p.staging.padded_dim_v, 192);
     EXPECT_EQ(p.staging.qk_dim, 192);
     EXPECT_EQ(p.staging.v_dim, 128);
     EXPECT_EQ(p.head_dim, 192);
+    EXPECT_EQ(p.head_dim_v, 192);
     EXPECT_EQ(p.tile_dim, 192);
+    EXPECT_EQ(p.tile_dim_v, 192);
     EXPECT_FALSE(p.staging.q || p.staging.k);
     EXPECT_TRUE(p.staging.v && p.staging.out);
     const size_t rows192 = size_t(2) * 1024 * 16 * 192 * 2;
@@ -268,8 +275,11 @@ TEST(PlannerForward, ValueHeadDimsRunAtTheWiderWidthStaged) {
     Dense narrow_v;
     narrow_v.head_dim = 128, narrow_v.head_dim_v = 64;
     const ForwardPlan n = plan(narrow_v);
+    EXPECT_EQ(n.kernel, Kernel::forward_sm90);
     EXPECT_EQ(n.head_dim, 128);
+    EXPECT_EQ(n.head_dim_v, 128);
     EXPECT_EQ(n.tile_dim, 128);
+    EXPECT_EQ(n.tile_dim_v, 128);
     EXPECT_TRUE(!n.staging.q && !n.staging.k && n.staging.v && n.staging.out);
     EXPECT_EQ(n.workspace.size(Piece::v), size_t(2) * 1024 * 16 * 128 * 2);
 
@@ -295,12 +305,107 @@ TEST(PlannerForward, ValueHeadDimsRunAtTheWiderWidthStaged) {
     EXPECT_FALSE(e.staging.pad_head_dim);
     EXPECT_EQ(e.workspace.total, 0u);
 
-    // Split-KV's partials are rows of the kernels' width.
+    // Split-KV's partials are rows of the kernels' width (the inference kernels: staged on Hopper too).
     Dense split = mla;
     split.seqlen_q = 64, split.seqlen_k = 8192, split.batch = 1, split.num_splits = 4;
     const ForwardPlan s = plan(split);
+    EXPECT_EQ(s.kernel, Kernel::inference);
     EXPECT_EQ(s.splits, 4);
+    EXPECT_EQ(s.tile_dim_v, 192);
+    EXPECT_TRUE(s.staging.v && s.staging.out);
     EXPECT_EQ(s.workspace.size(Piece::partial_out), size_t(4) * 64 * 16 * 192 * 4);
+}
+
+// DeepSeek's 192 / 128 on Hopper's wgmma forward: its own instance (tiles::forward_sm90_value_dim)
+// with V and O 128 wide, so nothing is staged for the widths, 128-key blocks (Q, two K and two V
+// stages fit: 208 KB), persistent; layouts the kernel cannot address are staged at their own width.
+TEST(PlannerForward, HopperRunsTheValueDimInstanceAt192And128) {
+    Dense mla;
+    mla.head_dim = 192, mla.head_dim_v = 128;
+    const ForwardPlan p = plan(mla);
+    EXPECT_EQ(p.kernel, Kernel::forward_sm90);
+    EXPECT_EQ(p.tile_dim, 192);
+    EXPECT_EQ(p.tile_dim_v, 128);
+    EXPECT_EQ(p.head_dim, 192);
+    EXPECT_EQ(p.head_dim_v, 128);
+    EXPECT_FALSE(p.staging.pad_head_dim);
+    EXPECT_EQ(p.staging.padded_dim, 192);
+    EXPECT_EQ(p.staging.padded_dim_v, 128);
+    EXPECT_FALSE(p.staging.q || p.staging.k || p.staging.v || p.staging.out);
+    EXPECT_EQ(p.workspace.total, 0u);
+    EXPECT_EQ(p.block_m, 128);
+    EXPECT_EQ(p.block_n, 128);
+    EXPECT_EQ(p.num_m_blocks, 8);
+    EXPECT_TRUE(p.sm90_persistent);
+    EXPECT_FALSE(p.sm90_claims_tiles);
+    EXPECT_EQ(p.ctas, 132);
+
+    // Causal: tiles claimed from the counter; sections of 16 MB of K/V at 1024 x (192 + 128) x 2
+    // bytes a pair: 25 pairs.
+    Dense causal = mla;
+    causal.causal = true;
+    const ForwardPlan c = plan(causal);
+    EXPECT_EQ(c.tile_dim_v, 128);
+    EXPECT_TRUE(c.sm90_persistent && c.sm90_claims_tiles);
+    EXPECT_EQ(c.workspace.size(Piece::tile_counter), sizeof(unsigned));
+    EXPECT_EQ(c.section_heads, 25);
+
+    // GQA, the extras (softcap) and a learnable sink take it too.
+    Dense gqa = causal;
+    gqa.heads_k = 2, gqa.softcap = 30.0f;
+    EXPECT_EQ(plan(gqa).tile_dim_v, 128);
+    fa_fwd_params sink = mla.params();
+    sink.learnable_sink = static_cast<const float*>(at(0x70000000));
+    EXPECT_EQ(plan_forward(make_problem(&sink, false), h200(), {}).tile_dim_v, 128);
+
+    // Varlen: the kernel's cp.async path (no TMA), same instance.
+    fa_fwd_params varlen = mla.params();
+    varlen.cu_seqlens_q = static_cast<const int32_t*>(at(0x71000000));
+    varlen.cu_seqlens_k = static_cast<const int32_t*>(at(0x72000000));
+    varlen.total_q = varlen.total_k = int64_t(mla.batch) * mla.seqlen_q;
+    const ForwardPlan v = plan_forward(make_problem(&varlen, true), h200(), {});
+    EXPECT_EQ(v.kernel, Kernel::forward_sm90);
+    EXPECT_EQ(v.tile_dim_v, 128);
+    EXPECT_EQ(v.workspace.total, 0u);
+
+    // A v or out the kernel cannot address in 16-byte chunks: staged at 128 columns, not 192.
+    fa_fwd_params odd = mla.params();
+    odd.v.data = at(0x30000008);
+    odd.out.data = at(0x40000008);
+    const ForwardPlan o = plan_forward(make_problem(&odd, false), h200(), {});
+    EXPECT_EQ(o.tile_dim_v, 128);
+    EXPECT_TRUE(o.staging.v && o.staging.out && !o.staging.q && !o.staging.k);
+    EXPECT_FALSE(o.staging.pad_head_dim);
+    const size_t rows128 = size_t(2) * 1024 * 16 * 128 * 2;
+    EXPECT_EQ(o.workspace.size(Piece::v), rows128);
+    EXPECT_EQ(o.workspace.size(Piece::out), rows128);
+
+    // Every other kernel and every other pair of widths keeps the staging at the wider width.
+    const ForwardPlan forced = plan(mla, h200(), overrides("forward_kernel=sm80"));
+    EXPECT_EQ(forced.kernel, Kernel::forward_sm80);
+    EXPECT_EQ(forced.tile_dim_v, 192);
+    EXPECT_TRUE(forced.staging.v && forced.staging.out);
+    for (const auto& [d, dv] : std::initializer_list<std::pair<int, int>>{
+             {192, 64}, {176, 128}, {192, 120}, {256, 128}, {128, 192}, {192, 192}}) {
+        Dense other;
+        other.head_dim = d, other.head_dim_v = dv;
+        const ForwardPlan x = plan(other);
+        EXPECT_EQ(x.kernel, Kernel::forward_sm90) << d << "/" << dv;
+        EXPECT_EQ(x.tile_dim_v, x.tile_dim) << d << "/" << dv;
+        EXPECT_EQ(x.head_dim_v, x.head_dim) << d << "/" << dv;
+        EXPECT_EQ(x.staging.pad_head_dim, d != dv) << d << "/" << dv;
+    }
+    Dense d192;
+    d192.head_dim = 192; // equal widths: d192's own tile (64-key blocks, one CTA per tile)
+    EXPECT_EQ(plan(d192).block_n, 64);
+    EXPECT_FALSE(plan(d192).sm90_persistent);
+    DeviceInfo no_192 = h200();
+    no_192.tile_dims = {128, 256}; // no d192 kernels, so no 192 / 128 one: tile 256, staged
+    const ForwardPlan wide = plan(mla, no_192);
+    EXPECT_EQ(wide.tile_dim, 256);
+    EXPECT_EQ(wide.tile_dim_v, 256);
+    EXPECT_EQ(wide.head_dim_v, 192);
+    EXPECT_TRUE(wide.staging.v && wide.staging.out);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ FwdArgs fwd_args_from(const Problem& problem, DeviceFault* fault) {
     args.num_heads = p.num_heads;
     args.heads_per_kv_head = int32_t(problem.group);
     args.head_dim = p.head_dim;
+    args.head_dim_v = int32_t(problem.head_dim_v());
     args.seqlen_q = p.seqlen_q;
     args.seqlen_k = p.seqlen_k;
     args.cu_seqlens_q = varlen ? p.cu_seqlens_q : nullptr;
@@ -98,6 +99,12 @@ void launch_forward(const ForwardPlan& plan, const FwdArgs& args, fa_dtype dtype
             switch (plan.kernel) {
                 case Kernel::forward_sm90:
 #if FLASHATTN_CUDA_HAS_SM90
+                    // V and O at their own width where the plan took a value-dim instance.
+                    if constexpr (constexpr int kDimV = tiles::forward_sm90_value_dim(kDim); kDimV != 0) {
+                        if (plan.tile_dim_v == kDimV) return run_forward_sm90<kDim, kDtype, kDimV>(args, plan.ctas, stream);
+                    }
+                    if (plan.tile_dim_v != kDim)
+                        fail(FA_ERROR_INTERNAL, "no sm90 forward of value head dim ", plan.tile_dim_v, " at ", kDim);
                     return run_forward_sm90<kDim, kDtype>(args, plan.ctas, stream);
 #else
                     fail(FA_ERROR_INTERNAL, "the plan chose the sm90 forward in a build without it");
@@ -231,22 +238,24 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
     const auto stream = static_cast<cudaStream_t>(p.stream);
     FwdArgs args = fwd_args_from(problem, device_fault_record(device));
 
-    // Layouts the kernels cannot address in 16-byte chunks, and widths other than the one they run
-    // at (a value head dim unlike the query's: the narrower side), go through packed, zero-padded
-    // copies. A KV cache or a paged pool is copied whole (planner.h, Staging).
+    // Layouts the kernels cannot address in 16-byte chunks, and widths other than the ones they run
+    // at (a value head dim unlike the query's, except in the Hopper value-dim instances: the narrower
+    // side), go through packed, zero-padded copies. A KV cache or a paged pool is copied whole
+    // (planner.h, Staging).
     const Staging& s = plan.staging;
     if (s.q) stage_input(args.q, s.dense_batch, !problem.varlen, s.q_rows, p.num_heads, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::q), stream);
     if (s.k) stage_input(args.k, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::k), stream);
-    if (s.v) stage_input(args.v, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, s.v_dim, s.padded_dim,
+    if (s.v) stage_input(args.v, s.kv_batch, s.kv_has_batch, s.k_rows, p.num_heads_k, s.v_dim, s.padded_dim_v,
                          workspace.at(Piece::v), stream);
     if (s.out) {
         void* const buffer = workspace.at(Piece::out);
-        args.out = fa_tensor{buffer, s.q_rows * p.num_heads * s.padded_dim, int64_t(p.num_heads) * s.padded_dim,
-                             s.padded_dim};
+        args.out = fa_tensor{buffer, s.q_rows * p.num_heads * s.padded_dim_v, int64_t(p.num_heads) * s.padded_dim_v,
+                             s.padded_dim_v};
     }
     args.head_dim = plan.head_dim; // padding columns are zero: the scores do not change, out's are 0
+    args.head_dim_v = plan.head_dim_v;
     if (workspace.at(Piece::lse)) args.lse = workspace.floats(Piece::lse); // attn_probs derives from an lse
 
     args.num_m_blocks = plan.num_m_blocks;
@@ -277,7 +286,7 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
 
     if (s.out) {
         StridedView dst{p.out.data, problem.varlen ? 0 : p.out.batch_stride, p.out.row_stride, p.out.head_stride};
-        unpack_padded(workspace.at(Piece::out), dst, s.dense_batch, s.q_rows, p.num_heads, s.v_dim, s.padded_dim,
+        unpack_padded(workspace.at(Piece::out), dst, s.dense_batch, s.q_rows, p.num_heads, s.v_dim, s.padded_dim_v,
                       stream);
     }
     if (p.attn_probs) write_attn_probs(args, p.dtype, p.attn_probs, stream);

@@ -18,8 +18,10 @@ template <int kTileDim, fa_dtype kDtype>
 void run_forward_sm80(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 
 // Compiled when FLASHATTN_CUDA_ARCHS contains 90 (FLASHATTN_CUDA_HAS_SM90, build_config.h).
-// Up to d128 the kernel's looping form (ForwardPlan::sm90_persistent), above the one-tile form.
-template <int kTileDim, fa_dtype kDtype>
+// The kernel's looping form where O's accumulator is at most 64 x 128 (ForwardPlan::sm90_persistent),
+// else the one-tile form. kTileDimV: V and O's width, kTileDim's own or, where the build has that
+// instance, tiles::forward_sm90_value_dim(kTileDim) (ForwardPlan::tile_dim_v).
+template <int kTileDim, fa_dtype kDtype, int kTileDimV = kTileDim>
 void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 
 // The inference variant of the forward kernel (Kernel::inference) and the decode kernel.

@@ -47,20 +47,32 @@ void require_runnable(const DeviceInfo& device, const fa_fwd_params& p) {
 // The order of a masked forward's tiles (kernels/tile_order.cuh): sections of (sequence, head) pairs
 // whose K/V takes about 16 MB of L2, heaviest query blocks first within a section (H200: 4-12% on
 // causal shapes over per-pair heaviest-first; 8 and 32 MB sections measured about the same).
-int section_heads(const Problem& problem, int head_dim, int block_m) {
+int section_heads(const Problem& problem, int head_dim, int head_dim_v, int block_m) {
     const fa_fwd_params& p = problem.p;
     const int64_t pairs = int64_t(p.batch) * p.num_heads;
     if (!problem.mask.is_local() || p.seqlen_q <= block_m || pairs <= 1) return 0; // equal work per block
     constexpr double kSectionBytes = 16.0 * 1024 * 1024;
-    const double kv_bytes = 2.0 * double(p.seqlen_k) * double(head_dim) * 2.0 / double(problem.group);
+    const double kv_bytes = double(p.seqlen_k) * double(head_dim + head_dim_v) * 2.0 / double(problem.group);
     const double heads = kSectionBytes / (kv_bytes > 1.0 ? kv_bytes : 1.0);
     return int(heads < 1.0 ? 1 : heads > double(pairs) ? double(pairs) : heads);
 }
 
+Staging forward_staging(const Problem& problem, bool value_width);
+
+// The value head dim of a Hopper forward instance that serves these widths natively (V and O at
+// their own width: P V, O's registers and its store a third smaller at 192 / 128, v and out read and
+// written in place): tiles::forward_sm90_value_dim(tile_dim) where q and k are exactly the tile head
+// dim and v exactly that value head dim, else 0 (the pair runs at the wider width, staged).
+int sm90_value_dim(const Staging& s, int tile_dim) {
+    const int value_dim = tiles::forward_sm90_value_dim(tile_dim);
+    return value_dim != 0 && s.qk_dim == tile_dim && s.v_dim == value_dim ? value_dim : 0;
+}
+
 // On compute capability 9.0 the Hopper kernel, except at d <= 64 with at most 512 keys, where the
 // mma.sync kernel (two CTAs per SM, one's prologue under the other's loop) measured 5-10% faster.
-void plan_training_forward(const Problem& problem, const DeviceInfo& device, const Overrides& overrides,
-                           ForwardPlan& plan) {
+// The kernel and its tile; the grid is training_forward_grid's.
+void choose_training_forward(const Problem& problem, const DeviceInfo& device, const Overrides& overrides,
+                             ForwardPlan& plan) {
     const fa_fwd_params& p = problem.p;
     bool sm90 = false;
     if (!device.hopper()) {
@@ -77,14 +89,24 @@ void plan_training_forward(const Problem& problem, const DeviceInfo& device, con
     if (sm90) plan.rejected.add(Kernel::forward_sm80, "the sm90 kernel serves this call");
     plan.kernel = sm90 ? Kernel::forward_sm90 : Kernel::forward_sm80;
     if (sm90) {
-        const tiles::ForwardSm90 tile = tiles::forward_sm90(plan.tile_dim);
+        if (const int value_dim = sm90_value_dim(plan.staging, plan.tile_dim)) {
+            plan.staging = forward_staging(problem, true);
+            plan.tile_dim_v = value_dim;
+        }
+        const tiles::ForwardSm90 tile = tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v);
         plan.block_m = tile.block_m, plan.block_n = tile.block_n;
     } else {
         const tiles::ForwardSm80 tile = tiles::forward_sm80(plan.tile_dim);
         plan.block_m = tile.block_m, plan.block_n = tile.block_n;
     }
+}
+
+// The training forward's grid (and the tile counter of a persistent, masked one).
+void training_forward_grid(const Problem& problem, const DeviceInfo& device, ForwardPlan& plan) {
+    const fa_fwd_params& p = problem.p;
+    const bool sm90 = plan.kernel == Kernel::forward_sm90;
     plan.num_m_blocks = int(ceil_div(p.seqlen_q, plan.block_m));
-    plan.section_heads = section_heads(problem, plan.head_dim, plan.block_m);
+    plan.section_heads = section_heads(problem, plan.head_dim, plan.head_dim_v, plan.block_m);
     const int64_t tiles_total = int64_t(plan.num_m_blocks) * p.batch * p.num_heads;
     plan.ctas = tiles_total;
     if (sm90) {
@@ -92,9 +114,10 @@ void plan_training_forward(const Problem& problem, const DeviceInfo& device, con
         // epilogue) measured 1-8% faster without a mask. Under a causal or local mask the tiles do
         // unequal work, and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
         // against 533 TFLOP/s), so there the CTAs claim their tiles from a counter, heaviest first
-        // (an SM that drew light tiles claims more). Up to d128: above, the looping form does not
-        // fit its registers, and one CTA per tile is dispatched by the hardware as SMs free up.
-        plan.sm90_persistent = tiles::forward_sm90(plan.tile_dim).can_persist;
+        // (an SM that drew light tiles claims more). Where O is at most 128 columns (d <= 128,
+        // 192 / 128): above, the looping form does not fit its registers, and one CTA per tile is
+        // dispatched by the hardware as SMs free up.
+        plan.sm90_persistent = tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v).can_persist;
         plan.sm90_claims_tiles = plan.sm90_persistent && problem.mask.is_local();
         if (plan.sm90_persistent) plan.ctas = std::min<int64_t>(tiles_total, device.sm_count);
         plan.workspace.add(Piece::tile_counter, plan.sm90_claims_tiles ? sizeof(unsigned) : 0);
@@ -247,15 +270,18 @@ bool plan_inference(const Problem& problem, const DeviceInfo& device, const Over
     return true;
 }
 
-// The widths of a problem's tensors and the one head dim the kernels run at (Staging).
-void set_widths(const Problem& problem, Staging& s) {
+// The widths of a problem's tensors and those the kernels run at (Staging): one for all four, the
+// wider rounded up to 8, or with value_width (a kernel with a value head dim of its own, whose two
+// widths the caller has checked) q/k and v/out each at their own.
+void set_widths(const Problem& problem, Staging& s, bool value_width = false) {
     s.qk_dim = int(problem.head_dim());
     s.v_dim = int(problem.head_dim_v());
-    s.padded_dim = int(round_up8(std::max(s.qk_dim, s.v_dim)));
-    s.pad_head_dim = s.qk_dim != s.padded_dim || s.v_dim != s.padded_dim;
+    s.padded_dim = value_width ? s.qk_dim : int(round_up8(std::max(s.qk_dim, s.v_dim)));
+    s.padded_dim_v = value_width ? s.v_dim : s.padded_dim;
+    s.pad_head_dim = s.qk_dim != s.padded_dim || s.v_dim != s.padded_dim_v;
 }
 
-Staging forward_staging(const Problem& problem) {
+Staging forward_staging(const Problem& problem, bool value_width) {
     const fa_fwd_params& p = problem.p;
     const bool varlen = problem.varlen, paged = problem.kv.paged();
     Staging s;
@@ -264,8 +290,8 @@ Staging forward_staging(const Problem& problem) {
     s.kv_batch = paged ? p.num_blocks : problem.kv.cache_entries ? problem.kv.cache_entries : s.dense_batch;
     s.k_rows = paged ? p.page_size : varlen ? p.total_k : p.seqlen_k;
     s.kv_has_batch = paged || !varlen;
-    set_widths(problem, s);
-    const bool pad_qk = s.qk_dim != s.padded_dim, pad_v = s.v_dim != s.padded_dim;
+    set_widths(problem, s, value_width);
+    const bool pad_qk = s.qk_dim != s.padded_dim, pad_v = s.v_dim != s.padded_dim_v;
     s.q = pad_qk || !chunk_aligned(p.q, !varlen);
     s.k = s.k_rows > 0 && (pad_qk || !chunk_aligned(p.k, s.kv_has_batch));
     s.v = s.k_rows > 0 && (pad_v || !chunk_aligned(p.v, s.kv_has_batch));
@@ -309,19 +335,22 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device, const
         return plan;
     }
     require_runnable(device, p);
-    plan.staging = forward_staging(problem);
+    plan.staging = forward_staging(problem, false);
+    plan.head_dim = plan.staging.pad_head_dim ? plan.staging.padded_dim : p.head_dim;
+    plan.tile_dim = plan.tile_dim_v = tile_head_dim(device, plan.head_dim);
+    const bool inference = plan_inference(problem, device, overrides, plan);
+    if (!inference) choose_training_forward(problem, device, overrides, plan); // may stage at the value width
     const Staging& s = plan.staging;
-    plan.head_dim = s.pad_head_dim ? s.padded_dim : p.head_dim;
-    plan.tile_dim = tile_head_dim(device, plan.head_dim);
+    plan.head_dim_v = s.pad_head_dim ? s.padded_dim_v : s.v_dim;
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::q, s.q ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
     w.add(Piece::k, s.k ? staged_bytes(s.kv_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
-    w.add(Piece::v, s.v ? staged_bytes(s.kv_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
-    w.add(Piece::out, s.out ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
+    w.add(Piece::v, s.v ? staged_bytes(s.kv_batch, s.k_rows, p.num_heads_k, s.padded_dim_v) : 0);
+    w.add(Piece::out, s.out ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim_v) : 0);
     w.add(Piece::lse, p.attn_probs && !p.softmax_lse ? size_t(p.num_heads) * problem.total_q * sizeof(float) : 0);
 
-    if (plan_inference(problem, device, overrides, plan)) {
+    if (inference) {
         if (problem.kv.paged() && p.attn_probs)
             fail(FA_ERROR_UNSUPPORTED, "attn_probs with a block_table is not supported by the CUDA backend");
         if (p.seqlen_k > INT32_MAX - 4 * plan.block_n)
@@ -331,7 +360,7 @@ ForwardPlan plan_forward(const Problem& problem, const DeviceInfo& device, const
         w.add(Piece::partial_out, partials ? size_t(plan.splits * rows * plan.head_dim) * sizeof(float) : 0);
         w.add(Piece::partial_lse, partials ? size_t(plan.splits * rows) * sizeof(float) : 0);
     } else {
-        plan_training_forward(problem, device, overrides, plan);
+        training_forward_grid(problem, device, plan);
     }
     if (plan.ctas > INT_MAX)
         fail(FA_ERROR_UNSUPPORTED, "the CUDA forward needs ", plan.ctas, " thread blocks (query blocks of ",

@@ -79,16 +79,19 @@ struct WorkspaceLayout {
 
 // Copies of tensors the kernels cannot address in 16-byte chunks (a head dim that is not a multiple
 // of 8, an unaligned base or stride) or whose width is not the one the kernels run at: packed
-// (batch, rows, heads, padded_dim), zero-padded. The kernels have one head dim for q, k, v and out;
-// a value head dim unlike the query's runs at padded_dim = max(head_dim, head_dim_v) rounded up to
-// 8, the narrower side zero-padded (zero columns add nothing to Q K^T, and give zero columns of O,
-// dQ, dK and dV, which are not copied back).
+// (batch, rows, heads, padded_dim), zero-padded. Most kernels have one head dim for q, k, v and out;
+// a value head dim unlike the query's runs there at padded_dim = max(head_dim, head_dim_v) rounded
+// up to 8, the narrower side zero-padded (zero columns add nothing to Q K^T, and give zero columns
+// of O, dQ, dK and dV, which are not copied back). The Hopper forward's value-dim instances
+// (tiles::forward_sm90_value_dim: 192 / 128) read q and k at padded_dim = head_dim and v and out at
+// padded_dim_v = head_dim_v: nothing is padded, only layouts the kernel cannot address are staged.
 struct Staging {
     bool q = false, k = false, v = false, out = false, dout = false;
-    bool pad_head_dim = false; // some width differs from padded_dim: those tensors are staged, the kernels read padded_dim
-    int padded_dim = 0;
+    bool pad_head_dim = false; // some width differs from the kernels': those tensors are staged, zero-padded
+    int padded_dim = 0;        // the width the kernels read q and k (dq, dk) at
+    int padded_dim_v = 0;      // ... v and out (dout, dv) at: padded_dim but in the value-dim instances
     int qk_dim = 0, v_dim = 0; // the caller's widths: of q and k (dq, dk), of v and out (dout, dv)
-    int64_t dense_batch = 0, q_rows = 0; // q and out as staged: (dense_batch, q_rows, heads, padded_dim)
+    int64_t dense_batch = 0, q_rows = 0; // q and out as staged: (dense_batch, q_rows, heads, padded_dim(_v))
     int64_t kv_batch = 0, k_rows = 0;    // k and v as stored: sequences, a KV cache's entries, or pool blocks
     bool kv_has_batch = false;           // k and v have a batch (or block) dimension, varlen or not
 };
@@ -102,7 +105,9 @@ struct ForwardPlan {
     bool empty = false; // no query row: nothing to launch or write
     Kernel kernel = Kernel::forward_sm80;
     int tile_dim = 0;   // the compiled head dim that runs it
-    int head_dim = 0;   // what the kernels read: padded_dim when staged for the head dim, else head_dim
+    int tile_dim_v = 0; // its value head dim: tile_dim, or a Hopper value-dim instance's (tiles::forward_sm90_value_dim)
+    int head_dim = 0;   // what the kernels read of q and k: padded_dim when staged for the head dim, else head_dim
+    int head_dim_v = 0; // ... of v and out: padded_dim_v when staged for the head dim, else head_dim_v
     int block_m = 0, block_n = 0;
     int64_t ctas = 0;
     int num_m_blocks = 0; // query tiles per (sequence, head): of seqlen_q rows, or the packed GQA heads

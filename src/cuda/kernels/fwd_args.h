@@ -29,6 +29,7 @@ struct FwdArgs {
     int32_t num_heads;
     int32_t heads_per_kv_head;   // GQA/MQA group size: KV head = query head / this
     int32_t head_dim;            // real d (a multiple of 8: 16-byte chunks); the kernel's tile may be wider
+                                 // (v and out too, except in the Hopper value-dim instances: head_dim_v)
     int32_t seqlen_q, seqlen_k;  // varlen: the maxima
     int32_t num_m_blocks;        // query blocks per (sequence, head); set by the launcher
     int32_t section_heads;       // tile order, set by the launcher (kernels/tile_order.cuh); 0 = plain
@@ -89,6 +90,13 @@ struct FwdArgs {
     float* lse_accum;            // (split, batch, heads, seqlen_q) fp32
     bool pack_gqa;               // seqlen_q == 1: tile rows are the query heads of one KV head
     bool prefetch_pages;         // paged split-keys decode: prefetch each warp's first blocks (the planner)
+
+    // Real d of v and out (a multiple of 8). Read only by the Hopper forward's value-dim instances (V
+    // narrower than Q, tiles::forward_sm90_value_dim); every other kernel reads v and out head_dim
+    // wide. Last, in the struct's tail padding, so that no field the other kernels read moves: their
+    // constant-bank loads, and with them ptxas's register allocation, follow the offsets (placed
+    // after head_dim it moved the d128 extras kernel's spills from 302 to 306 B).
+    int32_t head_dim_v;
 };
 
 } // namespace flashattn::cuda

@@ -21,14 +21,26 @@ constexpr ForwardSm80 forward_sm80(int head_dim) {
 }
 
 // Forward, wgmma (kernels/fwd_kernel_sm90.cuh): two consumer warpgroups of 64 query rows; 128 keys
-// per block where two stages of K and V fit beside Q (with 64-key blocks wgmma's reads of K alone
-// would saturate shared memory), else 64. The persistent form (a CTA loops over tiles) is compiled
-// up to d128: above, its loop state does not fit beside O's accumulator.
+// per block where Q and two stages of 128-key K and V blocks fit in the 227 KB of shared memory
+// (with 64-key blocks wgmma's reads of K alone would saturate shared memory), else 64: d <= 128 and
+// 192 / 128 take 128, d192 and d256 64. The persistent form (a CTA loops over tiles) is compiled
+// where O's accumulator is at most 64 x 128 per consumer (head_dim_v <= 128): above, the loop's state
+// does not fit beside it. head_dim_v is the value head dim (V and O), head_dim the query's (Q, K).
 struct ForwardSm90 {
     int block_m, block_n;
     bool can_persist;
 };
-constexpr ForwardSm90 forward_sm90(int head_dim) { return {128, head_dim <= 128 ? 128 : 64, head_dim <= 128}; }
+constexpr ForwardSm90 forward_sm90(int head_dim, int head_dim_v) {
+    const int q_bytes = 128 * head_dim * 2, ring_bytes = 2 * 128 * (head_dim + head_dim_v) * 2;
+    return {128, q_bytes + ring_bytes <= 227 * 1024 ? 128 : 64, head_dim_v <= 128};
+}
+constexpr ForwardSm90 forward_sm90(int head_dim) { return forward_sm90(head_dim, head_dim); }
+
+// The value head dim of the Hopper forward's instance with a narrower V than Q/K at this tile head
+// dim (0: none). Such a call runs P V, O's registers and its store at the value width instead of
+// staging v and out zero-padded to the query's (the planner, docs/cuda-backend.md). 192 / 128 is
+// DeepSeek's; src/cuda/CMakeLists.txt compiles it where 192 is built for sm_90a.
+constexpr int forward_sm90_value_dim(int tile_dim) { return tile_dim == 192 ? 128 : 0; }
 
 // The forward's inference variant (kernels/fwd_kernel.cuh with kInference): taller query tiles
 // against a KV cache, paged K/V, split-KV. 64 query rows, long K/V blocks, and the deepest ring of

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
-    constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kHeadDim = Traits::kHeadDim, kHeadDimV = Traits::kHeadDimV;
     constexpr int kStages = Traits::kStages;
     static_assert(!kPersistent || Traits::kCanPersist, "see Sm90FwdTraits::kCanPersist");
     constexpr int kConsumerThreads = Traits::kThreads; // two warpgroups
@@ -70,13 +70,15 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     // Shared memory: Q, kStages K blocks, kStages V blocks, O's buffer (or none: O in Q's), then
     // the barriers.
     extern __shared__ __align__(1024) char smem[];
-    constexpr int kKvElems = cosize(typename Traits::SmemLayoutKV{});
-    constexpr int kTileElems = cosize(typename Traits::SmemLayoutQ{});
+    constexpr int kKElems = cosize(typename Traits::SmemLayoutK{});
+    constexpr int kVElems = cosize(typename Traits::SmemLayoutV{});
+    constexpr int kQElems = cosize(typename Traits::SmemLayoutQ{});
+    constexpr int kOElems = cosize(typename Traits::SmemLayoutO{});
     Element* smem_q = reinterpret_cast<Element*>(smem);
-    Element* smem_k = smem_q + kTileElems;
-    Element* smem_v = smem_k + kStages * kKvElems;
-    Element* smem_o = Traits::kOwnOBuffer ? smem_v + kStages * kKvElems : smem_q;
-    uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kKvElems + (Traits::kOwnOBuffer ? kTileElems : 0));
+    Element* smem_k = smem_q + kQElems;
+    Element* smem_v = smem_k + kStages * kKElems;
+    Element* smem_o = Traits::kOwnOBuffer ? smem_v + kStages * kVElems : smem_q;
+    uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kVElems + (Traits::kOwnOBuffer ? kOElems : 0));
     // K and V have separate rings, so a K stage is refilled as soon as S = Q K^T is done with it,
     // a full P V earlier than its V.
     uint64_t* q_full = bar;                     // Q landed (producer threads)
@@ -89,9 +91,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     uint64_t* tile_empty = bar + 4 + 4 * kStages; // [2] every thread has read that slot
     unsigned* tile_slot = reinterpret_cast<unsigned*>(bar + 6 + 4 * kStages); // [2]
     Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
-    auto k_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_k + s * kKvElems), typename Traits::SmemLayoutKV{}); };
-    auto v_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutKV{}); };
-    auto vt_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kKvElems), typename Traits::SmemLayoutVt{}); };
+    auto k_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_k + s * kKElems), typename Traits::SmemLayoutK{}); };
+    auto vt_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kVElems), typename Traits::SmemLayoutVt{}); };
 
     if (threadIdx.x == 0) {
         cutlass::arch::ClusterBarrier::init(q_full, 128);
@@ -158,9 +159,13 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         t.num_blocks = max(t.e - t.range.n_begin, 0);
         return t;
     };
-    auto rows_of = [&](const Tile& t, const fa_tensor& x, int64_t row0, int head, int rows) {
-        return head_rows<Element, kHeadDim>(x, varlen, t.b, row0, head, rows);
+    // Rows of one head of x as a (rows, kCols) tensor: Q and K kHeadDim wide, V and O kHeadDimV.
+    auto rows_of = [&](auto cols, const Tile& t, const fa_tensor& x, int64_t row0, int head, int rows) {
+        return head_rows<Element, decltype(cols)::value>(x, varlen, t.b, row0, head, rows);
     };
+    // The real widths (multiples of 8; columns past them are zero-filled and never stored): Q and K
+    // args.head_dim, V and O this (their own only in the value-dim instances). Read where used.
+    auto head_dim_v = [&]() { return kHeadDimV == kHeadDim ? args.head_dim : args.head_dim_v; };
 
     // K/V ring position r (counted over all tiles of this CTA): stage r % kStages, the
     // (r / kStages)-th use of that stage (the parity its barriers complete with). Within a tile,
@@ -170,13 +175,15 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
         const int ptid = int(threadIdx.x);
         // One base address and compile-time offsets per chunk (producer_copies.cuh says why).
-        using KVCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads,
-                                        Traits::kSwizzleCols>;
+        using KCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutK, Traits::kProducerThreads,
+                                       Traits::kSwizzleCols>;
+        using VCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutV, Traits::kProducerThreads,
+                                       Traits::kSwizzleColsV>;
         using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads,
                                        Traits::kSwizzleCols>;
-        const KVCopy copy_kv(ptid);
+        const KCopy copy_k(ptid);
+        const VCopy copy_v(ptid);
         const QCopy copy_q(ptid);
-        constexpr uint32_t kKvStageBytes = kKvElems * sizeof(Element);
         const uint32_t smem_q_at = cast_smem_ptr_to_uint(smem_q);
         const uint32_t smem_k_at = cast_smem_ptr_to_uint(smem_k), smem_v_at = cast_smem_ptr_to_uint(smem_v);
         const int64_t q_stride = args.q.row_stride, k_stride = args.k.row_stride, v_stride = args.v.row_stride;
@@ -202,39 +209,51 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             }
             // Row 0 of this tile's sequence and head in Q, K, V.
             const int h_kv = t.h / args.heads_per_kv_head;
-            const Element* q_rows = rows_of(t, args.q, t.seq.q_row0, t.h, t.seq.q_len).data().get();
-            const Element* k_rows = rows_of(t, args.k, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
-            const Element* v_rows = rows_of(t, args.v, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
+            const Element* q_rows = rows_of(Int<kHeadDim>{}, t, args.q, t.seq.q_row0, t.h, t.seq.q_len).data().get();
+            const Element* k_rows = rows_of(Int<kHeadDim>{}, t, args.k, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
+            const Element* v_rows = rows_of(Int<kHeadDimV>{}, t, args.v, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
             // A readable address for the zero-filled chunks: Q has rows (m0 < q_len); K may not.
             const Element* safe = q_rows;
-            auto produce_block = [&](int idx, const Element* rows, int64_t stride, uint32_t smem_at, uint64_t* full,
-                                     uint64_t* empty, const CUtensorMap* map, Element* smem_ring)
-                                     __attribute__((always_inline)) {
+            // Block idx of the visit order into its stage of K's ring or V's (copy: KCopy or VCopy,
+            // whose tile is the stage; the TMA boxes are its swizzle-row-wide column blocks).
+            auto produce_block = [&](int idx, auto is_v, const auto& copy, const Element* rows, int64_t stride,
+                                     uint32_t smem_at, uint64_t* full, uint64_t* empty, const CUtensorMap* map,
+                                     Element* smem_ring) __attribute__((always_inline)) {
+                using Copy = std::decay_t<decltype(copy)>;
+                constexpr int kStageElems = Copy::kRows * Copy::kCols, kBoxCols = Copy::kBlockCols;
+                constexpr uint32_t kStageBytes = kStageElems * sizeof(Element);
+                static_assert(Copy::kRows == kBlockN);
                 const int r = ring_base + idx;
                 const int s = r % kStages;
                 const int j = t.e - 1 - idx;
                 if (kv_tma) {
                     if (ptid != 0) return;
                     if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
-                    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full + s, kKvStageBytes);
-                    constexpr int kColBlocks = kHeadDim / Traits::kSwizzleCols;
+                    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full + s, kStageBytes);
                     CUTE_UNROLL
-                    for (int c = 0; c < kColBlocks; ++c)
+                    for (int c = 0; c < Copy::kColBlocks; ++c)
                         SM90_TMA_LOAD_4D::copy(map, full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                               smem_ring + s * kKvElems + c * kBlockN * Traits::kSwizzleCols,
-                                               c * Traits::kSwizzleCols, j * kBlockN, h_kv, t.b);
+                                               smem_ring + s * kStageElems + c * kBlockN * kBoxCols, c * kBoxCols,
+                                               j * kBlockN, h_kv, t.b);
                     return;
                 }
                 if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
-                copy_kv.load_async(smem_at + s * kKvStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
-                        t.seq.k_len - j * kBlockN, args.head_dim, safe);
+                copy.load_async(smem_at + s * kStageBytes, rows + int64_t(j) * kBlockN * stride, stride,
+                                t.seq.k_len - j * kBlockN, decltype(is_v)::value ? head_dim_v() : args.head_dim, safe);
                 cutlass::arch::cpasync_barrier_arrive_noinc(full + s);
             };
             auto produce_k = [&](int idx) __attribute__((always_inline)) {
-                produce_block(idx, k_rows, k_stride, smem_k_at, k_full, k_empty, &params.k_map, smem_k);
+                produce_block(idx, cute::false_type{}, copy_k, k_rows, k_stride, smem_k_at, k_full, k_empty,
+                              &params.k_map, smem_k);
             };
             auto produce_v = [&](int idx) __attribute__((always_inline)) {
-                produce_block(idx, v_rows, v_stride, smem_v_at, v_full, v_empty, &params.v_map, smem_v);
+                // (One copy object where K and V have the same tile: copy_v is then dead code.)
+                const auto& copy = [&]() -> const auto& {
+                    if constexpr (std::is_same_v<KCopy, VCopy>) return copy_k;
+                    else return copy_v;
+                }();
+                produce_block(idx, cute::true_type{}, copy, v_rows, v_stride, smem_v_at, v_full, v_empty,
+                              &params.v_map, smem_v);
             };
             // The first K block goes before Q: it needs no more than a free stage, while Q's buffer
             // is free only once the consumers have stored the previous tile's O from it.
@@ -268,7 +287,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     auto mma_s_thr = mma_s.get_thread_slice(tid);
     auto mma_o_thr = mma_o.get_thread_slice(tid);
     Tensor tSrQ = mma_s_thr.partition_fragment_A(sQ);
-    Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDimV>>{});
     Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
@@ -421,7 +440,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         copy(copy_o, tOrO_view, tOsO);
 
         if (args.lse) {
-            Tensor tOcO = mma_o_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+            Tensor tOcO = mma_o_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
             Tensor o_coords = make_tensor(tOcO.data(), wgmma_rows_cols(tOcO.layout()));
             if (get<1>(o_coords(0, 0)) == 0) {
                 CUTE_UNROLL
@@ -436,17 +455,17 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             }
         }
         cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
-        Tensor mO = rows_of(t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
+        Tensor mO = rows_of(Int<kHeadDimV>{}, t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
         const int part_rows = kBlockM / kEpilogueRows; // parts per tile
-        Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDim>>{},
+        Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{},
                                make_coord(t.m_block * part_rows + epilogue_part, 0));
-        Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDim>>{}, make_coord(epilogue_part, 0));
+        Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}, make_coord(epilogue_part, 0));
         const int store_tid = tid - epilogue_part * kEpilogueThreads;
         // The store's column predicate: chunks whose first column is past the real head dim.
         typename Traits::GmemStore gmem_store;
         auto store_thr = gmem_store.get_thread_slice(store_tid);
-        Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDim>>{}));
-        Tensor store_column_ok = head_dim_chunks(tOc, args.head_dim);
+        Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}));
+        Tensor store_column_ok = head_dim_chunks(tOc, head_dim_v());
         store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
                                                t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
         if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O

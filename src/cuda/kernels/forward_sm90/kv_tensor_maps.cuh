@@ -2,8 +2,9 @@
 //
 // Where K and V are dense (batch, seqlen_k, heads_k, head_dim) tensors whose strides and base are
 // multiples of 16 bytes, one producer thread loads each K/V block with TMA (host/tensor_maps.h):
-// a box of kSwizzleCols columns by kBlockN rows per column block, with rows past seqlen_k and
-// columns past head_dim filled with zeros by the hardware, as the cp.async path fills them.
+// a box of kSwizzleCols (V: kSwizzleColsV) columns by kBlockN rows per column block, with rows past
+// seqlen_k and columns past head_dim (V: its own width) filled with zeros by the hardware, as the
+// cp.async path fills them.
 // Everything else (varlen, seqused_k, unaligned strides) keeps the per-lane cp.async path, which
 // zero-fills at each sequence's own end.
 #pragma once
@@ -27,10 +28,11 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
     const bool dense = args.cu_seqlens_k == nullptr && args.seqused_k == nullptr && args.block_table == nullptr;
     if (dense) {
         const int heads_k = args.num_heads / args.heads_per_kv_head;
+        const int head_dim_v = Traits::kHeadDimV == Traits::kHeadDim ? args.head_dim : args.head_dim_v;
         p.kv_tma = encode_rows_map(p.k_map, args.k, bf16, args.head_dim, args.seqlen_k, heads_k, args.batch,
                                    Traits::kSwizzleCols, Traits::kBlockN) &&
-                   encode_rows_map(p.v_map, args.v, bf16, args.head_dim, args.seqlen_k, heads_k, args.batch,
-                                   Traits::kSwizzleCols, Traits::kBlockN);
+                   encode_rows_map(p.v_map, args.v, bf16, head_dim_v, args.seqlen_k, heads_k, args.batch,
+                                   Traits::kSwizzleColsV, Traits::kBlockN);
     }
     return p;
 }
