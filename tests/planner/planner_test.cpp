@@ -671,12 +671,14 @@ TEST(PlannerBackward, HopperRunsTheWgmmaKernelWhereItMeasuredFaster) {
     EXPECT_EQ(plan(Backward{}, h200(), overrides("backward_kernel=sm80")).kernel, Kernel::backward_sm80);
 }
 
-// Deterministic mode on the Hopper kernel (d64, d128, d256, no softcap/ALiBi): one CTA per key block, one
-// dQ buffer, added in a fixed key-block order under a counter per (sequence, head, query block).
+// Deterministic mode's ordered dQ on the Hopper kernel (d128, d256, no softcap/ALiBi): one CTA per key
+// block, one dQ buffer, added in a fixed key-block order under a counter per (sequence, head, query
+// block). Asked for by the override here; where it is automatic: the next test.
 TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
+    const auto plan_ordered = [](const Backward& x) { return plan(x, h200(), overrides("deterministic_dq=ordered")); };
     Backward b;
     b.deterministic = true;
-    const BackwardPlan p = plan(b);
+    const BackwardPlan p = plan_ordered(b);
     EXPECT_EQ(p.kernel, Kernel::backward_sm90);
     EXPECT_TRUE(p.ordered_dq);
     EXPECT_EQ(p.num_chunks, 8); // one CTA per key block, as outside deterministic mode
@@ -689,29 +691,25 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_FALSE(p.dq_keys_descending); // no right window edge: from the first key block up
     // Q, dO and dQ of a 1024-row head take 1 MB: all 32 pairs fit one 40 MB section.
     EXPECT_EQ(p.dq_section_pairs, 32);
-    EXPECT_EQ(plan(Backward{}).workspace.size(Piece::dq_semaphore), 0u); // not deterministic: none
+    EXPECT_EQ(plan_ordered(Backward{}).workspace.size(Piece::dq_semaphore), 0u); // not deterministic: none
 
     Backward causal = b;
     causal.fwd.causal = true;
-    EXPECT_TRUE(plan(causal).dq_keys_descending); // a right edge: from the last key block down
+    EXPECT_TRUE(plan_ordered(causal).dq_keys_descending); // a right edge: from the last key block down
     Backward local = b;
     local.fwd.window_left = 100, local.fwd.window_right = 50;
-    EXPECT_TRUE(plan(local).dq_keys_descending);
+    EXPECT_TRUE(plan_ordered(local).dq_keys_descending);
     local.fwd.window_right = -1; // a left edge only: every key block meets the blocks from the first
-    EXPECT_FALSE(plan(local).dq_keys_descending);
+    EXPECT_FALSE(plan_ordered(local).dq_keys_descending);
     Backward long_rows = b; // 16 MB per pair: 2 a section
     long_rows.fwd.batch = 1, long_rows.fwd.heads = long_rows.fwd.heads_k = 32;
     long_rows.fwd.seqlen_q = long_rows.fwd.seqlen_k = 16384;
-    const BackwardPlan l = plan(long_rows);
+    const BackwardPlan l = plan_ordered(long_rows);
     EXPECT_EQ(l.dq_section_pairs, 2);
     EXPECT_EQ(l.dq_semaphore_blocks, 256);
-    Backward d64 = long_rows; // d64: 8 MB per pair, 5 a section
-    d64.fwd.head_dim = 64;
-    EXPECT_EQ(plan(d64).dq_section_pairs, 5);
-    EXPECT_TRUE(plan(d64).ordered_dq);
     Backward d256 = b; // the d256 schedule too (key blocks of 64: 16 CTAs per pair)
     d256.fwd.head_dim = 256;
-    const BackwardPlan p256 = plan(d256);
+    const BackwardPlan p256 = plan_ordered(d256);
     EXPECT_EQ(p256.kernel, Kernel::backward_sm90);
     EXPECT_TRUE(p256.ordered_dq);
     EXPECT_EQ(p256.num_chunks, 16);
@@ -719,10 +717,33 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
 
     Backward gqa = b; // GQA keeps the dK/dV scratch (the walk over the group is not taken)
     gqa.fwd.heads_k = 4;
-    const BackwardPlan g = plan(gqa);
+    const BackwardPlan g = plan_ordered(gqa);
     EXPECT_TRUE(g.ordered_dq);
     EXPECT_FALSE(g.kv_major);
     EXPECT_TRUE(g.dkv_scratch);
+}
+
+// Automatic: the ordered dQ at d256, at d128 from 4096 keys; the chunks at d64 (no ordered instance,
+// even when asked for) and at d128 below 4096 keys, where they measured faster.
+TEST(PlannerBackward, DeterministicOrderedDqWhereItMeasuredFaster) {
+    Backward b;
+    b.deterministic = true;
+    EXPECT_FALSE(plan(b).ordered_dq); // d128, 1024 keys
+    EXPECT_GT(plan(b).dq_chunk_stride, 0);
+    Backward long_keys = b;
+    long_keys.fwd.seqlen_k = 4096;
+    EXPECT_TRUE(plan(long_keys).ordered_dq);
+    long_keys.fwd.seqlen_k = 4095;
+    EXPECT_FALSE(plan(long_keys).ordered_dq);
+    Backward d256 = b;
+    d256.fwd.head_dim = 256;
+    EXPECT_TRUE(plan(d256).ordered_dq);
+    EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm90);
+    Backward d64 = b;
+    d64.fwd.head_dim = 64, d64.fwd.seqlen_k = 16384;
+    EXPECT_FALSE(plan(d64).ordered_dq);
+    EXPECT_FALSE(plan(d64, h200(), overrides("deterministic_dq=ordered")).ordered_dq);
+    EXPECT_EQ(plan(d64).kernel, Kernel::backward_sm90);
 }
 
 // Where the ordered dQ is not taken, deterministic mode keeps the chunks: the mma.sync kernel

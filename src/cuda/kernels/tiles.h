@@ -93,8 +93,11 @@ constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return tile_head_
 // Query rows per block of the Hopper backward at every head dim (its traits' kBlockM): also the unit
 // of deterministic mode's ordered dQ, one counter per (sequence, query head, query block).
 constexpr int kBackwardSm90BlockM = 64;
-// Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order: all of them.
-constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return backward_sm90_has(tile_head_dim); }
+// Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order (its own kernel
+// instance): d128 and d256. At d64 the chunked dQ (a CTA per (sequence, head, chunk) walking
+// several key blocks) measured 0.89-1.01x the default mode on the H200 and the ordered one 0.71-0.80x,
+// so d64 has no ordered instance.
+constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return tile_head_dim == 128 || tile_head_dim == 256; }
 
 // The backward's row kernels (kernels/aux/bwd_aux_kernels.cu: dsum, the finishing sums): query rows
 // per CTA, and the CTAs of dsum per (sequence, head) for seqlen_q rows (each adds one dsink term).

@@ -9,6 +9,7 @@
 #include "kernels/backward_sm90/bwd_kernel_sm90.cuh"
 #include "kernels/backward_sm90/bwd_kernel_sm90_pds.cuh"
 #include "kernels/backward_sm90/bwd_params_sm90.cuh"
+#include "kernels/tiles.h"
 
 #include <type_traits>
 
@@ -30,9 +31,19 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     if (walk && args.fwd.transform_scores) fail(FA_ERROR_INTERNAL, "the sm90 backward walks GQA groups without softcap/ALiBi only");
     // The ordered dQ (deterministic mode): its own instance of the plain kernel, one key block per CTA.
     const bool ordered = args.dq_semaphore != nullptr;
-    if (ordered && (walk || args.fwd.transform_scores || args.num_chunks != args.num_n_blocks))
-        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ without softcap/ALiBi or the GQA walk, one key block per CTA");
-    if constexpr (Traits::kPdSSchedule) {
+    if (ordered && (walk || args.fwd.transform_scores || args.num_chunks != args.num_n_blocks ||
+                    !tiles::backward_sm90_ordered_dq(kTileDim)))
+        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128 and 256, without softcap/ALiBi "
+                                "or the GQA walk, one key block per CTA");
+    if constexpr (!tiles::backward_sm90_ordered_dq(kTileDim)) {
+        if (args.fwd.transform_scores) {
+            launch(kernels::bwd_kernel_sm90<Traits, true, false>);
+        } else if (walk) {
+            launch(kernels::bwd_kernel_sm90<Traits, false, true>);
+        } else {
+            launch(kernels::bwd_kernel_sm90<Traits, false, false>);
+        }
+    } else if constexpr (Traits::kPdSSchedule) {
         if (ordered) {
             launch(kernels::bwd_kernel_sm90_pds<Traits, false, false, true>);
         } else if (args.fwd.transform_scores) {
