@@ -503,6 +503,7 @@ int main() {
     check_block_ranges<64, 64>(rng);
     check_block_ranges<64, 128>(rng);
     check_block_ranges<128, 32>(rng);
+    check_block_ranges<192, 128>(rng); // the Hopper forward's tiles up to d64
     check_packed_block_ranges<64, 64>(rng);
     check_tile_order(rng);
     std::printf(failures ? "FAILED: %d checks\n" : "all layout and range checks passed\n", failures);

@@ -1,14 +1,15 @@
 """Host-side model of the synchronisation of src/cuda/kernels/fwd_kernel_sm90.cuh.
 
-The producer and the two consumer warpgroups are generators; mbarriers complete phases (waits are
+The producer and the consumer warpgroups (two, or three: `consumers`) are generators; mbarriers complete phases (waits are
 by parity, as mbarrier.try_wait.parity), named barriers gather sync + arrive. Copies land after a
-random delay, the three run in random interleavings. A CTA runs a sequence of tiles (the persistent
+random delay, the roles run in random interleavings. A CTA runs a sequence of tiles (the persistent
 grid), each with its own number of K/V blocks (0 included); the K/V ring position runs on across
 tiles, and Q's buffer is handed over by q_full / q_empty: O is staged either in Q's buffer (Q
 released after O's store) or in a buffer of its own (own_o: Q released once the tile's last S is
 done). Checks: no deadlock, every product reads the block (tile, index) it expects from its stage,
 every S reads this tile's Q from its issue to its completion, the O store reads this tile's O (not
-a next Q or the other consumer's next O landed over it), and the ping-pong barriers end balanced.
+a next Q or another consumer's next O landed over it), the ping-pong ring's barriers end balanced,
+and no role arrives twice at a named barrier before it completes (the hardware would count both).
 With claims, each next tile is handed from the producer to all three roles through a ring of two
 slots (tile_full / tile_empty), as when the CTAs claim their tiles from a counter: every role must
 read each tile's index, in order, from a slot not yet overwritten. Run: python3 tests/gpu/sm90_protocol_check.py (ctest: sm90_protocol_check)
@@ -34,28 +35,32 @@ class MBar:
 
 
 class NBar:  # named barrier: completes when `count` arrivals (sync or arrive) gathered
-    def __init__(self, count): self.count, self.arrived, self.gen = count, 0, 0
+    def __init__(self, count): self.count, self.arrived, self.gen, self.who = count, 0, 0, set()
 
-    def arrive(self):
+    def arrive(self, who):
         EVENTS[0] += 1
+        assert who not in self.who, ("a second arrival of one role in one phase", who)
+        self.who.add(who)
         self.arrived += 1
         if self.arrived == self.count:
             self.arrived = 0
             self.gen += 1
+            self.who = set()
 
 
-def run(tiles, S, seed, own_o=False, claims=False):
+def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
     rnd = random.Random(seed)
-    q_full, q_empty = MBar(1), MBar(2)
+    W = consumers
+    q_full, q_empty = MBar(1), MBar(W)
     k_full = [MBar(1) for _ in range(S)]; v_full = [MBar(1) for _ in range(S)]
-    k_empty = [MBar(2) for _ in range(S)]; v_empty = [MBar(2) for _ in range(S)]
-    turn = [NBar(2), NBar(2)]
-    epilogue = NBar(2)
+    k_empty = [MBar(W) for _ in range(S)]; v_empty = [MBar(W) for _ in range(S)]
+    turn = [NBar(2) for _ in range(W)]  # turn c: consumer c waits, consumer c - 1 (in the ring) arrives
+    epilogue = NBar(W)
     kstage = [None] * S; vstage = [None] * S
     qbuf = [None]      # ('Q', tile) once a Q copy landed, ('O', tile) once the consumers staged O there
-    obuf = qbuf if not own_o else [None, None]  # where O is staged (own_o: each consumer its rows)
+    obuf = qbuf if not own_o else [None] * W  # where O is staged (own_o: each consumer its rows)
     pending = []       # async copies: [when, stage list, index, value, barrier]
-    tile_full = [MBar(1) for _ in range(2)]; tile_empty = [MBar(3) for _ in range(2)]
+    tile_full = [MBar(1) for _ in range(2)]; tile_empty = [MBar(W + 1) for _ in range(2)]
     tile_slot = [None, None]
 
     def next_tile(t, writer):  # after tile t: publication t (the index of tile t + 1), read by all roles
@@ -95,7 +100,7 @@ def run(tiles, S, seed, own_o=False, claims=False):
         ring_base = 0
 
         def sync(bar):
-            g = bar.gen; bar.arrive()
+            g = bar.gen; bar.arrive(c)
             while bar.gen == g: yield
 
         for t, num_blocks in enumerate(tiles):
@@ -107,7 +112,7 @@ def run(tiles, S, seed, own_o=False, claims=False):
                 assert stage[r % S] == (t, idx), (c, t, idx, stage)
 
             def pass_turn(k):
-                if c == 0 or k + 1 < steps: turn[1 - c].arrive()
+                if c != W - 1 or k + 1 < steps: turn[(c + 1) % W].arrive(c)
 
             def release_q_after_s(last_s):
                 if own_o and last_s: q_empty.arrive()
@@ -115,7 +120,7 @@ def run(tiles, S, seed, own_o=False, claims=False):
             while not q_full.done(t & 1): yield
             release_q_after_s(num_blocks == 0)
             if num_blocks > 0:
-                if c == 1 and steps > 0: turn[0].arrive()
+                if c == W - 1 and steps > 0: turn[0].arrive(c)
                 yield from wait_full(k_full, 0, kstage)
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
                 yield
@@ -140,16 +145,16 @@ def run(tiles, S, seed, own_o=False, claims=False):
                 yield from wait_full(v_full, num_blocks - 1, vstage)
                 v_empty[(ring_base + num_blocks - 1) % S].arrive()
             part = c if own_o else 0       # own_o: a consumer stages and stores its own rows alone
-            if not own_o: yield from sync(epilogue)  # both are done with Q's buffer
+            if not own_o: yield from sync(epilogue)  # all are done with Q's buffer
             obuf[part] = ('O', t)
-            if not own_o: yield from sync(epilogue)  # O staged by both
+            if not own_o: yield from sync(epilogue)  # O staged by all
             yield
             assert obuf[part] == ('O', t), (c, t, obuf)  # the store reads this tile's O
             if not own_o: q_empty.arrive()
             ring_base += num_blocks
             yield from next_tile(t, False)
 
-    procs = [producer(), consumer(0), consumer(1)]
+    procs = [producer()] + [consumer(c) for c in range(W)]
     alive = list(procs); stall = 0
     while alive or pending:
         before = EVENTS[0]
@@ -176,11 +181,14 @@ if __name__ == "__main__":
     rnd = random.Random(0)
     # O in Q's buffer with a persistent grid is the value-dim instance's form (192 / 128: its tile
     # leaves no room for O's own buffer), claims included (a causal call).
-    for own_o, claims in ((False, False), (False, True), (True, False), (True, True)):
+    # Three consumers are the d <= 64 tile (O in its own buffer).
+    for consumers, own_o, claims in ((2, False, False), (2, False, True), (2, True, False), (2, True, True),
+                                     (3, True, False), (3, True, True)):
         for S in (2, 3):
             for n in range(0, 9):  # one tile per CTA (grid = tiles)
                 for seed in range(100):
-                    run([n], S, seed, own_o, claims)
+                    run([n], S, seed, own_o, claims, consumers)
             for seed in range(1500):  # several tiles per CTA, empty ones included
-                run([rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 6))], S, seed, own_o, claims)
+                tiles = [rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 6))]
+                run(tiles, S, seed, own_o, claims, consumers)
     print("ok")

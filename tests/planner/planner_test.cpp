@@ -122,6 +122,20 @@ TEST(PlannerForward, ShortD64ProblemsRunTheMmaSyncKernel) {
     EXPECT_EQ(plan(d).kernel, Kernel::forward_sm90);
 }
 
+// Up to d64 the Hopper forward has three consumer warpgroups: 192 query rows a tile.
+TEST(PlannerForward, HopperD64TilesHave192Rows) {
+    Dense d;
+    d.head_dim = 64;
+    const ForwardPlan p = plan(d);
+    EXPECT_EQ(p.kernel, Kernel::forward_sm90);
+    EXPECT_EQ(p.block_m, 192);
+    EXPECT_EQ(p.block_n, 128);
+    EXPECT_EQ(p.num_m_blocks, 6); // 1024 rows
+    EXPECT_EQ(p.ctas, 132);       // min(6 x 2 x 16 tiles, the SMs)
+    d.head_dim = 96;
+    EXPECT_EQ(plan(d).block_m, 128);
+}
+
 TEST(PlannerForward, WithoutHopperOrItsKernelsTheMmaSyncKernel) {
     const ForwardPlan ampere = plan(Dense{}, a100());
     EXPECT_EQ(ampere.kernel, Kernel::forward_sm80);

@@ -20,7 +20,9 @@ constexpr ForwardSm80 forward_sm80(int head_dim) {
                              : ForwardSm80{128, 64, 8};
 }
 
-// Forward, wgmma (kernels/fwd_kernel_sm90.cuh): two consumer warpgroups of 64 query rows; 128 keys
+// Forward, wgmma (kernels/fwd_kernel_sm90.cuh): consumer warpgroups of 64 query rows each, two, or
+// three up to d64, where one warpgroup's softmax (the same exp2s per block at any head dim) takes
+// about as long as another's products, so a third keeps the tensor cores fed; 128 keys
 // per block where Q and two stages of 128-key K and V blocks fit in the 227 KB of shared memory
 // (with 64-key blocks wgmma's reads of K alone would saturate shared memory), else 64: d <= 128 and
 // 192 / 128 take 128, d192 and d256 64. The persistent form (a CTA loops over tiles) is compiled
@@ -31,8 +33,9 @@ struct ForwardSm90 {
     bool can_persist;
 };
 constexpr ForwardSm90 forward_sm90(int head_dim, int head_dim_v) {
-    const int q_bytes = 128 * head_dim * 2, ring_bytes = 2 * 128 * (head_dim + head_dim_v) * 2;
-    return {128, q_bytes + ring_bytes <= 227 * 1024 ? 128 : 64, head_dim_v <= 128};
+    const int block_m = head_dim <= 64 && head_dim_v <= 64 ? 192 : 128;
+    const int q_bytes = block_m * head_dim * 2, ring_bytes = 2 * 128 * (head_dim + head_dim_v) * 2;
+    return {block_m, q_bytes + ring_bytes <= 227 * 1024 ? 128 : 64, head_dim_v <= 128};
 }
 constexpr ForwardSm90 forward_sm90(int head_dim) { return forward_sm90(head_dim, head_dim); }
 

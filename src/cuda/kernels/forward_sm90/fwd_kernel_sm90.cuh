@@ -5,13 +5,15 @@
 //                              from one thread where K and V are dense (kv_tensor_maps.cuh), else by
 //                              cp.async from all 128; each stage's arrival is signalled on an mbarrier
 //                              (TMA's byte count, or cp.async.mbarrier.arrive), its reuse waits for
-//                              both consumers to release it (another mbarrier)
-//   warpgroups 1, 2 (consumer) 64 query rows each: S = Q K^T, softmax, O += P V (wgmma)
+//                              every consumer to release it (another mbarrier)
+//   warpgroups 1.. (consumers) 64 query rows each, two (three at d <= 64, tiles.h): S = Q K^T,
+//                              softmax, O += P V (wgmma)
 //
-// Nothing in the main loop synchronises the whole CTA, so the two consumers can drift apart, and a
-// pair of named barriers makes them alternate ("ping-pong"): one issues its two products while the
-// other runs its softmax, so the tensor cores are busy during the exp2s (the softmax of one
-// warpgroup is a third of its block time at d128, half at d64).
+// Nothing in the main loop synchronises the whole CTA, so the consumers can drift apart, and a ring
+// of named barriers makes them take turns ("ping-pong"): one issues its two products while the
+// others run their softmax, so the tensor cores are busy during the exp2s (the softmax of one
+// warpgroup is a third of its block time at d128; at d64 as long as another's products, so there
+// a third consumer keeps the tensor cores fed).
 //
 // Persistent grid (kPersistent; else one tile per CTA, the loop's state folded away): a CTA computes
 // tile blockIdx.x, then blockIdx.x + gridDim.x, ... or, with a tile counter (masked problems, whose
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     constexpr int kHeadDim = Traits::kHeadDim, kHeadDimV = Traits::kHeadDimV;
     constexpr int kStages = Traits::kStages;
     static_assert(!kPersistent || Traits::kCanPersist, "see Sm90FwdTraits::kCanPersist");
-    constexpr int kConsumerThreads = Traits::kThreads; // two warpgroups
+    constexpr int kConsumerThreads = Traits::kThreads; // the consumer warpgroups
     const int warpgroup = int(threadIdx.x) / 128;
     const bool varlen = args.cu_seqlens_q != nullptr;
 
@@ -82,10 +84,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     // K and V have separate rings, so a K stage is refilled as soon as S = Q K^T is done with it,
     // a full P V earlier than its V.
     uint64_t* q_full = bar;                     // Q landed (producer threads)
-    uint64_t* q_empty = bar + 1;                // both consumers are done with Q's buffer
+    uint64_t* q_empty = bar + 1;                // every consumer is done with Q's buffer
     uint64_t* k_full = bar + 2;                 // [kStages] K[j] landed
     uint64_t* v_full = bar + 2 + kStages;       // [kStages] V[j] landed
-    uint64_t* k_empty = bar + 2 + 2 * kStages;  // [kStages] both consumers are done with K[j]
+    uint64_t* k_empty = bar + 2 + 2 * kStages;  // [kStages] every consumer is done with K[j]
     uint64_t* v_empty = bar + 2 + 3 * kStages;  // [kStages] ... with V[j]
     uint64_t* tile_full = bar + 2 + 4 * kStages;  // [2] a claimed tile index published in its slot
     uint64_t* tile_empty = bar + 4 + 4 * kStages; // [2] every thread has read that slot
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     // query block starts past its sequence's end (varlen) is skipped by both.
     const int total_tiles = args.num_m_blocks * args.batch * args.num_heads;
     // With a tile counter, thread 0 (a producer thread) claims each next tile and publishes it in a
-    // ring of two slots that all 384 threads read. Claims follow the tile order (heaviest first under
+    // ring of two slots that all the CTA's threads read. Claims follow the tile order (heaviest first under
     // a mask, tile_order.cuh), so an SM that drew light tiles claims more: the balance of one CTA per
     // tile without its start-up per tile. The claim is issued a tile ahead, hiding the atomic.
     const bool claim_tiles = kPersistent && args.tile_counter != nullptr;
@@ -276,11 +278,13 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
 
     // ---------------- consumers ----------------
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
-    const int tid = int(threadIdx.x) - 128; // 0..255 over the two consumer warpgroups
+    const int tid = int(threadIdx.x) - 128; // over the consumer warpgroups
     const int consumer = warpgroup - 1;
-    // Named barriers (cutlass::arch::NamedBarrier adds its reserved offset): the ping-pong pair,
-    // and the epilogue's: one per consumer (O in its own buffer), or one for both (kEpilogueBarrier).
-    constexpr uint32_t kTurnBarrier0 = 0, kEpilogueBarrier = 2;
+    constexpr int kConsumers = Traits::kWarpGroups;
+    // Named barriers (cutlass::arch::NamedBarrier adds its reserved offset): the ping-pong ring, one
+    // per consumer, and the epilogue's: one per consumer (O in its own buffer), or one for all
+    // (kEpilogueBarrier).
+    constexpr uint32_t kTurnBarrier0 = 0, kEpilogueBarrier = kConsumers;
 
     typename Traits::TiledMmaS mma_s;
     typename Traits::TiledMmaO mma_o;
@@ -349,15 +353,16 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             }
         };
 
-        // Ping-pong: consumer c issues its products after the other has issued its own (barrier
-        // kTurnBarrier0 + c: 128 threads wait, the other warpgroup's 128 arrive). Consumer 0 goes
-        // first. Every wait is matched by exactly one arrive within the tile: consumer 1 opens the
-        // first turn and skips its last arrive.
+        // Ping-pong: the consumers issue their products in turn, 0, 1, (2,) 0, ...: consumer c after
+        // consumer c - 1 has issued its own (barrier kTurnBarrier0 + c: c's 128 threads wait, those
+        // of the consumer before it in the ring arrive). Every wait is matched by exactly one arrive
+        // within the tile: the last consumer opens the first turn and skips its last arrive.
         const int steps = num_blocks - 1; // loop iterations, each with one turn per consumer
+        constexpr int kLastConsumer = kConsumers - 1;
         auto take_turn = [&]() { cutlass::arch::NamedBarrier::sync(2 * 128, kTurnBarrier0 + consumer); };
         auto pass_turn = [&](int step) {
-            if (consumer == 0 || step + 1 < steps)
-                cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 1 - consumer);
+            if (consumer != kLastConsumer || step + 1 < steps)
+                cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + (consumer + 1) % kConsumers);
         };
 
         // Every tile waits for its Q and releases it once, also one without K/V blocks: that keeps
@@ -369,7 +374,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::ClusterBarrier::wait(q_full, tiles_done & 1);
         release_q_after_s(num_blocks == 0);
         if (num_blocks > 0) {
-            if (consumer == 1 && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
+            if (consumer == kLastConsumer && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
             wait_full(k_full, ring_base);
             issue_s(ring_base % kStages);
             warpgroup_wait<0>();

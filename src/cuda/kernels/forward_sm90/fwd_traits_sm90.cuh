@@ -6,8 +6,8 @@
 // K and V disappear, and one instruction covers a 64 x N x 16 product where mma.sync covers
 // 16 x 8 x 16.
 //
-// A CTA is three warpgroups (384 threads): a producer that only loads, and two consumers owning
-// kBlockM = 128 query rows, 64 each (wgmma's M); they share each K/V block in shared memory.
+// A CTA is a producer warpgroup that only loads and two or three consumer warpgroups owning
+// kBlockM = 128 or 192 query rows, 64 each (wgmma's M); they share each K/V block in shared memory.
 // Inside a consumer the rows split over its warps exactly as in the SM80 kernel (warp w owns rows
 // 16w..16w+15, a quad of lanes shares each row), so the online softmax and the score policies are
 // the same code.
@@ -34,8 +34,9 @@ struct Sm90FwdTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
-    static constexpr int kWarpGroups = 2; // consumers: each owns 64 query rows; they share the K/V blocks
-    static constexpr int kBlockM = 64 * kWarpGroups;
+    // Consumers: each owns 64 query rows; they share the K/V blocks (tiles::forward_sm90: how many).
+    static constexpr int kBlockM = tiles::forward_sm90(kHeadDim, kHeadDimV).block_m;
+    static constexpr int kWarpGroups = kBlockM / 64;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kThreads = 128 * kWarpGroups; // the consumers (the MMAs, the O store)
     static constexpr int kProducerThreads = 128;       // one warpgroup that loads Q, K and V
@@ -97,8 +98,8 @@ struct Sm90FwdTraits {
     static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
     static constexpr int kSwizzleColsV = kHeadDimV % 64 == 0 ? 64 : 32;
     // O's store: with O in its own buffer each consumer stages and stores its own 64 rows and
-    // synchronises only its warpgroup, so the two keep their ping-pong offset into the next tile;
-    // with O in Q's buffer both must be done with Q first, and they store the tile together.
+    // synchronises only its warpgroup, so the consumers keep their ping-pong offsets into the next
+    // tile; with O in Q's buffer all must be done with Q first, and they store the tile together.
     static constexpr int kEpilogueRows = kOwnOBuffer ? 64 : kBlockM;
     static constexpr int kEpilogueThreads = kOwnOBuffer ? 128 : kThreads;
     using GmemStore = typename GmemTileCopies<Element, kSwizzleColsV, kEpilogueThreads>::Store;
@@ -121,9 +122,10 @@ struct Sm90FwdTraits {
     // (extras) at d256 against 16 / 40 B for one tile, and ran d256 8-22% slower at 512-1k tokens
     // than the one-tile kernel, while persistence gained it 0-3%.
     static constexpr bool kCanPersist = tiles::forward_sm90(kHeadDim, kHeadDimV).can_persist;
+    // Three consumers (512 threads, 128 registers each at launch) split 32 / 160: the whole file.
     static constexpr bool kNarrowO = kHeadDimV <= 128;
-    static constexpr int kProducerRegs = kNarrowO ? 40 : 24;
-    static constexpr int kConsumerRegs = kNarrowO ? 232 : 240;
+    static constexpr int kProducerRegs = kWarpGroups == 3 ? 32 : kNarrowO ? 40 : 24;
+    static constexpr int kConsumerRegs = kWarpGroups == 3 ? 160 : kNarrowO ? 232 : 240;
     static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= kLaunchRegs * kCtaThreads,
                   "setmaxnreg would ask for more registers than the CTA was launched with");
 };
