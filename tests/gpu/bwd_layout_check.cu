@@ -27,14 +27,16 @@
 // does and cover each tile once (producer_copy_check.h). (What cannot be checked here: wgmma's
 // descriptors, the mbarrier ring, which tests/gpu/bwd_sm90_protocol_check.py models.)
 //
-// For the d256 Hopper schedule (Sm90BwdPdSTraits, bwd_kernel_sm90_pds.cuh): S/dP, dK/dV and dQ
-// cover their tiles once in neighbouring column pairs; consumer c holds keys [32c, 32c + 32) of S
-// and dP and columns [128c, 128c + 128) of dK, dV, dQ, and its wgmma operand slices are those (K and
-// V rows for S/dP; Q^T, dO^T, K^T columns for dK/dV/dQ; P^T, dS^T, dS whole); each slice of a cut
+// For the P/dS Hopper schedule (Sm90BwdPdSTraits, bwd_kernel_sm90_pds.cuh; d256, and 192 with a
+// value head dim of 128): S/dP, dK, dV and dQ cover their tiles once in neighbouring column pairs;
+// consumer c holds keys [32c, 32c + 32) of S and dP and its half of the columns of dK, dQ (d / 2)
+// and of dV (d_v / 2), and its wgmma operand slices are those (K and V rows for S/dP; Q^T, dO^T,
+// K^T columns for dK/dV/dQ; P^T, dS^T, dS whole); each slice of a cut
 // shared-memory operand is the first slice's layout at a fixed offset (cut at whole swizzle atoms,
 // so one descriptor layout serves both consumers); the P/dS register -> shared copy writes each
-// register to its own (query, key); the transposed views; the producer's and the dK/dV epilogue's
-// copies.
+// register to its own (query, key); the transposed views; the producer's copies and TMA boxes of
+// Q and dO (32- and 64-column swizzle atoms at 192 / 128) and the dK/dV epilogue's copies; the dQ
+// hand-off's chunk adds (where the traits have the hand-off) cover each chunk once.
 #include "device/bwd_policies.cuh"
 #include "kernels/backward/bwd_traits.cuh"
 #include "kernels/backward_sm90/bwd_traits_sm90.cuh"
@@ -238,50 +240,84 @@ void check_atom_cut(const char* name, const char* what) {
 template <typename Traits>
 void check_sm90_pds_traits() {
     using Element = typename Traits::Element;
-    constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim, T = Traits::kConsumerThreads;
+    constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim, DV = Traits::kHeadDimV;
+    constexpr int T = Traits::kConsumerThreads;
     constexpr int kKeys = Traits::kKeysPerWarpGroup, kCols = Traits::kColsPerWarpGroup;
-    char name[80];
-    std::snprintf(name, sizeof(name), "sm90 P/dS schedule d%d (%d queries x %d keys, %d-bit)", D, M, N,
+    constexpr int kColsV = Traits::kColsPerWarpGroupV;
+    char name[96];
+    std::snprintf(name, sizeof(name), "sm90 P/dS schedule d%d/%d (%d queries x %d keys, %d-bit)", D, DV, M, N,
                   int(sizeof(Element) * 8));
-    std::printf("checking %s, %d bytes of shared memory\n", name, Traits::kSmemBytes);
+    std::printf("checking %s, %d bytes of shared memory, dQ hand-off %s\n", name, Traits::kSmemBytes,
+                Traits::kDqHandoff ? "yes" : "no");
     CHECK(Traits::kSmemBytes <= 227 * 1024, "%s: %d bytes of shared memory", name, Traits::kSmemBytes);
     CHECK(Traits::kSmemTileBytes % 1024 == 0 && Traits::kSmemQElems * 2 % 1024 == 0 &&
-              Traits::kSmemKVElems * 2 % 1024 == 0 && Traits::kSmemPdSElems * 2 % 1024 == 0,
+              Traits::kSmemDoElems * 2 % 1024 == 0 && Traits::kSmemKElems * 2 % 1024 == 0 &&
+              Traits::kSmemVElems * 2 % 1024 == 0 && Traits::kSmemPdSElems * 2 % 1024 == 0,
           "%s: a tile does not start on a 1024-byte swizzle period", name);
     check_grid<typename Traits::TiledMmaSdP, M, N>(name, T);
-    check_grid<typename Traits::TiledMmaKV, N, D>(name, T);
+    check_grid<typename Traits::TiledMmaDk, N, D>(name, T);
+    check_grid<typename Traits::TiledMmaDv, N, DV>(name, T);
     check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
-    check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
+    check_transposed<typename Traits::SmemLayoutDo, typename Traits::SmemLayoutDot, M, DV>(name);
+    check_transposed<typename Traits::SmemLayoutK, typename Traits::SmemLayoutKt, N, D>(name);
     check_transposed<typename Traits::SmemLayoutPdS, typename Traits::SmemLayoutPdSt, M, N>(name);
-    using Element = typename Traits::Element;
-    check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
-    // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.
-    check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q/dO by TMA", Traits::kBlockM);
-    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
-    check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>(name, "dK/dV epilogue");
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q");
+    check_producer_copy<Element, typename Traits::SmemLayoutDo, Traits::kProducerThreads>(name, "dO");
+    // Q and dO by TMA (bwd_params_sm90.cuh): boxes of one atom's columns by kBlockM rows.
+    check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q by TMA", Traits::kBlockM);
+    check_tma_boxes<Element, typename Traits::SmemLayoutDo, Traits::kDoBoxCols>(name, "dO by TMA", Traits::kBlockM);
+    check_producer_copy<Element, typename Traits::SmemLayoutK, Traits::kProducerThreads>(name, "K");
+    check_producer_copy<Element, typename Traits::SmemLayoutV, Traits::kProducerThreads>(name, "V");
+    check_producer_copy<Element, typename Traits::SmemLayoutK, Traits::kConsumerThreads>(name, "dK epilogue");
+    check_producer_copy<Element, typename Traits::SmemLayoutV, Traits::kConsumerThreads>(name, "dV epilogue");
     // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.
-    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKV, N, D>(name, "K rows");
+    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutK, N, D>(name, "K rows");
+    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutV, N, DV>(name, "V rows");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");
+    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T columns");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
+    if constexpr (Traits::kDqHandoff) {
+        // The hand-off buffer's rows: 16-byte aligned for the bulk reductions; the producer's adds of a
+        // revisited block (bwd_sm90_common.cuh, add_dq) cover every float4 chunk once.
+        CHECK(Traits::kDqRowStride * 4 % 16 == 0 && Traits::kDqRowStride >= D, "%s: dQ hand-off rows", name);
+        std::map<std::pair<int, int>, int> chunks;
+        constexpr int kChunks = Traits::kDqChunksPerRow, P = Traits::kProducerThreads;
+        for (int ptid = 0; ptid < P; ++ptid) {
+            if (P % kChunks == 0) {
+                for (int j = 0; j < M / (P / kChunks); ++j) chunks[{ptid / kChunks + j * (P / kChunks), ptid % kChunks}]++;
+            } else {
+                for (int j = 0; j < M / (P / 32); ++j)
+                    for (int c = 0; c < (kChunks + 31) / 32; ++c)
+                        if (ptid % 32 + 32 * c < kChunks) chunks[{ptid / 32 + j * (P / 32), ptid % 32 + 32 * c}]++;
+            }
+        }
+        CHECK(int(chunks.size()) == M * kChunks, "%s: dQ adds cover %d of %d chunks", name, int(chunks.size()),
+              M * kChunks);
+        for (auto& [rc, n] : chunks) CHECK(n == 1, "%s: dQ chunk (%d, %d) added %d times", name, rc.first, rc.second, n);
+    }
 
     typename Traits::TiledMmaSdP mma_sdp;
-    typename Traits::TiledMmaKV mma_kv;
+    typename Traits::TiledMmaDk mma_dk;
+    typename Traits::TiledMmaDv mma_dv;
     typename Traits::TiledMmaDq mma_dq;
     auto copy_pds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
     for (int tid = 0; tid < T; ++tid) {
         const int consumer = tid / 128;
         auto sdp = mma_sdp.get_thread_slice(tid);
-        auto kv = mma_kv.get_thread_slice(tid);
+        auto dk = mma_dk.get_thread_slice(tid);
+        auto dv = mma_dv.get_thread_slice(tid);
         auto dq = mma_dq.get_thread_slice(tid);
         // Accumulator slices.
         Tensor cS = sdp.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
         for (int t = 0; t < size(cS); ++t)
             CHECK(get<1>(cS(t)) / kKeys == consumer, "%s: thread %d holds key %d of S", name, tid, get<1>(cS(t)));
-        Tensor cKV = kv.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
-        for (int t = 0; t < size(cKV); ++t)
-            CHECK(get<1>(cKV(t)) / kCols == consumer, "%s: thread %d holds column %d of dK/dV", name, tid,
-                  get<1>(cKV(t)));
+        Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+        for (int t = 0; t < size(cK); ++t)
+            CHECK(get<1>(cK(t)) / kCols == consumer, "%s: thread %d holds column %d of dK", name, tid, get<1>(cK(t)));
+        Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<N>, Int<DV>>{}));
+        for (int t = 0; t < size(cV); ++t)
+            CHECK(get<1>(cV(t)) / kColsV == consumer, "%s: thread %d holds column %d of dV", name, tid, get<1>(cV(t)));
         Tensor cQ = dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
         for (int t = 0; t < size(cQ); ++t)
             CHECK(get<1>(cQ(t)) / kCols == consumer, "%s: thread %d holds column %d of dQ", name, tid, get<1>(cQ(t)));
@@ -302,15 +338,23 @@ void check_sm90_pds_traits() {
                   t, get<0>(from(t)), get<1>(from(t)), get<0>(to(t)), get<1>(to(t)));
         // Operand slices each consumer's wgmmas read (once per warpgroup: its first thread).
         if (tid % 128 != 0) continue;
-        const int k_lo = consumer * kKeys, c_lo = consumer * kCols;
+        const int k_lo = consumer * kKeys, c_lo = consumer * kCols, v_lo = consumer * kColsV;
         check_slice<0>(name, "Q rows of S (all)", consumer, sdp.partition_A(make_identity_tensor(Shape<Int<M>, Int<D>>{})),
                        0, M, D);
         check_slice<0>(name, "K rows of S", consumer, sdp.partition_B(make_identity_tensor(Shape<Int<N>, Int<D>>{})),
                        k_lo, k_lo + kKeys, D);
-        check_slice<0>(name, "P^T / dS^T of dV / dK (all)", consumer,
-                       kv.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
-        check_slice<0>(name, "dO^T / Q^T columns of dV / dK", consumer,
-                       kv.partition_B(make_identity_tensor(Shape<Int<D>, Int<M>>{})), c_lo, c_lo + kCols, M);
+        check_slice<0>(name, "dO rows of dP (all)", consumer,
+                       sdp.partition_A(make_identity_tensor(Shape<Int<M>, Int<DV>>{})), 0, M, DV);
+        check_slice<0>(name, "V rows of dP", consumer, sdp.partition_B(make_identity_tensor(Shape<Int<N>, Int<DV>>{})),
+                       k_lo, k_lo + kKeys, DV);
+        check_slice<0>(name, "dS^T of dK (all)", consumer,
+                       dk.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+        check_slice<0>(name, "Q^T columns of dK", consumer,
+                       dk.partition_B(make_identity_tensor(Shape<Int<D>, Int<M>>{})), c_lo, c_lo + kCols, M);
+        check_slice<0>(name, "P^T of dV (all)", consumer,
+                       dv.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+        check_slice<0>(name, "dO^T columns of dV", consumer,
+                       dv.partition_B(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), v_lo, v_lo + kColsV, M);
         check_slice<0>(name, "dS of dQ (all)", consumer, dq.partition_A(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
                        0, M, N);
         check_slice<0>(name, "K^T columns of dQ", consumer,
@@ -464,6 +508,8 @@ int main() {
     check_sm90_traits<Sm90BwdTraits<128, cutlass::half_t>>();
     check_sm90_pds_traits<Sm90BwdPdSTraits<256, cutlass::bfloat16_t>>();
     check_sm90_pds_traits<Sm90BwdPdSTraits<256, cutlass::half_t>>();
+    check_sm90_pds_traits<Sm90BwdPdSTraits<192, cutlass::bfloat16_t, 128>>();
+    check_sm90_pds_traits<Sm90BwdPdSTraits<192, cutlass::half_t, 128>>();
     std::mt19937 rng(7);
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);

@@ -25,6 +25,12 @@ named barrier (every consumer's wgmmas on K and V complete), each consumer's dK/
 and V's buffers, a second barrier, then 16-byte stores reading both halves. Checks: no product
 reads K or V after the staging began, and the stores read both halves.
 
+run_pds(handoff=True) models the same schedule at 192 / 128, where the dQ hand-off buffer fits: each
+consumer, right after its dQ wait (while dV / dK still read the stage and P / dS), waits until the
+producer has read the previous block's dQ (dq_empty), writes its half and arrives on dq_full; the
+producer adds block u-1's after loading block u, as in run. Checks as run's for dQ, and run_pds's
+for the rest.
+
 run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA): the
 producer thread grants each block's turn (dq_empty) and publishes the consumers' adds (dq_full),
 block u-1's turn and block u-2's adds after loading block u. Checks: no deadlock; no consumer adds
@@ -37,6 +43,7 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
            the previous block's)
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
+  run_pds(handoff=True): "no_dq_empty_wait"
   run_pds(ordered=True): "ordered_no_publish_wait" (published without waiting for the adds),
            "ordered_grant_first" (each block's turn granted as it is loaded, nothing published:
            the turn mbarrier runs phases ahead of the consumers)
@@ -177,7 +184,7 @@ def run(walk, S, seed, broken=None):
     assert added == list(range(uses)), (walk, added)
 
 
-def run_pds(walk, S, seed, broken=None, ordered=False):
+def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). ordered: deterministic
     mode's ordered dQ (the walk is then one key block): producer thread 0, after loading block u,
     publishes block u-2's adds (waits dq_full: both consumers issued them) and grants block u-1's
@@ -192,8 +199,19 @@ def run_pds(walk, S, seed, broken=None, ordered=False):
     q_stage = [None] * S; kv_stage = [None]
     buffers = 1 if broken == "single_pds" else 2
     pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
-    added = [[], []]  # [consumer] -> uses whose dQ half was added, in order
+    added = [[], []]  # [consumer] -> uses whose dQ half was added (handed off), in order
     pending = []
+    dq_full = MBar(2); dq_empty = MBar(1)  # the hand-off
+    dq = [None, None]  # [consumer half] -> use whose dQ is in the hand-off buffer
+    reduced = []  # uses the producer added from the hand-off buffer
+
+    def add_dq(use):
+        while not dq_full.done(use & 1): yield
+        for _ in range(rnd.randint(1, 4)):
+            assert dq == [use, use], (use, dq)
+            yield
+        reduced.append(use)
+        dq_empty.arrive()
 
     def publish(use):
         if broken != "ordered_no_publish_wait":
@@ -219,6 +237,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False):
                 if q_uses >= S:
                     while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
                 pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
+                if handoff and q_uses > 0: yield from add_dq(q_uses - 1)
                 if ordered:
                     if broken == "ordered_grant_first":
                         yield from grant(q_uses)
@@ -227,6 +246,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False):
                         if q_uses > 0: yield from grant(q_uses - 1)
                 q_uses += 1
                 yield
+        if handoff and q_uses > 0: yield from add_dq(q_uses - 1)
         if ordered and broken != "ordered_grant_first":
             if q_uses > 1: yield from publish(q_uses - 2)
             if q_uses > 0:
@@ -262,6 +282,11 @@ def run_pds(walk, S, seed, broken=None, ordered=False):
                     if step == 0 and ordered:
                         while not turn.done(q_uses & 1): yield
                         assert granted and granted[-1] == q_uses, ("adds without their turn", c, q_uses, granted)
+                    if step == 0 and handoff:
+                        if q_uses > 0 and broken != "no_dq_empty_wait":
+                            while not dq_empty.done((q_uses - 1) & 1): yield
+                        dq[c] = q_uses
+                        dq_full.arrive()
                     if step == 0: added[c].append(q_uses)
                     if step == 0 and ordered: adds_issued.arrive()
                     if broken == "early_q_release" and step == 0: q_empty[s].arrive()
@@ -289,6 +314,8 @@ def run_pds(walk, S, seed, broken=None, ordered=False):
     else:
         raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
     assert added == [list(range(uses))] * 2, (walk, added)
+    if handoff:
+        assert reduced == list(range(uses)), (walk, reduced)
     if ordered:
         assert granted == list(range(uses)) and published == list(range(uses)), (walk, granted, published)
 
@@ -321,10 +348,11 @@ if __name__ == "__main__":
         for S in (2, 3):
             run(walk, S, seed)
             run_pds(walk, S, seed)
+            run_pds(walk, S, seed, handoff=True)
             if seed < 1000: run_pds(one_key_block(seed), S, seed, ordered=True)
             cases += 1
-    print(f"bwd ws protocol: {cases} random walks x 2 schedules (2000 of the d256 one also with the ordered "
-          "dQ), no deadlock, every stage, dS, P/dS and dQ "
+    print(f"bwd ws protocol: {cases} random walks x 2 schedules (the P/dS one also with the dQ hand-off; 2000 "
+          "of it also with the ordered dQ), no deadlock, every stage, dS, P/dS and dQ "
           "buffer and the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
                           (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
@@ -333,6 +361,9 @@ if __name__ == "__main__":
         hits = caught(model, broken)
         assert hits > 0, f"{model.__name__} broken={broken}: not caught by any walk"
         print(f"  broken variant {model.__name__}/{broken}: caught on {hits} of 400 walks")
+    hits = caught(run_pds, "no_dq_empty_wait", handoff=True)
+    assert hits > 0, "run_pds handoff broken=no_dq_empty_wait: not caught by any walk"
+    print(f"  broken variant run_pds(handoff)/no_dq_empty_wait: caught on {hits} of 400 walks")
     for broken in ("ordered_no_publish_wait", "ordered_grant_first"):
         hits = caught(run_pds, broken, seeds=20, ordered=True)
         assert hits > 0, f"run_pds ordered broken={broken}: not caught by any walk"

@@ -56,6 +56,27 @@ __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, in
     }
 }
 
+// The same where dK and dV have shapes of their own (a value head dim unlike the query's): rows of
+// kRowFloats floats (the scratch's accum_cols) for both, tdKc / tdVc the (row, column) of each.
+template <int kRowFloats, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
+__device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, int64_t first_key_row, AccK const& acc_dk,
+                                                  AccV const& acc_dv, CoordsK const& tdKc, CoordsV const& tdVc,
+                                                  int rows_valid) {
+    const int64_t row0 = (int64_t(h) * args.k_rows_total + first_key_row) * kRowFloats;
+    float* const dk_rows = args.dk_accum + row0;
+    float* const dv_rows = args.dv_accum + row0;
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dk); t += 2) {
+        const int row = get<0>(tdKc(t)), col = get<1>(tdKc(t));
+        if (row < rows_valid) *reinterpret_cast<float2*>(dk_rows + row * kRowFloats + col) = make_float2(acc_dk(t), acc_dk(t + 1));
+    }
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dv); t += 2) {
+        const int row = get<0>(tdVc(t)), col = get<1>(tdVc(t));
+        if (row < rows_valid) *reinterpret_cast<float2*>(dv_rows + row * kRowFloats + col) = make_float2(acc_dv(t), acc_dv(t + 1));
+    }
+}
+
 // Adds four neighbouring fp32 values (16-byte aligned) to global memory without a return value.
 __device__ __forceinline__ void red_add_quad(float* address, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -40,7 +40,8 @@ InferenceOccupancy inference_occupancy();
 // The backward's main kernels: dsum must be ready and the dQ scratch zeroed (kernels/aux/bwd_aux_kernels.h).
 template <int kTileDim, fa_dtype kDtype>
 void run_backward_sm80(const BwdArgs& args, int64_t ctas, cudaStream_t stream);
-template <int kTileDim, fa_dtype kDtype>
+// kTileDimV: the value head dim (V, dO, dV) of a Hopper value-dim instance (tiles::backward_sm90_value_dim).
+template <int kTileDim, fa_dtype kDtype, int kTileDimV = kTileDim>
 void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream);
 
 } // namespace flashattn::cuda

@@ -85,22 +85,43 @@ constexpr Backward backward(int head_dim) {
                              : Backward{64, 64, 8, 4, 2, 2, 2};
 }
 
-// Backward, wgmma (kernels/bwd_kernel_sm90.cuh): tile head dims 64, 128 and 256, the same key blocks
-// as the mma.sync kernel (so the deterministic chunk plan holds for both). d256 runs the schedule
-// that passes P and dS through shared memory (kernels/bwd_kernel_sm90_pds.cuh): keeping dK and dV of
-// 64 keys x 256 columns in registers would take 256 per consumer thread.
-constexpr bool backward_sm90_has(int tile_head_dim) {
-    return tile_head_dim == 64 || tile_head_dim == 128 || tile_head_dim == 256;
+// Backward, wgmma (kernels/bwd_kernel_sm90.cuh): tile head dims 64, 128 and 256, and q/k 192 with
+// v 128 (backward_sm90_value_dim), the same key blocks as the mma.sync kernel (so the deterministic
+// chunk plan holds for both). d256 and 192 / 128 run the schedule that passes P and dS through
+// shared memory (kernels/bwd_kernel_sm90_pds.cuh): keeping dK and dV of 64 keys x the whole head
+// dims in registers would take 256 fp32 per consumer thread at d256, and at 192 / 128 160, which
+// with S^T, dP^T (or the 16-bit P^T, dS^T and dQ) leaves nothing of the 240 a consumer may have
+// (docs/cuda-backend.md has the arithmetic). tile_head_dim_v is the
+// value head dim (V, dO, dV), tile_head_dim the query's (Q, K, dQ, dK).
+//
+// The value head dim of the Hopper backward's instance with a narrower V than Q/K at this tile head
+// dim (0: none): such a call reads v and dout and writes dv at their own width instead of staging
+// them zero-padded to the query's (the planner, docs/cuda-backend.md). 192 / 128 is DeepSeek's;
+// src/cuda/CMakeLists.txt compiles it where 192 is built for sm_90a.
+constexpr int backward_sm90_value_dim(int tile_head_dim) { return tile_head_dim == 192 ? 128 : 0; }
+constexpr bool backward_sm90_has(int tile_head_dim, int tile_head_dim_v) {
+    return tile_head_dim_v == tile_head_dim
+               ? tile_head_dim == 64 || tile_head_dim == 128 || tile_head_dim == 256
+               : tile_head_dim_v == backward_sm90_value_dim(tile_head_dim);
 }
-constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return tile_head_dim == 256; }
+constexpr bool backward_sm90_has(int tile_head_dim) { return backward_sm90_has(tile_head_dim, tile_head_dim); }
+constexpr bool backward_sm90_pds_schedule(int tile_head_dim, int tile_head_dim_v) {
+    return tile_head_dim == 256 || (tile_head_dim_v != tile_head_dim && backward_sm90_has(tile_head_dim, tile_head_dim_v));
+}
+constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return backward_sm90_pds_schedule(tile_head_dim, tile_head_dim); }
 // Query rows per block of the Hopper backward at every head dim (its traits' kBlockM): also the unit
 // of deterministic mode's ordered dQ, one counter per (sequence, query head, query block).
 constexpr int kBackwardSm90BlockM = 64;
 // Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order (its own kernel
-// instance): d128 and d256. At d64 the chunked dQ (a CTA per (sequence, head, chunk) walking
+// instance): d128, d256 and 192 / 128 (the P/dS schedule, whose chunked form at d256 measured
+// slower than the mma.sync kernel). At d64 the chunked dQ (a CTA per (sequence, head, chunk) walking
 // several key blocks) measured 0.89-1.01x the default mode on the H200 and the ordered one 0.71-0.80x,
 // so d64 has no ordered instance.
-constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return tile_head_dim == 128 || tile_head_dim == 256; }
+constexpr bool backward_sm90_ordered_dq(int tile_head_dim, int tile_head_dim_v) {
+    return tile_head_dim_v == tile_head_dim ? tile_head_dim == 128 || tile_head_dim == 256
+                                            : backward_sm90_has(tile_head_dim, tile_head_dim_v);
+}
+constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return backward_sm90_ordered_dq(tile_head_dim, tile_head_dim); }
 
 // The backward's row kernels (kernels/aux/bwd_aux_kernels.cu: dsum, the finishing sums): query rows
 // per CTA, and the CTAs of dsum per (sequence, head) for seqlen_q rows (each adds one dsink term).

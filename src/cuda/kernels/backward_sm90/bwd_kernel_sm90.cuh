@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         Element* const q_base = sm.q;
         Element* const do_base = sm.d_o;
         Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
-        Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.q_stage(do_base, s));
+        Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.do_stage(do_base, s));
         // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
         // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
         // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
         }
         // dV += P^T dO runs under the dS arithmetic.
-        Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.qt_stage(do_base, s));
+        Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.dot_stage(do_base, s));
         wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
         if constexpr (kExtras) {
             if (fa.softcap > 0.0f)
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits, kGroupWalk>(args, w, sm, acc_dk, acc_dv, tdKVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(args, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -1,5 +1,6 @@
-// Launch of the Hopper backward kernel for one (tile head dim, dtype): the schedule of the head dim
-// (keys as rows at d64/d128, P and dS through shared memory at d256: Sm90BwdTraitsFor) and the
+// Launch of the Hopper backward kernel for one (tile head dim, dtype, value head dim): the schedule of
+// the head dims (keys as rows at d64/d128, P and dS through shared memory at d256 and 192 / 128:
+// Sm90BwdTraitsFor) and the
 // plain or the extras (softcap, ALiBi) kernel, the plain one also as the GQA group walk. No dropout
 // (the planner routes it to the mma.sync kernel). Compiled for sm_90a only.
 #pragma once
@@ -15,11 +16,16 @@
 
 namespace flashattn::cuda {
 
-template <int kTileDim, fa_dtype kDtype>
+template <int kTileDim, fa_dtype kDtype, int kTileDimV>
 void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
     using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
-    using Traits = kernels::Sm90BwdTraitsFor<kTileDim, Element>;
+    using Traits = kernels::Sm90BwdTraitsFor<kTileDim, Element, kTileDimV>;
+    if constexpr (kTileDimV != kTileDim) {
+        if (args.fwd.head_dim != kTileDim || args.fwd.head_dim_v != kTileDimV)
+            fail(FA_ERROR_INTERNAL, "the sm90 backward of head dims ", kTileDim, " / ", kTileDimV, " got ",
+                 args.fwd.head_dim, " / ", args.fwd.head_dim_v);
+    }
     if (args.fwd.dropout) fail(FA_ERROR_INTERNAL, "the sm90 backward has no dropout (the planner routes it elsewhere)");
     const Sm90BwdParams params = sm90_backward_params<Traits>(args, kDtype == FA_BFLOAT16);
     auto launch = [&](auto kernel) {
@@ -32,10 +38,10 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     // The ordered dQ (deterministic mode): its own instance of the plain kernel, one key block per CTA.
     const bool ordered = args.dq_semaphore != nullptr;
     if (ordered && (walk || args.fwd.transform_scores || args.num_chunks != args.num_n_blocks ||
-                    !tiles::backward_sm90_ordered_dq(kTileDim)))
-        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128 and 256, without softcap/ALiBi "
-                                "or the GQA walk, one key block per CTA");
-    if constexpr (!tiles::backward_sm90_ordered_dq(kTileDim)) {
+                    !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)))
+        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128, 256 and 192 / 128, without "
+                                "softcap/ALiBi or the GQA walk, one key block per CTA");
+    if constexpr (!tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)) {
         if (args.fwd.transform_scores) {
             launch(kernels::bwd_kernel_sm90<Traits, true, false>);
         } else if (walk) {

@@ -2,7 +2,8 @@
 //
 // Where Q and dO are dense (batch, seqlen_q, heads, head_dim) tensors whose strides and base are
 // multiples of 16 bytes, one producer thread loads each query block's Q and dO with TMA
-// (host/tensor_maps.h): boxes of 64 columns by kBlockM rows in the 128-byte swizzle of SmemLayoutQ,
+// (host/tensor_maps.h): boxes of one swizzle atom's columns (kQBoxCols, kDoBoxCols: 64 columns of
+// 128-byte rows, or 32 of 64-byte rows) by kBlockM rows in the swizzle of SmemLayoutQ / SmemLayoutDo,
 // rows past seqlen_q and columns past head_dim zero-filled by the hardware. Varlen and unaligned
 // layouts keep the per-lane cp.async path.
 #pragma once
@@ -24,10 +25,12 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
     p.args = args;
     const FwdArgs& fa = args.fwd;
     if (fa.cu_seqlens_q == nullptr) {
+        // dO is kHeadDimV wide (fa.head_dim_v where the instance has a value head dim of its own).
+        const int do_cols = Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
         p.q_tma = encode_rows_map(p.q_map, fa.q, bf16, fa.head_dim, fa.seqlen_q, fa.num_heads, fa.batch,
                                   Traits::kQBoxCols, Traits::kBlockM) &&
-                  encode_rows_map(p.do_map, args.dout, bf16, fa.head_dim, fa.seqlen_q, fa.num_heads, fa.batch,
-                                  Traits::kQBoxCols, Traits::kBlockM);
+                  encode_rows_map(p.do_map, args.dout, bf16, do_cols, fa.seqlen_q, fa.num_heads, fa.batch,
+                                  Traits::kDoBoxCols, Traits::kBlockM);
     }
     return p;
 }

@@ -8,10 +8,12 @@
 // kernel body would leave two interleaved kernels in one function, each condition a place for the
 // other's bug).
 //
-// A schedule's traits provide: Element, kHeadDim, kBlockM, kBlockN, kQStages, kProducerThreads,
-// kConsumerThreads, kSmemQElems, kSmemKVElems, kSmemScoreElems (the schedule's own P/dS buffers),
+// A schedule's traits provide: Element, kHeadDim, kHeadDimV (of V, dO, dV; kHeadDim but in the
+// value-dim instance), kBlockM, kBlockN, kQStages, kProducerThreads, kConsumerThreads, kSmemQElems,
+// kSmemDoElems, kSmemKElems, kSmemVElems, kSmemScoreElems (the schedule's own P/dS buffers),
 // kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqChunksPerRow,
-// SmemLayoutQ, SmemLayoutQt, SmemLayoutKV (the producer copies with SwizzledTileCopy).
+// kQBoxCols, kDoBoxCols, SmemLayoutQ, SmemLayoutQt, SmemLayoutDo, SmemLayoutDot, SmemLayoutK,
+// SmemLayoutV (the producer copies with SwizzledTileCopy).
 #pragma once
 
 #include "kernels/backward_sm90/bwd_params_sm90.cuh"
@@ -132,6 +134,14 @@ __device__ __forceinline__ void add_release_gpu(int* counter, int value) {
 }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
+// The columns of v, dout and dv that the kernel reads and writes: fa.head_dim where the instance has
+// one head dim (a compile-time choice, so that those instances read no other field), else the value
+// head dim.
+template <typename Traits>
+__device__ __forceinline__ int value_cols(const FwdArgs& fa) {
+    return Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
+}
+
 // Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
 // 1024-byte aligned: whole swizzle periods), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the
 // dQ hand-off buffer (if any), the mbarriers.
@@ -139,8 +149,9 @@ template <typename Traits>
 struct Sm90BwdSmem {
     using Element = typename Traits::Element;
     static constexpr int kQStages = Traits::kQStages;
-    static constexpr int kTileBytes =
-        (2 * kQStages * Traits::kSmemQElems + 2 * Traits::kSmemKVElems + Traits::kSmemScoreElems) * int(sizeof(Element));
+    static constexpr int kTileBytes = (kQStages * (Traits::kSmemQElems + Traits::kSmemDoElems) + Traits::kSmemKElems +
+                                       Traits::kSmemVElems + Traits::kSmemScoreElems) *
+                                      int(sizeof(Element));
     // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty (used with the hand-off only).
     static constexpr int kBarriers = 2 * kQStages + 4;
     static constexpr int kBytes = kTileBytes + Traits::kSmemRowStatsBytes + Traits::kSmemDqBytes + kBarriers * 8;
@@ -165,9 +176,9 @@ struct Sm90BwdSmem {
     __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
         q = reinterpret_cast<Element*>(smem);
         d_o = q + kQStages * Traits::kSmemQElems;
-        k = d_o + kQStages * Traits::kSmemQElems;
-        v = k + Traits::kSmemKVElems;
-        scores = v + Traits::kSmemKVElems;
+        k = d_o + kQStages * Traits::kSmemDoElems;
+        v = k + Traits::kSmemKElems;
+        scores = v + Traits::kSmemVElems;
         lse = reinterpret_cast<float*>(smem + kTileBytes);
         dsum = lse + kQStages * Traits::kBlockM;
         dq = dsum + kQStages * Traits::kBlockM;
@@ -194,14 +205,31 @@ struct Sm90BwdSmem {
         cutlass::arch::fence_barrier_init();
     }
 
-    // Stage s of the Q or dO ring as (rows, head dim), and as the (head dim, rows) view.
+    // Stage s of the Q ring (base: q) as (rows, head dim), and as the (head dim, rows) view; do_stage,
+    // dot_stage the same of the dO ring (base: d_o), kHeadDimV wide.
     __device__ __forceinline__ auto q_stage(Element* base, int s) const {
         return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQ{});
     }
     __device__ __forceinline__ auto qt_stage(Element* base, int s) const {
         return make_tensor(make_smem_ptr(base + s * Traits::kSmemQElems), typename Traits::SmemLayoutQt{});
     }
+    __device__ __forceinline__ auto do_stage(Element* base, int s) const {
+        return make_tensor(make_smem_ptr(base + s * Traits::kSmemDoElems), typename Traits::SmemLayoutDo{});
+    }
+    __device__ __forceinline__ auto dot_stage(Element* base, int s) const {
+        return make_tensor(make_smem_ptr(base + s * Traits::kSmemDoElems), typename Traits::SmemLayoutDot{});
+    }
 };
+
+// `other` where a copy of type Copy is the same (one set of per-thread bases), else a new one.
+template <typename Copy, typename Other>
+__device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
+    if constexpr (std::is_same_v<Copy, Other>) {
+        return other;
+    } else {
+        return Copy(tid);
+    }
+}
 
 // The producer warpgroup (the caller has lowered its registers): K, V of a key block once
 // (kv_full; refilled once both consumers finished the block, kv_empty), then for every query block
@@ -227,10 +255,15 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const FwdArgs& fa = args.fwd;
     const SequenceBounds& seq = w.seq;
     const int ptid = int(threadIdx.x);
-    using KVCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>;
+    using KCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutK, Traits::kProducerThreads>;
+    using VCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutV, Traits::kProducerThreads>;
     using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>;
-    const KVCopy copy_kv(ptid);
+    using DoCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutDo, Traits::kProducerThreads>;
+    const KCopy copy_k(ptid);
+    const VCopy copy_v = copy_like<VCopy>(copy_k, ptid);
     const QCopy copy_q(ptid);
+    const DoCopy copy_do = copy_like<DoCopy>(copy_q, ptid);
+    const int v_cols = value_cols<Traits>(fa); // of V and dO
     // Row 0 of this head's rows of each input (the K/V rows at seq.k_row0, the Q/dO rows at seq.q_row0).
     const auto first_row = [&](const fa_tensor& t, int64_t row0, int head) {
         return w.template rows_of<Element, kHeadDim>(t, row0, head, 1).data().get();
@@ -243,6 +276,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const uint32_t smem_k = cast_smem_ptr_to_uint(sm.k), smem_v = cast_smem_ptr_to_uint(sm.v);
     const uint32_t smem_q = cast_smem_ptr_to_uint(sm.q), smem_do = cast_smem_ptr_to_uint(sm.d_o);
     constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
+    constexpr uint32_t kDoStageBytes = Traits::kSmemDoElems * sizeof(Element);
     // One lse or dsum value per producer thread and stage.
     static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
     const bool loads_lse = ptid < kBlockM;
@@ -328,21 +362,44 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                     bulk_wait_group_read<0>();
                 }
             } else {
-                // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid %
-                // kDqChunksPerRow) of pass j: one base address and compile-time offsets per pass.
                 constexpr int kDqChunksPerRow = Traits::kDqChunksPerRow;
-                constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
-                static_assert(Traits::kProducerThreads % kDqChunksPerRow == 0 && kBlockM % kDqRowsPerPass == 0);
-                const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
-                const int rows_left = seq.q_len - m0 - dq_row;
-                const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
-                float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
-                asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (SwizzledTileCopy)
-                CUTE_UNROLL
-                for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
-                    if (j * kDqRowsPerPass < rows_left) {
-                        const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
-                        red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
+                if constexpr (Traits::kProducerThreads % kDqChunksPerRow == 0) {
+                    // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid %
+                    // kDqChunksPerRow) of pass j: one base address and compile-time offsets per pass.
+                    constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
+                    static_assert(kBlockM % kDqRowsPerPass == 0);
+                    const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
+                    const int rows_left = seq.q_len - m0 - dq_row;
+                    const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
+                    float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
+                    asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (SwizzledTileCopy)
+                    CUTE_UNROLL
+                    for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
+                        if (j * kDqRowsPerPass < rows_left) {
+                            const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
+                            red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
+                        }
+                    }
+                } else {
+                    // Rows that are not a whole number of the threads' chunks (192 columns: 48): a
+                    // warp per row, row warp + j * kWarps, lane l adding chunks l, l + 32, ... of it.
+                    constexpr int kWarps = Traits::kProducerThreads / 32;
+                    constexpr int kLaneChunks = (kDqChunksPerRow + 31) / 32;
+                    static_assert(kBlockM % kWarps == 0);
+                    const int dq_row = ptid / 32, lane = ptid % 32;
+                    const int rows_left = seq.q_len - m0 - dq_row;
+                    const float* src = sm.dq + dq_row * Traits::kDqRowStride + lane * 4;
+                    float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + lane * 4;
+                    asm volatile("" : "+l"(dst));
+                    CUTE_UNROLL
+                    for (int j = 0; j < kBlockM / kWarps; ++j) {
+                        CUTE_UNROLL
+                        for (int c = 0; c < kLaneChunks; ++c) {
+                            if (j * kWarps < rows_left && lane + 32 * c < kDqChunksPerRow) {
+                                const float4 v = *reinterpret_cast<const float4*>(src + j * kWarps * Traits::kDqRowStride + c * 128);
+                                red_add_quad(dst + j * kWarps * kHeadDim + c * 128, v);
+                            }
+                        }
                     }
                 }
             }
@@ -361,8 +418,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if (range.m_end <= range.m_begin) continue;
         const Element* safe = k_rows; // k_len > n0 >= 0 whenever the range is not empty
         if (kv_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.kv_empty, (kv_uses - 1) & 1);
-        copy_kv.load_async(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
-        copy_kv.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, fa.head_dim, safe);
+        copy_k.load_async(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
+        copy_v.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, v_cols, safe);
         cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
         ++kv_uses;
         for (int head = 0; head < group_heads; ++head) { // one pass unless the grid is over KV heads
@@ -377,20 +434,33 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
                 if (params.q_tma) {
                     if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
-                        cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s, 2 * kQStageBytes);
+                        cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s,
+                                                                                    kQStageBytes + kDoStageBytes);
                         constexpr int kBoxCols = Traits::kQBoxCols;
+                        constexpr bool kSameBoxes = Traits::kHeadDimV == kHeadDim && Traits::kDoBoxCols == kBoxCols;
                         CUTE_UNROLL
                         for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
                             const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
                             SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
                                                    sm.q + offset, c * kBoxCols, m0, wh.h, wh.b);
-                            SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                                   sm.d_o + offset, c * kBoxCols, m0, wh.h, wh.b);
+                            if constexpr (kSameBoxes)
+                                SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                       sm.d_o + offset, c * kBoxCols, m0, wh.h, wh.b);
+                        }
+                        if constexpr (!kSameBoxes) {
+                            constexpr int kDoBoxCols = Traits::kDoBoxCols;
+                            CUTE_UNROLL
+                            for (int c = 0; c < Traits::kHeadDimV / kDoBoxCols; ++c) {
+                                const int offset = s * Traits::kSmemDoElems + c * kBlockM * kDoBoxCols;
+                                SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s,
+                                                       uint64_t(TMA::CacheHintSm90::EVICT_NORMAL), sm.d_o + offset,
+                                                       c * kDoBoxCols, m0, wh.h, wh.b);
+                            }
                         }
                     }
                 } else {
                     copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
-                    copy_q.load_async(smem_do + s * kQStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, fa.head_dim, safe);
+                    copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
                 }
                 const bool row_ok = m0 + stat_row < seq.q_len;
                 cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
@@ -478,9 +548,11 @@ __device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& p
 }
 
 // Epilogue of key block n: dK = scale * dS^T Q, dV = (P keep)^T dO / (1-p), from the consumers'
-// registers (tdKVc: the (key, column) of each register, 2t and 2t+1 neighbours) to dk/dv (16-bit)
-// or to the per-query-head fp32 scratch. Rows past k_len hold zeros: their keys were masked, which
-// is what keys beyond seqused_k receive.
+// registers (tdKc, tdVc: the (key, column) of each register of acc_dk, acc_dv, 2t and 2t+1
+// neighbours) to dk/dv (16-bit) or to the per-query-head fp32 scratch. Rows past k_len hold zeros:
+// their keys were masked, which is what keys beyond seqused_k receive. Where dK and dV have the same
+// shape (one head dim) one loop stores both at the same coordinates; with a value head dim of its
+// own, dV (kHeadDimV columns) has its loop.
 // To dk/dv, the CTA's last key block goes through shared memory: K's and V's tiles are free then
 // (the first barrier: every consumer's wgmmas on them have completed; the producer loads no
 // further key block), each thread puts its 16-bit pairs there, and the consumers store whole
@@ -488,28 +560,39 @@ __device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& p
 // fall on 8 rows, 16 bytes each, and the timeline build measured the epilogue at ~6.5 us of a
 // ~50 us CTA (d128, 1k tokens). Earlier key blocks (deterministic mode's CTAs walk several) store
 // from the registers, as the producer may be refilling K and V for the next one.
-template <typename Traits, typename Acc, typename Coords>
+template <typename Traits, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
 __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const Sm90BwdWork& w,
-                                                    const Sm90BwdSmem<Traits>& sm, int n, Acc& acc_dk, Acc& acc_dv,
-                                                    Coords const& tdKVc) {
+                                                    const Sm90BwdSmem<Traits>& sm, int n, AccK& acc_dk, AccV& acc_dv,
+                                                    CoordsK const& tdKc, CoordsV const& tdVc) {
     using Element = typename Traits::Element;
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
+    constexpr int kHeadDimV = Traits::kHeadDimV;
+    constexpr bool kSameShape = kHeadDimV == kHeadDim && std::is_same_v<AccK, AccV>;
     const int n0 = n * kBlockN;
     const int rows_valid = w.k_stored - n0;
+    const int v_cols = value_cols<Traits>(args.fwd);
     CUTE_UNROLL
     for (int t = 0; t < size(acc_dk); ++t) {
         acc_dk(t) *= args.dk_scale;
-        acc_dv(t) *= args.dv_scale;
+        if constexpr (kSameShape) acc_dv(t) *= args.dv_scale;
+    }
+    if constexpr (!kSameShape) {
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dv); ++t) acc_dv(t) *= args.dv_scale;
     }
     if (args.dk_accum) {
-        store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKVc, rows_valid);
+        if constexpr (kSameShape) {
+            store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
+        } else { // rows of kHeadDim floats (the scratch's accum_cols, the tile head dim) for both
+            store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, tdVc, rows_valid);
+        }
         return;
     }
     // Without the scratch: one query head per KV head, or a grid over KV heads that summed the
     // group's heads in registers; either way the KV head's rows.
     Tensor mdK = w.template rows_of<Element, kHeadDim>(args.dk, w.seq.k_row0, w.h_kv, w.k_stored);
-    Tensor mdV = w.template rows_of<Element, kHeadDim>(args.dv, w.seq.k_row0, w.h_kv, w.k_stored);
+    Tensor mdV = w.template rows_of<Element, kHeadDimV>(args.dv, w.seq.k_row0, w.h_kv, w.k_stored);
     Tensor dk16 = convert_fragment<Element>(acc_dk);
     Tensor dv16 = convert_fragment<Element>(acc_dv);
     Tensor dk_pairs = recast<uint32_t>(dk16);
@@ -517,38 +600,57 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
     const bool last_key_block = int64_t(n + args.num_chunks) * kBlockN >= w.k_stored;
     if (last_key_block) {
         constexpr uint32_t kEpilogueBarrier = 1; // cutlass::arch::NamedBarrier adds its reserved offset
-        using Out = SwizzledTileCopy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>;
+        using OutK = SwizzledTileCopy<Element, typename Traits::SmemLayoutK, Traits::kConsumerThreads>;
+        using OutV = SwizzledTileCopy<Element, typename Traits::SmemLayoutV, Traits::kConsumerThreads>;
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
         // The pairs' swizzled addresses from the thread's first (row, column), made opaque so that
         // they are computed here rather than hoisted in front of the main loop (and spilled).
-        int row0 = get<0>(tdKVc(0)), col0 = get<1>(tdKVc(0));
+        int row0 = get<0>(tdKc(0)), col0 = get<1>(tdKc(0));
         asm volatile("" : "+r"(row0), "+r"(col0));
         const uint32_t k_at = cast_smem_ptr_to_uint(sm.k), v_at = cast_smem_ptr_to_uint(sm.v);
         CUTE_UNROLL
         for (int t = 0; t < size(acc_dk); t += 2) {
-            const int row = row0 + (get<0>(tdKVc(t)) - get<0>(tdKVc(0))); // offsets: constants once folded
-            const int col = col0 + (get<1>(tdKVc(t)) - get<1>(tdKVc(0)));
-            const uint32_t offset = Out::byte_offset(row, col);
+            const int row = row0 + (get<0>(tdKc(t)) - get<0>(tdKc(0))); // offsets: constants once folded
+            const int col = col0 + (get<1>(tdKc(t)) - get<1>(tdKc(0)));
+            const uint32_t offset = OutK::byte_offset(row, col);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(k_at + offset), "r"(dk_pairs(t / 2)));
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
+            if constexpr (kSameShape) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
+        }
+        if constexpr (!kSameShape) {
+            int vrow0 = get<0>(tdVc(0)), vcol0 = get<1>(tdVc(0));
+            asm volatile("" : "+r"(vrow0), "+r"(vcol0));
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dv); t += 2) {
+                const int row = vrow0 + (get<0>(tdVc(t)) - get<0>(tdVc(0)));
+                const int col = vcol0 + (get<1>(tdVc(t)) - get<1>(tdVc(0)));
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + OutV::byte_offset(row, col)), "r"(dv_pairs(t / 2)));
+            }
         }
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
-        const Out out(int(threadIdx.x) - Traits::kProducerThreads);
+        const int ctid = int(threadIdx.x) - Traits::kProducerThreads;
+        const OutK out_k(ctid);
+        const OutV out_v = copy_like<OutV>(out_k, ctid);
         const int64_t dk_stride = args.dk.row_stride, dv_stride = args.dv.row_stride;
-        out.store(cast_smem_ptr_to_uint(sm.k), mdK.data().get() + n0 * dk_stride, dk_stride, rows_valid,
-                  args.fwd.head_dim);
-        out.store(cast_smem_ptr_to_uint(sm.v), mdV.data().get() + n0 * dv_stride, dv_stride, rows_valid,
-                  args.fwd.head_dim);
+        out_k.store(cast_smem_ptr_to_uint(sm.k), mdK.data().get() + n0 * dk_stride, dk_stride, rows_valid,
+                    args.fwd.head_dim);
+        out_v.store(cast_smem_ptr_to_uint(sm.v), mdV.data().get() + n0 * dv_stride, dv_stride, rows_valid, v_cols);
         return;
     }
     Tensor gdK = local_tile(mdK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
-    Tensor gdV = local_tile(mdV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
+    Tensor gdV = local_tile(mdV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(n, 0));
     CUTE_UNROLL
     for (int t = 0; t < size(acc_dk); t += 2) {
-        const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
+        const int row = get<0>(tdKc(t)), col = get<1>(tdKc(t));
         if (row < rows_valid && col < args.fwd.head_dim) {
             *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
-            *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+            if constexpr (kSameShape) *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+        }
+    }
+    if constexpr (!kSameShape) {
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dv); t += 2) {
+            const int row = get<0>(tdVc(t)), col = get<1>(tdVc(t));
+            if (row < rows_valid && col < v_cols) *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
         }
     }
 }
@@ -560,10 +662,12 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
 // (kv_empty: every wgmma reading them has completed); and the key block's epilogue. on_head(i) is
 // given the index in the group (query head w.h_first + i); w itself does not move, so that the
 // consumers keep no more work-item state live than without the group.
-template <typename Traits, bool kGroupWalk, typename Acc, typename Coords, typename Block, typename OnHead>
+template <typename Traits, bool kGroupWalk, typename AccK, typename AccV, typename CoordsK, typename CoordsV,
+          typename Block, typename OnHead>
 __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90BwdWork& w,
-                                                 const Sm90BwdSmem<Traits>& sm, Acc& acc_dk, Acc& acc_dv,
-                                                 Coords const& tdKVc, Block&& block, OnHead&& on_head) {
+                                                 const Sm90BwdSmem<Traits>& sm, AccK& acc_dk, AccV& acc_dv,
+                                                 CoordsK const& tdKc, CoordsV const& tdVc, Block&& block,
+                                                 OnHead&& on_head) {
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     const int group_heads = kGroupWalk ? args.group_heads : 1;
@@ -589,7 +693,7 @@ __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90
             cutlass::arch::ClusterBarrier::arrive(sm.kv_empty);
             ++kv_uses;
         }
-        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKVc);
+        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKc, tdVc);
     }
 }
 

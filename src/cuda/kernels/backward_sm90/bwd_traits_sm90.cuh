@@ -94,6 +94,17 @@ struct Sm90BwdTraits {
     static constexpr int kSmemQElems = cosize(SmemLayoutQ{});
     static constexpr int kSmemKVElems = cosize(SmemLayoutKV{});
     static constexpr int kSmemdSElems = cosize(SmemLayoutdS{});
+    // What bwd_sm90_common.cuh reads for dO and V apart from Q and K (a value head dim of its own
+    // exists only in the P/dS schedule): here the same tiles.
+    static constexpr int kHeadDimV = kHeadDim;
+    using SmemLayoutDo = SmemLayoutQ;
+    using SmemLayoutDot = SmemLayoutQt;
+    using SmemLayoutK = SmemLayoutKV;
+    using SmemLayoutV = SmemLayoutKV;
+    static constexpr int kSmemDoElems = kSmemQElems;
+    static constexpr int kSmemKElems = kSmemKVElems;
+    static constexpr int kSmemVElems = kSmemKVElems;
+    static constexpr int kDoBoxCols = kQBoxCols;
     static constexpr int kSmemScoreElems = kDsBuffers * kSmemdSElems; // bwd_sm90_common.cuh's carve-up
     // Q[stages], dO[stages], K, V, dS[buffers] (1024-byte aligned each: whole swizzle periods),
     // then lse[stages][kBlockM], dsum[stages][kBlockM] in fp32, then the mbarriers.
@@ -131,26 +142,34 @@ struct Sm90BwdTraits {
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
-// The d256 schedule (bwd_kernel_sm90_pds.cuh; FlashAttention-3's for its largest head dim, reasoned
-// here): 64 queries x 64 keys per block, the same 384 threads. The keys-as-rows schedule above keeps
-// 64 keys x the whole head dim of dK and of dV in each consumer's registers, 256 fp32 per thread at
-// d256: more than a thread may have. So the head dim is what the consumers split for the three
-// products that carry it, and P / dS go through shared memory to get there:
+// The P/dS schedule (bwd_kernel_sm90_pds.cuh; FlashAttention-3's for its largest head dims,
+// reasoned here) at d256 and at q/k 192 with v 128 (tiles::backward_sm90_value_dim): 64 queries x
+// 64 keys per block, the same 384 threads. The keys-as-rows schedule above keeps 64 keys x the whole
+// head dim of dK and of dV in each consumer's registers: 256 fp32 per thread at d256, 96 + 64 at
+// 192 / 128, beside S^T and dP^T (32 + 32) and dQ (48): more than a thread may have. So the head
+// dims are what the consumers split for the three products that carry them, and P / dS go through
+// shared memory to get there:
 //   S  = Q K^T, dP = dO V^T  (queries x keys)    SS, each consumer 32 of the 64 keys with the
-//                                                whole d = 256 contraction (no redundant work);
-//                                                queries as rows, so lse / dsum are per row and the
-//                                                policies see the accumulators directly
+//                                                whole contraction (d, resp. d_v; no redundant
+//                                                work); queries as rows, so lse / dsum are per row
+//                                                and the policies see the accumulators directly
 //   P, dS -> shared memory (16-bit, keys contiguous), each consumer its 32 keys; a named barrier
-//   dV += P^T dO             (keys x head dim)   SS, each consumer 64 keys x 128 columns: A = P^T
-//   dK += dS^T Q             (keys x head dim)   (MN-major view of P), B = dO^T / Q^T (MN-major)
-//   dQ  = dS K               (queries x head dim) SS, each consumer 128 columns: A = dS (K-major),
+//   dV += P^T dO             (keys x d_v)        SS, each consumer 64 keys x d_v / 2 columns:
+//   dK += dS^T Q             (keys x d)          A = P^T / dS^T (MN-major views), B = dO^T / Q^T
+//                                                (MN-major), each consumer d / 2 columns of dK
+//   dQ  = dS K               (queries x d)       SS, each consumer d / 2 columns: A = dS (K-major),
 //                                                B = K^T (MN-major)
-// Per consumer thread: dK 64 + dV 64 + dQ 64 + S 16 + dP 16 fp32 registers, and S / dP are dead
-// before dQ is live (P and dS live in shared memory by then): a peak of 192 accumulators.
-template <int kHeadDim_, typename Element_>
+// Per consumer thread, fp32: d256 dK 64 + dV 64 + dQ 64 + S 16 + dP 16, S / dP dead before dQ is
+// live (P and dS live in shared memory by then): a peak of 192. 192 / 128: dK 48 + dV 32 + dQ 48
+// (S, dP 16 + 16 before it): a peak of 128.
+//
+// kHeadDimV (V, dO, dV: dP's contraction, dV's columns) defaults to kHeadDim; everything of Q, K,
+// dQ, dK is kHeadDim wide.
+template <int kHeadDim_, typename Element_, int kHeadDimV_ = kHeadDim_>
 struct Sm90BwdPdSTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr bool kPdSSchedule = true; // bwd_kernel_sm90_pds.cuh
     static constexpr int kConsumerWarpGroups = 2;
     static constexpr int kBlockN = 64; // keys per key block
@@ -158,30 +177,40 @@ struct Sm90BwdPdSTraits {
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-    // Q/dO/lse/dsum stages in flight: two, so that block m+1's 64 KB of Q and dO land while block m
-    // computes (one stage would leave the tensor cores idle for that copy on every block). Shared
-    // memory then has no room for the 64 KB dQ hand-off buffer (see kSmemBytes below), so each
-    // consumer adds its dQ half to the scratch itself (kDqHandoff = false).
+    // Q/dO/lse/dsum stages in flight: two, so that block m+1's Q and dO (64 KB at d256) land while
+    // block m computes (one stage would leave the tensor cores idle for that copy on every block).
     static constexpr int kQStages = 2;
     // P and dS are written for block m while the other consumer's dV/dK/dQ of block m-1 may still
     // read them: two buffers (the argument of bwd_kernel_sm90.cuh's dS double buffer).
     static constexpr int kPdSBuffers = 2;
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
-    static_assert(tiles::backward_sm90_has(kHeadDim) && tiles::backward_sm90_pds_schedule(kHeadDim), "see tiles.h");
+    static_assert(tiles::backward_sm90_has(kHeadDim, kHeadDimV) && tiles::backward_sm90_pds_schedule(kHeadDim, kHeadDimV),
+                  "see tiles.h");
     // The planner plans deterministic chunks with the mma.sync kernel's key blocks.
     static_assert(kBlockN == tiles::backward(kHeadDim).block_n);
-    static_assert(kHeadDim % (64 * kConsumerWarpGroups) == 0);
+    static_assert(kHeadDim % (32 * kConsumerWarpGroups) == 0 && kHeadDimV % (32 * kConsumerWarpGroups) == 0);
 
     using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side
     static constexpr int kKeysPerWarpGroup = kBlockN / kConsumerWarpGroups;     // of S, dP
-    static constexpr int kColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;    // of dK, dV, dQ
-    // S = Q K^T and dP = dO V^T: (queries x keys), each consumer kKeysPerWarpGroup keys.
+    static constexpr int kColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;    // of dK, dQ
+    static constexpr int kColsPerWarpGroupV = kHeadDimV / kConsumerWarpGroups;  // of dV
+    // S = Q K^T and dP = dO V^T: (queries x keys), each consumer kKeysPerWarpGroup keys. The
+    // contraction (kHeadDim, resp. kHeadDimV) is the operands' K mode, not part of the type.
     using TiledMmaSdP = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysPerWarpGroup>, Int<kHeadDim>>>(), AlongN{}));
-    // dV += P^T dO and dK += dS^T Q: (keys x head dim), each consumer kColsPerWarpGroup columns.
-    using TiledMmaKV = decltype(make_tiled_mma(
+    static_assert(std::is_same_v<TiledMmaSdP, decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float,
+                                                                      Shape<_64, Int<kKeysPerWarpGroup>, Int<kHeadDimV>>>(),
+                                                                      AlongN{}))>,
+                  "one TiledMma serves S and dP");
+    // dK += dS^T Q: (keys x head dim), each consumer kColsPerWarpGroup columns; dV += P^T dO the same
+    // with kColsPerWarpGroupV.
+    using TiledMmaDk = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroup>, Int<kBlockM>>,
+                             GMMA::Major::MN, GMMA::Major::MN>(),
+        AlongN{}));
+    using TiledMmaDv = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroupV>, Int<kBlockM>>,
                              GMMA::Major::MN, GMMA::Major::MN>(),
         AlongN{}));
     // dQ = dS K: (queries x head dim), each consumer kColsPerWarpGroup columns.
@@ -191,24 +220,40 @@ struct Sm90BwdPdSTraits {
         AlongN{}));
     static_assert(kBlockM == 64 && kBlockN == 64, "one wgmma M extent (64) for every product's rows");
 
-    // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows everywhere. An MN-major
-    // operand that a warpgroup reads only part of must be cut at whole swizzle atoms (64 elements of
-    // its MN extent with 128-byte rows): Q^T, dO^T and K^T are cut into the consumers' 128-column
-    // halves (two atoms each). The K-major cuts (K by 32-key halves for S, V for dP) fall on 8-row
-    // atom boundaries. P / dS are read whole by both consumers.
-    using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-    static constexpr int kAtomCols = decltype(size<1>(SmemAtom{}))::value;
+    // Shared memory in wgmma's canonical swizzled layouts. An MN-major operand that a warpgroup reads
+    // only part of must be cut at whole swizzle atoms (of 64 elements of its MN extent with 128-byte
+    // rows, 32 with 64-byte rows): Q^T and K^T are cut into the consumers' kColsPerWarpGroup-column
+    // halves, dO^T into kColsPerWarpGroupV-column halves. So Q and K take 128-byte rows where a half
+    // is a multiple of 64 columns (d256: 128), else 64-byte rows (192: 96 = 3 x 32); dO and V the
+    // same by kColsPerWarpGroupV (128 at d256, 64 at d_v 128: 128-byte rows both). The K-major cuts
+    // (K by 32-key halves for S, V for dP) fall on 8-row atom boundaries. P / dS are read whole by
+    // both consumers.
+    template <int kHalfCols>
+    using SmemAtomFor = std::conditional_t<kHalfCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                           GMMA::Layout_K_SW64_Atom<Element>>;
+    using SmemAtomQK = SmemAtomFor<kColsPerWarpGroup>;
+    using SmemAtomVdO = SmemAtomFor<kColsPerWarpGroupV>;
+    using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>; // P / dS
+    static constexpr int kAtomColsQK = decltype(size<1>(SmemAtomQK{}))::value;
+    static constexpr int kAtomColsVdO = decltype(size<1>(SmemAtomVdO{}))::value;
     static constexpr int kAtomRows = decltype(size<0>(SmemAtom{}))::value;
-    static_assert(kColsPerWarpGroup % kAtomCols == 0, "each consumer's head-dim columns span whole atoms");
+    static_assert(kColsPerWarpGroup % kAtomColsQK == 0 && kColsPerWarpGroupV % kAtomColsVdO == 0,
+                  "each consumer's head-dim columns span whole atoms");
     static_assert(kKeysPerWarpGroup % kAtomRows == 0, "each consumer's keys of K / V span whole atoms");
-    static_assert(kBlockN == kAtomCols, "P / dS rows: one 128-byte swizzle row of keys");
-    using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
-    using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
-    static constexpr int kQBoxCols = kAtomCols; // Q and dO by TMA: one box per atom column
+    static_assert(kBlockN == decltype(size<1>(SmemAtom{}))::value, "P / dS rows: one 128-byte swizzle row of keys");
+    using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    using SmemLayoutDo = decltype(tile_to_shape(SmemAtomVdO{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+    using SmemLayoutK = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+    using SmemLayoutV = decltype(tile_to_shape(SmemAtomVdO{}, Shape<Int<kBlockN>, Int<kHeadDimV>>{}));
+    // Q and dO by TMA: one box per atom column (its swizzle: host/tensor_maps.h).
+    static constexpr int kQBoxCols = kAtomColsQK;
+    static constexpr int kDoBoxCols = kAtomColsVdO;
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
-    using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
+    using SmemLayoutDot = decltype(composition(SmemLayoutDo{},
+                                               make_layout(Shape<Int<kHeadDimV>, Int<kBlockM>>{}, GenRowMajor{})));
+    using SmemLayoutKt = decltype(composition(SmemLayoutK{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
     // P and dS (queries x keys), keys contiguous: the accumulators hold neighbouring keys in register
     // pairs (4-byte stores; a warp's 8 rows x 4 pairs fall in 8 different 16-byte chunks of the
@@ -219,38 +264,56 @@ struct Sm90BwdPdSTraits {
                                                 make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
 
     static constexpr int kSmemQElems = cosize(SmemLayoutQ{});
-    static constexpr int kSmemKVElems = cosize(SmemLayoutKV{});
+    static constexpr int kSmemDoElems = cosize(SmemLayoutDo{});
+    static constexpr int kSmemKElems = cosize(SmemLayoutK{});
+    static constexpr int kSmemVElems = cosize(SmemLayoutV{});
     static constexpr int kSmemPdSElems = cosize(SmemLayoutPdS{});
     // P[buffers] then dS[buffers] (bwd_sm90_common.cuh's carve-up puts them after V).
     static constexpr int kSmemScoreElems = 2 * kPdSBuffers * kSmemPdSElems;
     static constexpr int kSmemTileBytes =
-        (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kSmemScoreElems) * int(sizeof(Element));
+        (kQStages * (kSmemQElems + kSmemDoElems) + kSmemKElems + kSmemVElems + kSmemScoreElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
-    static constexpr bool kDqHandoff = false;
-    static constexpr int kSmemDqBytes = 0;
     static constexpr int kBarriers = 2 * kQStages + 4;
-    // d256, 16-bit: Q 2 x 32 KB + dO 2 x 32 KB + K 32 KB + V 32 KB + P 2 x 8 KB + dS 2 x 8 KB
-    // = 224 KB, + lse/dsum 1 KB + 64 B of mbarriers = 230,464 B of the 232,448 an sm_90 CTA may use.
-    // A dQ hand-off buffer (64 x 256 fp32 = 64 KB) would only fit with one Q and one dO stage
-    // (210 KB): the alternative this schedule did not take (see kQStages).
+    // dQ of one query block in fp32 handed to the producer warpgroup, which adds it to the scratch
+    // with a bulk reduction per row (bwd_kernel_sm90.cuh's hand-off, rows padded by 8 floats), where
+    // it fits beside two Q/dO stages: at 192 / 128, Q 2 x 24 KB + dO 2 x 16 KB + K 24 KB + V 16 KB +
+    // P, dS 4 x 8 KB + lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 64 B = 207,936 B. At d256 (Q 2 x 32 KB
+    // + dO 2 x 32 KB + K 32 KB + V 32 KB + P, dS 32 KB + 1 KB + 64 B = 230,464 B of the 232,448 an
+    // sm_90 CTA may use) the 64 KB buffer would only fit with one Q and one dO stage (210 KB): the
+    // alternative that schedule did not take (see kQStages), so there each consumer adds its dQ
+    // columns to the scratch itself (red.global).
+    static constexpr int kDqRowStride = kHeadDim + 8;
+    static constexpr int kSmemDqHandoffBytes = kBlockM * kDqRowStride * int(sizeof(float));
+    static constexpr bool kDqHandoff =
+        kSmemTileBytes + kSmemRowStatsBytes + kSmemDqHandoffBytes + kBarriers * 8 <= 227 * 1024;
+    static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : 0;
+    static constexpr int kDqChunksPerRow = kHeadDim / 4; // float4 chunks
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
-    static_assert(kHeadDim != 256 || kSmemBytes == 230464, "the budget written above");
+    static_assert(kHeadDim != 256 || (kSmemBytes == 230464 && !kDqHandoff), "the budget written above");
+    static_assert(!(kHeadDim == 192 && kHeadDimV == 128) || (kSmemBytes == 207936 && kDqHandoff), "the budget written above");
 
-    // Registers per thread after setmaxnreg (see Sm90BwdTraits): 24 for the producer, 240 for the
-    // consumers, 24 x 128 + 240 x 256 = 168 x 384.
+    // Registers per thread after setmaxnreg (see Sm90BwdTraits), producer / consumers, each split
+    // summing to 168 x 384. d256: 24 / 240 (the consumers' peak is 192 accumulators). 192 / 128: the
+    // consumers' peak is 128 accumulators, and the producer also runs the dQ hand-off's reductions
+    // and two TMA loops (Q in 32-column boxes, dO in 64-column ones); ptxas -v, bf16, spill stores /
+    // loads of the plain kernel: 24 / 240 84 / 104 B, 40 / 232 24 / 24 B, 56 / 224 0 / 0 B (also the
+    // extras, GQA walk and ordered dQ kernels, which spilled 92-176 B at 24 / 240).
     static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-    static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = 240;
+    static constexpr int kProducerRegs = kDqHandoff ? 56 : 24;
+    static constexpr int kConsumerRegs = kDqHandoff ? 224 : 240;
+    static_assert(kHeadDim != 256 || kProducerRegs == 24, "d256's split");
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
-// The Hopper backward of a tile head dim (tiles.h's backward_sm90_pds_schedule picks).
-template <int kHeadDim, typename Element>
-using Sm90BwdTraitsFor = std::conditional_t<tiles::backward_sm90_pds_schedule(kHeadDim), Sm90BwdPdSTraits<kHeadDim, Element>,
+// The Hopper backward of a tile head dim and value head dim (tiles.h's backward_sm90_pds_schedule
+// picks the schedule).
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
+using Sm90BwdTraitsFor = std::conditional_t<tiles::backward_sm90_pds_schedule(kHeadDim, kHeadDimV),
+                                            Sm90BwdPdSTraits<kHeadDim, Element, kHeadDimV>,
                                             Sm90BwdTraits<kHeadDim, Element>>;
 
 } // namespace flashattn::cuda::kernels
