@@ -209,6 +209,166 @@ def test_value_dim_192_128_layouts():
 
 
 # ---------------------------------------------------------------------------------------------
+# The Hopper backward's value-dim instance (192 / 128; the P/dS schedule with V, dO and dV 128 wide,
+# v and dout read in place, dv written at 128 columns). On sm_90 the planner takes it for every
+# backward of exactly these widths without dropout (and in deterministic mode with the ordered dQ);
+# the tests force backward_kernel=sm90 so that a planner change cannot route them elsewhere
+# unnoticed, and check that nothing was staged for the widths (the workspace holds no v or dout at
+# 192: it is smaller than the mma.sync plan's by at least those copies).
+
+def assert_value_dim_backward(q, k, v, out, lse, dout, spec, deterministic=False, **kw):
+    """On an H200, under the overrides `spec`: the plan stages no v or dout at 192 (its workspace is
+    smaller than the mma.sync plan's by at least half those copies)."""
+    if not on_hopper():
+        return
+    def size(overrides_spec):
+        abi.set_overrides(overrides_spec)
+        try:
+            params = abi.make_bwd_params(q, k, v, out, lse, dout, q, k, v, deterministic=deterministic, **kw)
+            return abi.lib.bwd_workspace_size(params)
+        finally:
+            abi.set_overrides(spec)
+    native, staged = size(spec), size(spec + ",backward_kernel=sm80")
+    varlen = kw.get("cu_seqlens_q") is not None
+    q_rows = q.shape[0] if varlen else q.shape[0] * q.shape[1]
+    k_rows = k.shape[0] if varlen else k.shape[0] * k.shape[1]
+    copies = 2 * 192 * (q_rows * q.shape[-2] + k_rows * k.shape[-2])
+    assert native + copies // 2 < staged, \
+        f"192/128 backward: {native} B of workspace against {staged} B staged (v / dout copied at 192?)"
+
+
+def check_value_dim_backward(q, k, v, name, spec, deterministic=False, **kw):
+    """check_backward, after checking that the value-dim instance takes the call (overrides `spec`)."""
+    out, lse, _ = abi.forward(q, k, v, **kw)
+    assert_value_dim_backward(q, k, v, out, lse, torch.empty_like(out), spec, deterministic=deterministic, **kw)
+    return check_backward(q, k, v, name, deterministic=deterministic, **kw)
+
+
+VALUE_DIM_BWD_FEATURES = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "gqa_walk": dict(heads_k=4),                 # short keys, no mask: the group walk (kv_major)
+    "gqa_scratch_causal": dict(heads_k=4, causal=True),  # the dK/dV scratch (rows of 192 floats)
+    "window": dict(window=(256, 64)),
+    "sink": dict(sink=True),
+    "sink_causal_gqa": dict(sink=True, causal=True, heads_k=2),
+    "softcap_alibi": dict(softcap=20.0, alibi=True, causal=True),  # the extras kernel
+    "seqused_k": dict(seqused=(700, 1201)),
+    "scale": dict(softmax_scale=0.05),
+}
+
+
+@heavy
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("feature", list(VALUE_DIM_BWD_FEATURES))
+def test_value_dim_backward_192_128(feature, dtype, overrides):
+    """Odd lengths (1100 queries, 1201 keys: partial query and key blocks), every kernel variant."""
+    torch.manual_seed(len(feature) * 17 + (dtype == torch.float16))
+    spec = "backward_kernel=sm90"
+    overrides(spec)
+    opts = dict(VALUE_DIM_BWD_FEATURES[feature])
+    batch, sq, sk, heads = 2, 1100, 1201, 8
+    heads_k = opts.pop("heads_k", heads)
+    q = rand(batch, sq, heads, 192, dtype=dtype)
+    k, v = rand(batch, sk, heads_k, 192, dtype=dtype), rand(batch, sk, heads_k, 128, dtype=dtype)
+    kw = {}
+    if opts.pop("sink", False):
+        kw["learnable_sink"] = sinks(heads)
+    if opts.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(heads, device=DEV) * 0.3
+    if "seqused" in opts:
+        kw["seqused_k"] = torch.tensor(opts.pop("seqused"), dtype=torch.int32, device=DEV)
+    kw.update(opts)
+    check_value_dim_backward(q, k, v, f"bwd d192/128 {feature}", spec, **kw)
+
+
+@pytest.mark.parametrize("gqa", [1, 4], ids=["mha", "gqa4"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_value_dim_backward_192_128_short(causal, gqa, overrides):
+    """Lengths below one block and a few blocks, each not a multiple of 64 (also the CPU check mode)."""
+    torch.manual_seed(gqa * 2 + causal)
+    spec = "backward_kernel=sm90"
+    overrides(spec)
+    for sq, sk in ((1, 1), (37, 5), (5, 37), (130, 193)):
+        q = rand(2, sq, 4 * gqa, 192)
+        k, v = rand(2, sk, 4, 192), rand(2, sk, 4, 128)
+        check_value_dim_backward(q, k, v, f"bwd d192/128 {sq}x{sk} gqa{gqa}", spec, causal=causal,
+                                 learnable_sink=sinks(4 * gqa))
+
+
+@heavy
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_value_dim_backward_192_128_varlen(causal, overrides):
+    """Varlen (the cp.async path for Q and dO, sequences of 0, 1 and odd lengths), GQA, sinks."""
+    torch.manual_seed(41 + causal)
+    spec = "backward_kernel=sm90"
+    overrides(spec)
+    lq, lk = [1000, 7, 0, 300, 1500, 1], [1100, 1, 50, 300, 1300, 65]
+    heads, heads_k = 8, 2
+    q, k, v = rand(sum(lq), heads, 192), rand(sum(lk), heads_k, 192), rand(sum(lk), heads_k, 128)
+    kw = dict(cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk),
+              causal=causal, learnable_sink=sinks(heads))
+    check_value_dim_backward(q, k, v, f"varlen bwd d192/128 causal={causal}", spec, **kw)
+
+
+@heavy
+@pytest.mark.parametrize("dq_order", ["ordered", "chunks"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_value_dim_backward_192_128_deterministic(causal, dq_order, overrides):
+    """Deterministic mode on the value-dim instance: the ordered dQ (automatic) or the chunks (forced:
+    a CTA walks several key blocks, the producer adds each dQ row with a warp, 48 float4 chunks);
+    correct, and bitwise equal across runs."""
+    torch.manual_seed(3 + causal)
+    spec = f"backward_kernel=sm90,deterministic_dq={dq_order}"
+    overrides(spec)
+    q, k, v = rand(2, 1500, 8, 192), rand(2, 1500, 8, 192), rand(2, 1500, 8, 128)
+    kw = dict(causal=causal, learnable_sink=sinks(8))
+    check_value_dim_backward(q, k, v, f"deterministic ({dq_order}) bwd d192/128", spec, deterministic=True, **kw)
+    out, lse, _ = abi.forward(q, k, v, **kw)
+    dout = rand(*out.shape)
+    runs = []
+    for _ in range(3):
+        dsink = torch.full_like(kw["learnable_sink"], float("nan"))
+        runs.append((*abi.backward(q, k, v, out, lse, dout, deterministic=True, dsink=dsink, **kw), dsink))
+    sync()
+    for run in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv", "dsink"), runs[0], run):
+            assert torch.equal(a, b), f"deterministic ({dq_order}) 192/128 {name} differs between runs"
+
+
+@heavy
+def test_value_dim_backward_192_128_layouts(overrides):
+    """v and dout as column slices of wider tensors (read in place, dO by TMA with strided rows), dv
+    into a slice of a wider tensor (its other columns untouched), and a misaligned dout (staged at
+    128 columns, not 192)."""
+    torch.manual_seed(28)
+    spec = "backward_kernel=sm90"
+    overrides(spec)
+    batch, sq, sk, heads = 2, 700, 900, 8
+    q, k = rand(batch, sq, heads, 192), rand(batch, sk, heads, 192)
+    v = rand(batch, sk, heads, 192)[..., 32:160]
+    out, lse, _ = abi.forward(q, k, v, causal=True)
+    dout = rand(batch, sq, heads, 256)[..., 64:192]
+    dv_wide = torch.full((batch, sk, heads, 160), float("nan"), device=DEV, dtype=q.dtype)
+    assert_value_dim_backward(q, k, v, out, lse, dout, spec, causal=True)
+    dq, dk, dv = abi.backward(q, k, v, out, lse, dout, dv=dv_wide[..., 16:144], causal=True)
+    sync()
+    ref = reference_grads(q, k, v, dout, torch.float64, None, causal=True)
+    naive = reference_grads(q, k, v, dout, q.dtype, None, causal=True)
+    for what, ours, r, n in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, naive):
+        assert_grad_close(f"d192/128 strided {what}", ours, r, n)
+    assert torch.isnan(dv_wide[..., :16]).all() and torch.isnan(dv_wide[..., 144:]).all(), \
+        "the dv store wrote columns outside dv's 128"
+
+    flat = torch.empty(dout.numel() + 1, device=DEV, dtype=q.dtype)[1:]  # 2 bytes past 16-byte alignment
+    dout_odd = flat.view(dout.shape).copy_(dout)
+    dq, dk, dv = abi.backward(q, k, v, out, lse, dout_odd, causal=True)
+    sync()
+    for what, ours, r, n in zip(("dq", "dk", "dv"), (dq, dk, dv), ref, naive):
+        assert_grad_close(f"d192/128 misaligned dout {what}", ours, r, n)
+
+
+# ---------------------------------------------------------------------------------------------
 # Learnable sinks with every feature, forward and backward (dsink).
 
 SINK_FEATURES = {

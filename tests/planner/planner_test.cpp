@@ -892,16 +892,19 @@ TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {
 }
 
 // Value head dims unlike the query's: the narrower inputs staged at the wider width, dK/dV through
-// the fp32 scratch (whose finishing sums write each output's real columns).
+// the fp32 scratch (whose finishing sums write each output's real columns). (On Hopper's wgmma
+// backward, 192 / 128 has a kernel of its own: the next test.)
 TEST(PlannerBackward, ValueHeadDimsRunAtTheWiderWidthStaged) {
     Backward mla;
     mla.fwd.head_dim = 192, mla.fwd.head_dim_v = 128;
-    const BackwardPlan p = plan(mla);
+    const BackwardPlan p = plan(mla, a100());
     EXPECT_EQ(p.tile_dim, 192);
-    EXPECT_EQ(p.kernel, Kernel::backward_sm80); // no wgmma backward at 192
+    EXPECT_EQ(p.tile_dim_v, 192);
+    EXPECT_EQ(p.kernel, Kernel::backward_sm80);
     EXPECT_TRUE(!p.staging.q && !p.staging.k && p.staging.v && p.staging.dout);
     EXPECT_TRUE(p.dkv_scratch);
     EXPECT_EQ(p.staging.padded_dim, 192);
+    EXPECT_EQ(p.staging.padded_dim_v, 192);
     EXPECT_EQ(p.workspace.size(Piece::v), size_t(2) * 1024 * 16 * 192 * 2);
     EXPECT_EQ(p.workspace.size(Piece::dout), size_t(2) * 1024 * 16 * 192 * 2);
     EXPECT_EQ(p.workspace.size(Piece::dv_accum), size_t(16) * 2 * 1024 * 192 * 4);
@@ -909,8 +912,118 @@ TEST(PlannerBackward, ValueHeadDimsRunAtTheWiderWidthStaged) {
     wide_v.fwd.head_dim = 64, wide_v.fwd.head_dim_v = 128;
     const BackwardPlan w = plan(wide_v);
     EXPECT_EQ(w.tile_dim, 128);
+    EXPECT_EQ(w.tile_dim_v, 128);
     EXPECT_EQ(w.kernel, Kernel::backward_sm90);
     EXPECT_TRUE(w.staging.q && w.staging.k && !w.staging.v && !w.staging.dout && w.dkv_scratch);
+}
+
+// DeepSeek's 192 / 128 on Hopper's wgmma backward: its own instance (tiles::backward_sm90_value_dim,
+// the P/dS schedule) reads v and dout and writes dv at 128 columns, nothing staged for the widths.
+TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
+    Backward mla;
+    mla.fwd.head_dim = 192, mla.fwd.head_dim_v = 128;
+    const BackwardPlan p = plan(mla);
+    EXPECT_EQ(p.kernel, Kernel::backward_sm90);
+    EXPECT_EQ(p.tile_dim, 192);
+    EXPECT_EQ(p.tile_dim_v, 128);
+    EXPECT_EQ(p.block_n, 64);
+    EXPECT_EQ(p.num_n_blocks, 16);
+    EXPECT_EQ(p.num_chunks, 16);
+    EXPECT_EQ(p.ctas, 16 * 2 * 16);
+    EXPECT_FALSE(p.staging.pad_head_dim);
+    EXPECT_EQ(p.staging.padded_dim, 192);
+    EXPECT_EQ(p.staging.padded_dim_v, 128);
+    EXPECT_TRUE(!p.staging.q && !p.staging.k && !p.staging.v && !p.staging.dout);
+    EXPECT_FALSE(p.dkv_scratch);
+    EXPECT_FALSE(p.ordered_dq);
+    EXPECT_EQ(p.workspace.size(Piece::v), 0u);
+    EXPECT_EQ(p.workspace.size(Piece::dout), 0u);
+    EXPECT_EQ(p.workspace.size(Piece::dk_accum), 0u);
+    EXPECT_EQ(p.workspace.size(Piece::dq_accum), size_t(16) * 2 * 1024 * 192 * 4);
+    Backward causal = mla;
+    causal.fwd.causal = true;
+    EXPECT_EQ(plan(causal).tile_dim_v, 128);
+    Backward sink = mla;
+    sink.sink = true;
+    EXPECT_EQ(plan(sink).tile_dim_v, 128);
+
+    // GQA: the group walk up to 2048 keys without a causal mask (as d256, the same schedule), else
+    // the scratch, whose rows are 192 floats for dK and dV alike.
+    Backward gqa = mla;
+    gqa.fwd.heads_k = 4;
+    const BackwardPlan g = plan(gqa);
+    EXPECT_EQ(g.tile_dim_v, 128);
+    EXPECT_TRUE(g.kv_major);
+    EXPECT_EQ(g.ctas, 16 * 2 * 4);
+    gqa.fwd.causal = true;
+    const BackwardPlan gc = plan(gqa);
+    EXPECT_EQ(gc.tile_dim_v, 128);
+    EXPECT_FALSE(gc.kv_major);
+    EXPECT_TRUE(gc.dkv_scratch);
+    EXPECT_EQ(gc.workspace.size(Piece::dv_accum), size_t(16) * 2 * 1024 * 192 * 4);
+
+    // Deterministic: the ordered dQ, automatic; chunks (softcap, or asked for) keep the staged
+    // mma.sync kernel unless the Hopper kernel is forced.
+    Backward det = mla;
+    det.deterministic = true;
+    const BackwardPlan d = plan(det);
+    EXPECT_EQ(d.kernel, Kernel::backward_sm90);
+    EXPECT_EQ(d.tile_dim_v, 128);
+    EXPECT_TRUE(d.ordered_dq);
+    EXPECT_EQ(d.num_chunks, 16);
+    const BackwardPlan chunks = plan(det, h200(), overrides("deterministic_dq=chunks"));
+    EXPECT_EQ(chunks.kernel, Kernel::backward_sm80);
+    EXPECT_EQ(chunks.tile_dim_v, 192);
+    EXPECT_TRUE(chunks.staging.v && chunks.staging.dout);
+    const BackwardPlan forced = plan(det, h200(), overrides("deterministic_dq=chunks,backward_kernel=sm90"));
+    EXPECT_EQ(forced.kernel, Kernel::backward_sm90);
+    EXPECT_EQ(forced.tile_dim_v, 128);
+    EXPECT_FALSE(forced.ordered_dq);
+    EXPECT_GT(forced.dq_chunk_stride, 0);
+    Backward det_capped = det;
+    det_capped.fwd.softcap = 30.0f;
+    EXPECT_EQ(plan(det_capped).tile_dim_v, 192);
+    Backward capped = mla; // softcap outside deterministic mode: the extras kernel
+    capped.fwd.softcap = 30.0f;
+    EXPECT_EQ(plan(capped).tile_dim_v, 128);
+
+    // A v or dout the kernel cannot address in 16-byte chunks: staged at 128 columns, not 192.
+    BwdProblem odd = mla.problem();
+    odd.fwd.p.v.data = at(0x30000008);
+    odd.p.dout.data = at(0x90000008);
+    const BackwardPlan o = plan_backward(odd, h200(), {});
+    EXPECT_EQ(o.tile_dim_v, 128);
+    EXPECT_TRUE(o.staging.v && o.staging.dout && !o.staging.q && !o.staging.k);
+    EXPECT_FALSE(o.staging.pad_head_dim);
+    EXPECT_EQ(o.workspace.size(Piece::v), size_t(2) * 1024 * 16 * 128 * 2);
+    EXPECT_EQ(o.workspace.size(Piece::dout), size_t(2) * 1024 * 16 * 128 * 2);
+
+    // Dropout, the mma.sync kernel asked for, no sm_90a kernels, no d192 kernels: v and dout staged
+    // at 192 (the d256 kernels without d192 ones).
+    Backward dropout = mla;
+    dropout.fwd.dropout = 0.1f;
+    EXPECT_EQ(plan(dropout).tile_dim_v, 192);
+    EXPECT_EQ(plan(dropout).kernel, Kernel::backward_sm80);
+    EXPECT_EQ(plan(mla, h200(), overrides("backward_kernel=sm80")).tile_dim_v, 192);
+    DeviceInfo no_sm90a = h200();
+    no_sm90a.sm90_kernels = false;
+    EXPECT_EQ(plan(mla, no_sm90a).tile_dim_v, 192);
+    DeviceInfo no_192 = h200();
+    no_192.tile_dims = {128, 256};
+    const BackwardPlan wide = plan(mla, no_192);
+    EXPECT_EQ(wide.tile_dim, 256);
+    EXPECT_EQ(wide.tile_dim_v, 256);
+    EXPECT_EQ(wide.staging.padded_dim_v, 192); // v, dout staged at 192, the 256 kernel reads 192 columns
+    EXPECT_TRUE(wide.staging.v && wide.staging.dout && !wide.staging.q && !wide.staging.k);
+    // Every other pair of widths keeps the staging at the wider width.
+    for (const auto& [dq, dv] : std::initializer_list<std::pair<int, int>>{
+             {192, 64}, {176, 128}, {192, 120}, {256, 128}, {128, 192}, {192, 192}}) {
+        Backward other;
+        other.fwd.head_dim = dq, other.fwd.head_dim_v = dv;
+        const BackwardPlan x = plan(other);
+        EXPECT_EQ(x.tile_dim_v, x.tile_dim) << dq << "/" << dv;
+        EXPECT_EQ(x.staging.pad_head_dim, dq != dv) << dq << "/" << dv;
+    }
 }
 
 // dsink: atomics into dsink by default (no scratch); deterministic, one term per (head, sequence,

@@ -123,6 +123,15 @@ void launch_backward(const BackwardPlan& plan, const BwdArgs& args, fa_dtype dty
             constexpr int kDim = decltype(d)::value;
             constexpr fa_dtype kDtype = decltype(t)::value;
 #if FLASHATTN_CUDA_HAS_SM90
+            // V, dO and dV at their own width where the plan took a value-dim instance.
+            if constexpr (constexpr int kDimV = tiles::backward_sm90_value_dim(kDim); kDimV != 0) {
+                if (plan.kernel == Kernel::backward_sm90 && plan.tile_dim_v == kDimV)
+                    return run_backward_sm90<kDim, kDtype, kDimV>(args, plan.ctas, stream);
+            }
+#endif
+            if (plan.tile_dim_v != kDim)
+                fail(FA_ERROR_INTERNAL, "no backward of value head dim ", plan.tile_dim_v, " at ", kDim);
+#if FLASHATTN_CUDA_HAS_SM90
             if constexpr (tiles::backward_sm90_has(kDim)) {
                 if (plan.kernel == Kernel::backward_sm90) return run_backward_sm90<kDim, kDtype>(args, plan.ctas, stream);
             }
@@ -381,14 +390,18 @@ void backward(const BwdProblem& problem) {
     const bool has_batch = !pr.varlen;
     if (s.q) stage_input(args.fwd.q, s.dense_batch, has_batch, s.q_rows, p.num_heads, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::q), stream);
-    if (s.dout) stage_input(args.dout, s.dense_batch, has_batch, s.q_rows, p.num_heads, s.v_dim, s.padded_dim,
+    if (s.dout) stage_input(args.dout, s.dense_batch, has_batch, s.q_rows, p.num_heads, s.v_dim, s.padded_dim_v,
                             workspace.at(Piece::dout), stream);
     if (s.k) stage_input(args.fwd.k, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, s.qk_dim, s.padded_dim,
                          workspace.at(Piece::k), stream);
-    if (s.v) stage_input(args.fwd.v, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, s.v_dim, s.padded_dim,
+    if (s.v) stage_input(args.fwd.v, s.dense_batch, has_batch, s.k_rows, p.num_heads_k, s.v_dim, s.padded_dim_v,
                          workspace.at(Piece::v), stream);
     // Padding columns are zero: products unchanged, and the padded columns of dQ, dK, dV are 0.
-    if (s.pad_head_dim) args.fwd.head_dim = s.padded_dim;
+    // (The value-dim instance reads v and dout at head_dim_v, nothing padded.)
+    if (s.pad_head_dim) {
+        args.fwd.head_dim = s.padded_dim;
+        args.fwd.head_dim_v = s.padded_dim_v;
+    }
 
     bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
     launch_backward(plan, args, p.dtype, stream);

@@ -419,7 +419,28 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     require_runnable(device, p);
     Staging& s = plan.staging;
     set_widths(pr, s);
-    const bool pad_qk = s.qk_dim != s.padded_dim, pad_v = s.v_dim != s.padded_dim;
+    // Deterministic mode: on the Hopper kernel (without softcap/ALiBi), dQ added in a fixed
+    // key-block order under per-query-block counters (ordered_dq, below); elsewhere, or with the
+    // override deterministic_dq=chunks, per-chunk dQ buffers summed in chunk order.
+    const bool deterministic = problem.p.deterministic;
+    // Softcap or ALiBi (the extras kernel): no ordered instance of it, chunks.
+    const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);
+    const bool ordered_allowed = overrides.deterministic_dq == DeterministicDqChoice::ordered ||
+                                 overrides.deterministic_dq == DeterministicDqChoice::automatic;
+    // The Hopper backward's value-dim instance (q/k 192 with v 128: V, dO and dV at 128, nothing
+    // staged for the widths): wherever the Hopper backward would run at the padded width, i.e. a
+    // Hopper device with the sm_90a kernels, the tile head dim compiled, no dropout, not overridden
+    // to the mma.sync kernel, and in deterministic mode with the ordered dQ (its chunked form is the
+    // P/dS schedule's, which at d256 measured slower than the mma.sync kernel: automatic keeps the
+    // staged path there, as at d256). Every other pair stages v/dout at the wider width.
+    const int value_dim = tiles::backward_sm90_value_dim(s.qk_dim);
+    const bool value_width =
+        value_dim != 0 && s.v_dim == value_dim && device.hopper() && device.sm90_kernels &&
+        std::find(device.tile_dims.begin(), device.tile_dims.end(), s.qk_dim) != device.tile_dims.end() &&
+        !pr.has_dropout() && overrides.backward_kernel != KernelChoice::sm80 &&
+        !(overrides.backward_kernel == KernelChoice::automatic && deterministic && (extras || !ordered_allowed));
+    if (value_width) set_widths(pr, s, true);
+    const bool pad_qk = s.qk_dim != s.padded_dim, pad_v = s.v_dim != s.padded_dim_v;
     s.dense_batch = varlen ? 1 : p.batch;
     s.q_rows = varlen ? pr.total_q : p.seqlen_q; // per batch entry of the tensors
     s.k_rows = varlen ? p.total_k : p.seqlen_k;
@@ -430,6 +451,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     s.k = s.k_rows > 0 && (pad_qk || !chunk_aligned(p.k, !varlen));
     s.v = s.k_rows > 0 && (pad_v || !chunk_aligned(p.v, !varlen));
     plan.tile_dim = tile_head_dim(device, s.padded_dim);
+    plan.tile_dim_v = value_width ? value_dim : plan.tile_dim;
     plan.q_rows_total = varlen ? pr.total_q : int64_t(p.batch) * p.seqlen_q;
     plan.k_rows_total = varlen ? p.total_k : int64_t(p.batch) * p.seqlen_k;
     // (Staged widths: the main kernel would write padded_dim columns, the finishing sums write the real ones.)
@@ -439,18 +461,12 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     plan.block_n = tile.block_n;
     plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
 
-    // Deterministic mode: on the Hopper kernel (without softcap/ALiBi), dQ added in a fixed
-    // key-block order under per-query-block counters (ordered_dq, below); elsewhere, or with the
-    // override deterministic_dq=chunks, per-chunk dQ buffers summed in chunk order.
-    const bool deterministic = problem.p.deterministic;
-    // Softcap or ALiBi (the extras kernel): no ordered instance of it, chunks.
-    const bool extras = pr.p.softcap > 0.0f || pr.p.alibi_slopes != nullptr || !(pr.scale > 0.0f);
-    // Automatic: d256 always (its chunked dQ runs the mma.sync kernel at a third of the speed), d128
+    // Automatic: d256 and 192 / 128 always (its chunked dQ runs the mma.sync kernel at a third of the speed), d128
     // from kOrderedDqMinKeys keys (below, the chunks measured 1-7% faster: a short walk per CTA
     // leaves the ordered CTAs waiting for their turn longer than the chunks' final sum takes).
     const bool ordered_dq_pays = plan.tile_dim != 128 || p.seqlen_k >= kOrderedDqMinKeys;
     const bool ordered_wanted =
-        deterministic && !extras && tiles::backward_sm90_ordered_dq(plan.tile_dim) &&
+        deterministic && !extras && tiles::backward_sm90_ordered_dq(plan.tile_dim, plan.tile_dim_v) &&
         (overrides.deterministic_dq == DeterministicDqChoice::ordered ||
          (overrides.deterministic_dq == DeterministicDqChoice::automatic && ordered_dq_pays));
 
@@ -463,8 +479,8 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         plan.rejected.add(Kernel::backward_sm90, "needs compute capability 9.0");
     } else if (!device.sm90_kernels) {
         plan.rejected.add(Kernel::backward_sm90, "this build has no sm_90a kernels (FLASHATTN_CUDA_ARCHS)");
-    } else if (!tiles::backward_sm90_has(plan.tile_dim)) {
-        plan.rejected.add(Kernel::backward_sm90, "tile head dims 64, 128 and 256 only");
+    } else if (!tiles::backward_sm90_has(plan.tile_dim, plan.tile_dim_v)) {
+        plan.rejected.add(Kernel::backward_sm90, "tile head dims 64, 128 and 256, and 192 with v 128, only");
     } else if (pr.has_dropout()) {
         plan.rejected.add(Kernel::backward_sm90, "dropout: its registers hold query pairs, Philox words come in key pairs");
     } else if (overrides.backward_kernel == KernelChoice::sm80) {
@@ -478,6 +494,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         sm90 = true;
     }
     plan.ordered_dq = sm90 && ordered_wanted;
+    if (value_width && !sm90) fail(FA_ERROR_INTERNAL, "the backward's value-dim instance was planned off the sm90 kernel");
 
     const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);
     size_t chunks = 1;
@@ -514,7 +531,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         constexpr double kSectionBytes = 40.0 * 1024 * 1024;
         const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
         const double rows = varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q);
-        const double pair_bytes = std::max(1.0, rows * double(plan.tile_dim) * (2 + 2 + 4));
+        const double pair_bytes = std::max(1.0, rows * double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
         const double fit = std::floor(kSectionBytes / pair_bytes);
         plan.dq_section_pairs = int(std::clamp<double>(fit, 1.0, double(pairs)));
         plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, tiles::kBackwardSm90BlockM));
@@ -534,7 +551,10 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
-        plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys && !(plan.tile_dim == 256 && p.causal);
+        // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
+        // the same schedule, unmeasured).
+        plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys &&
+                        !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal);
         break;
     }
     if (plan.kv_major) {
@@ -545,13 +565,15 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));
     w.add(Piece::dq_accum, chunks * dq_buffer);
+    // Rows of tile_dim floats for dK and dV alike (BwdArgs::accum_cols; dV's rows in the value-dim
+    // instance use their first tile_dim_v).
     const size_t dkv_bytes = plan.dkv_scratch ? size_t(p.num_heads) * plan.k_rows_total * plan.tile_dim * 4 : 0;
     w.add(Piece::dk_accum, dkv_bytes);
     w.add(Piece::dv_accum, dkv_bytes);
     w.add(Piece::q, s.q ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
-    w.add(Piece::dout, s.dout ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);
+    w.add(Piece::dout, s.dout ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim_v) : 0);
     w.add(Piece::k, s.k ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
-    w.add(Piece::v, s.v ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim) : 0);
+    w.add(Piece::v, s.v ? staged_bytes(s.dense_batch, s.k_rows, p.num_heads_k, s.padded_dim_v) : 0);
     // dsink's terms, one per CTA of the dsum pass, summed in a fixed order in deterministic mode
     // (else the CTAs add theirs to dsink atomically).
     plan.dsink_terms = problem.p.dsink && deterministic ? int64_t(p.num_heads) * p.batch * tiles::dsum_row_blocks(p.seqlen_q) : 0;

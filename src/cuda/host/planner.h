@@ -85,6 +85,8 @@ struct WorkspaceLayout {
 // of O, dQ, dK and dV, which are not copied back). The Hopper forward's value-dim instances
 // (tiles::forward_sm90_value_dim: 192 / 128) read q and k at padded_dim = head_dim and v and out at
 // padded_dim_v = head_dim_v: nothing is padded, only layouts the kernel cannot address are staged.
+// The same holds for the Hopper backward's value-dim instance (tiles::backward_sm90_value_dim): q, k
+// and dout, v at their own widths.
 struct Staging {
     bool q = false, k = false, v = false, out = false, dout = false;
     bool pad_head_dim = false; // some width differs from the kernels': those tensors are staged, zero-padded
@@ -129,6 +131,7 @@ struct BackwardPlan {
     bool empty = false; // no tensor has a row
     Kernel kernel = Kernel::backward_sm80;
     int tile_dim = 0;
+    int tile_dim_v = 0; // its value head dim: tile_dim, or the Hopper value-dim instance's (tiles::backward_sm90_value_dim)
     int block_n = 0;
     int num_chunks = 0;          // CTAs per (sequence, head) along the keys: CTA c visits key blocks c,
                                  // c + num_chunks, ... (one per key block unless deterministic)
