@@ -16,6 +16,8 @@
 
 #include "kernels/backward_sm90/bwd_params_sm90.cuh"
 #include "kernels/bwd_args.h"
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include "device/bwd_policies.cuh"
 #include "device/fast_exp2.cuh"
 #include "device/producer_copies.cuh"
@@ -594,3 +596,4 @@ __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90
 }
 
 } // namespace flashattn::cuda::kernels
+#endif // FLASHATTN_KERNEL_CODE

@@ -17,10 +17,13 @@
 // Per consumer thread at d128: dK, dV 64 + 64 fp32 registers, S^T, dP^T 32 + 32, dQ 32.
 #pragma once
 
+#include "kernels/kernel_code.h"
 #include "kernels/tiles.h"
 
+#if FLASHATTN_KERNEL_CODE
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
+#endif
 #include <cutlass/numeric_types.h>
 
 #include <type_traits>
@@ -48,52 +51,16 @@ struct Sm90BwdTraits {
     // The planner plans deterministic chunks with the mma.sync kernel's key blocks.
     static_assert(kBlockN == tiles::backward(kHeadDim).block_n);
 
-    using AlongM = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>; // warpgroups stacked along keys
-    using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side (dQ columns)
-    // S^T = K Q^T and dP^T = V dO^T.
-    using TiledMmaSdP = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), AlongM{}));
-    // dV += P^T dO and dK += dS^T Q.
-    using TiledMmaKV = decltype(make_tiled_mma(
-        GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
-                             GMMA::Major::MN>(),
-        AlongM{}));
-    // dQ = dS K: (queries x head dim / 2) per warpgroup, reduced over all kBlockN keys.
+    // dQ's columns per consumer warpgroup (its product: TiledMmaDq below).
     static constexpr int kDqColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;
-    using TiledMmaDq = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqColsPerWarpGroup>, Int<kBlockN>>,
-                             GMMA::Major::MN, GMMA::Major::MN>(),
-        AlongN{}));
 
-    // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows. An MN-major operand that a
-    // warpgroup reads only part of must be cut at whole swizzle atoms: K^T is cut into the two
-    // consumers' dQ column halves, so at d64 (32 columns each) K and V use 64-byte rows.
-    using SmemAtomQ = GMMA::Layout_K_SW128_Atom<Element>;
-    using SmemAtomKV = std::conditional_t<kDqColsPerWarpGroup % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-                                          GMMA::Layout_K_SW64_Atom<Element>>;
-    static_assert(kDqColsPerWarpGroup % decltype(size<1>(SmemAtomKV{}))::value == 0,
-                  "each consumer's dQ columns of K^T span whole swizzle atoms");
-    static_assert(kHeadDim % decltype(size<1>(SmemAtomQ{}))::value == 0);
-    using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
-    using SmemLayoutKV = decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
-    // Q and dO by TMA (bwd_params_sm90.cuh): one box per atom column, kBlockM rows of 128 bytes.
-    static constexpr int kQBoxCols = decltype(size<1>(SmemAtomQ{}))::value;
-    // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
-    using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
-                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
-    using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
-                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-    // dS (queries x keys), queries contiguous: the consumers hold dS^T with neighbouring queries in
-    // register pairs, so the MN-major layout takes them as 4-byte stores; dQ reads it as an MN-major A.
-    using SmemLayoutdS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    // The (keys, queries) view the consumers write dS^T through.
-    using SmemLayoutdSt = decltype(composition(SmemLayoutdS{},
-                                               make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
-
-    static constexpr int kSmemQElems = cosize(SmemLayoutQ{});
-    static constexpr int kSmemKVElems = cosize(SmemLayoutKV{});
-    static constexpr int kSmemdSElems = cosize(SmemLayoutdS{});
+    // Shared memory, in elements of wgmma's canonical swizzled layouts (below: tiles of whole 8-row
+    // atoms, so that a tile's cosize is its size, checked there). Q and dO arrive by TMA
+    // (bwd_params_sm90.cuh): one box per atom column, kBlockM rows of 128 bytes.
+    static constexpr int kSmemQElems = kBlockM * kHeadDim;
+    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
+    static constexpr int kSmemdSElems = kBlockM * kBlockN;
+    static constexpr int kQBoxCols = 128 / int(sizeof(Element));
     static constexpr int kSmemScoreElems = kDsBuffers * kSmemdSElems; // bwd_sm90_common.cuh's carve-up
     // Q[stages], dO[stages], K, V, dS[buffers] (1024-byte aligned each: whole swizzle periods),
     // then lse[stages][kBlockM], dsum[stages][kBlockM] in fp32, then the mbarriers.
@@ -129,6 +96,52 @@ struct Sm90BwdTraits {
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
+
+#if FLASHATTN_KERNEL_CODE
+    using AlongM = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>; // warpgroups stacked along keys
+    using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side (dQ columns)
+    // S^T = K Q^T and dP^T = V dO^T.
+    using TiledMmaSdP = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), AlongM{}));
+    // dV += P^T dO and dK += dS^T Q.
+    using TiledMmaKV = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
+                             GMMA::Major::MN>(),
+        AlongM{}));
+    // dQ = dS K: (queries x kDqColsPerWarpGroup) per warpgroup, reduced over all kBlockN keys.
+    using TiledMmaDq = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqColsPerWarpGroup>, Int<kBlockN>>,
+                             GMMA::Major::MN, GMMA::Major::MN>(),
+        AlongN{}));
+
+    // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows. An MN-major operand that a
+    // warpgroup reads only part of must be cut at whole swizzle atoms: K^T is cut into the two
+    // consumers' dQ column halves, so at d64 (32 columns each) K and V use 64-byte rows.
+    using SmemAtomQ = GMMA::Layout_K_SW128_Atom<Element>;
+    using SmemAtomKV = std::conditional_t<kDqColsPerWarpGroup % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                          GMMA::Layout_K_SW64_Atom<Element>>;
+    static_assert(kDqColsPerWarpGroup % decltype(size<1>(SmemAtomKV{}))::value == 0,
+                  "each consumer's dQ columns of K^T span whole swizzle atoms");
+    static_assert(kHeadDim % decltype(size<1>(SmemAtomQ{}))::value == 0);
+    using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
+    using SmemLayoutKV = decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
+    // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
+    using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
+                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
+    using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
+                                              make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+    // dS (queries x keys), queries contiguous: the consumers hold dS^T with neighbouring queries in
+    // register pairs, so the MN-major layout takes them as 4-byte stores; dQ reads it as an MN-major A.
+    using SmemLayoutdS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    // The (keys, queries) view the consumers write dS^T through.
+    using SmemLayoutdSt = decltype(composition(SmemLayoutdS{},
+                                               make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
+    static_assert(cosize(SmemLayoutQ{}) == kSmemQElems && cosize(SmemLayoutKV{}) == kSmemKVElems &&
+                      cosize(SmemLayoutdS{}) == kSmemdSElems,
+                  "the tiles are whole atoms");
+    static_assert(decltype(size<1>(SmemAtomQ{}))::value == kQBoxCols, "Q's atom rows are 128 bytes");
+#endif
 };
 
 // The d256 schedule (bwd_kernel_sm90_pds.cuh; FlashAttention-3's for its largest head dim, reasoned
@@ -173,9 +186,44 @@ struct Sm90BwdPdSTraits {
     static_assert(kBlockN == tiles::backward(kHeadDim).block_n);
     static_assert(kHeadDim % (64 * kConsumerWarpGroups) == 0);
 
-    using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side
     static constexpr int kKeysPerWarpGroup = kBlockN / kConsumerWarpGroups;     // of S, dP
     static constexpr int kColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;    // of dK, dV, dQ
+
+    // Shared memory, in elements of wgmma's canonical swizzled layouts (below: tiles of whole 8-row
+    // atoms of 128-byte rows, so that a tile's cosize is its size, checked there). Q and dO arrive by
+    // TMA (bwd_params_sm90.cuh): one box per atom column.
+    static constexpr int kSmemQElems = kBlockM * kHeadDim;
+    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
+    static constexpr int kSmemPdSElems = kBlockM * kBlockN;
+    static constexpr int kQBoxCols = 128 / int(sizeof(Element));
+    // P[buffers] then dS[buffers] (bwd_sm90_common.cuh's carve-up puts them after V).
+    static constexpr int kSmemScoreElems = 2 * kPdSBuffers * kSmemPdSElems;
+    static constexpr int kSmemTileBytes =
+        (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kSmemScoreElems) * int(sizeof(Element));
+    static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
+    static constexpr bool kDqHandoff = false;
+    static constexpr int kSmemDqBytes = 0;
+    static constexpr int kBarriers = 2 * kQStages + 4;
+    // d256, 16-bit: Q 2 x 32 KB + dO 2 x 32 KB + K 32 KB + V 32 KB + P 2 x 8 KB + dS 2 x 8 KB
+    // = 224 KB, + lse/dsum 1 KB + 64 B of mbarriers = 230,464 B of the 232,448 an sm_90 CTA may use.
+    // A dQ hand-off buffer (64 x 256 fp32 = 64 KB) would only fit with one Q and one dO stage
+    // (210 KB): the alternative this schedule did not take (see kQStages).
+    static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
+    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
+    static_assert(kHeadDim != 256 || kSmemBytes == 230464, "the budget written above");
+
+    // Registers per thread after setmaxnreg (see Sm90BwdTraits): 24 for the producer, 240 for the
+    // consumers, 24 x 128 + 240 x 256 = 168 x 384.
+    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+    static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
+                  "setmaxnreg cannot hand out more registers than the CTA launched with");
+
+    static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
+
+#if FLASHATTN_KERNEL_CODE
+    using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side
     // S = Q K^T and dP = dO V^T: (queries x keys), each consumer kKeysPerWarpGroup keys.
     using TiledMmaSdP = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysPerWarpGroup>, Int<kHeadDim>>>(), AlongN{}));
@@ -204,7 +252,6 @@ struct Sm90BwdPdSTraits {
     static_assert(kBlockN == kAtomCols, "P / dS rows: one 128-byte swizzle row of keys");
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
     using SmemLayoutKV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
-    static constexpr int kQBoxCols = kAtomCols; // Q and dO by TMA: one box per atom column
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
@@ -217,35 +264,11 @@ struct Sm90BwdPdSTraits {
     using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
     using SmemLayoutPdSt = decltype(composition(SmemLayoutPdS{},
                                                 make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
-
-    static constexpr int kSmemQElems = cosize(SmemLayoutQ{});
-    static constexpr int kSmemKVElems = cosize(SmemLayoutKV{});
-    static constexpr int kSmemPdSElems = cosize(SmemLayoutPdS{});
-    // P[buffers] then dS[buffers] (bwd_sm90_common.cuh's carve-up puts them after V).
-    static constexpr int kSmemScoreElems = 2 * kPdSBuffers * kSmemPdSElems;
-    static constexpr int kSmemTileBytes =
-        (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kSmemScoreElems) * int(sizeof(Element));
-    static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
-    static constexpr bool kDqHandoff = false;
-    static constexpr int kSmemDqBytes = 0;
-    static constexpr int kBarriers = 2 * kQStages + 4;
-    // d256, 16-bit: Q 2 x 32 KB + dO 2 x 32 KB + K 32 KB + V 32 KB + P 2 x 8 KB + dS 2 x 8 KB
-    // = 224 KB, + lse/dsum 1 KB + 64 B of mbarriers = 230,464 B of the 232,448 an sm_90 CTA may use.
-    // A dQ hand-off buffer (64 x 256 fp32 = 64 KB) would only fit with one Q and one dO stage
-    // (210 KB): the alternative this schedule did not take (see kQStages).
-    static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
-    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
-    static_assert(kHeadDim != 256 || kSmemBytes == 230464, "the budget written above");
-
-    // Registers per thread after setmaxnreg (see Sm90BwdTraits): 24 for the producer, 240 for the
-    // consumers, 24 x 128 + 240 x 256 = 168 x 384.
-    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-    static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = 240;
-    static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
-                  "setmaxnreg cannot hand out more registers than the CTA launched with");
-
-    static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
+    static_assert(cosize(SmemLayoutQ{}) == kSmemQElems && cosize(SmemLayoutKV{}) == kSmemKVElems &&
+                      cosize(SmemLayoutPdS{}) == kSmemPdSElems,
+                  "the tiles are whole atoms");
+    static_assert(kAtomCols == kQBoxCols, "the atom's rows are 128 bytes");
+#endif
 };
 
 // The Hopper backward of a tile head dim (tiles.h's backward_sm90_pds_schedule picks).
