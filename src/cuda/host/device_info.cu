@@ -25,11 +25,10 @@ DeviceInfo read_device_info(int device) {
     info.tile_dims = {FLASHATTN_CUDA_HEADDIM_LIST};
     if (info.cc_major >= 8) { // (older devices are refused by the planner; their kernels would not load)
         for (const int tile_dim : info.tile_dims) {
-            const InferenceOccupancy occupancy = with_tile_dim(tile_dim, "inference", [](auto d) {
-                return inference_occupancy<decltype(d)::value, FA_BFLOAT16>();
+            with_tile_dim(tile_dim, "inference", [&](auto d) {
+                info.decode_ctas_per_sm.push_back(decode_ctas_per_sm<decltype(d)::value, FA_BFLOAT16>());
+                info.inference_ctas_per_sm.push_back(inference_ctas_per_sm<decltype(d)::value, FA_BFLOAT16>());
             });
-            info.decode_ctas_per_sm.push_back(occupancy.decode);
-            info.inference_ctas_per_sm.push_back(occupancy.inference);
         }
     }
     return info;

@@ -24,18 +24,18 @@ void run_forward_sm80(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 template <int kTileDim, fa_dtype kDtype, int kTileDimV = kTileDim>
 void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 
-// The inference variant of the forward kernel (Kernel::inference) and the decode kernel.
+// The inference variant of the forward kernel (Kernel::inference; in the forward's unit) and the
+// decode kernel (Kernel::decode; a unit of its own).
 template <int kTileDim, fa_dtype kDtype>
 void run_inference(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 template <int kTileDim, fa_dtype kDtype>
 void run_decode(const FwdArgs& args, int64_t ctas, DecodeLoads loads, cudaStream_t stream);
 
-// CTAs of the decode and the inference kernels one SM of the current device holds (DeviceInfo).
-struct InferenceOccupancy {
-    int decode, inference;
-};
+// CTAs of the inference and the decode kernels one SM of the current device holds (DeviceInfo).
 template <int kTileDim, fa_dtype kDtype>
-InferenceOccupancy inference_occupancy();
+int inference_ctas_per_sm();
+template <int kTileDim, fa_dtype kDtype>
+int decode_ctas_per_sm();
 
 // The backward's main kernels: dsum must be ready and the dQ scratch zeroed (kernels/aux/bwd_aux_kernels.h).
 template <int kTileDim, fa_dtype kDtype>

@@ -26,25 +26,33 @@
 #pragma once
 
 #include "kernels/bwd_args.h"
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include "device/bwd_policies.cuh"
+#endif
 #include "kernels/backward/bwd_traits.cuh"
+#if FLASHATTN_KERNEL_CODE
 #include "device/fast_exp2.cuh"
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
+#endif
 
 namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
+#if FLASHATTN_KERNEL_CODE
 // The same tensor over the buffer `offset` elements further on (the second Q / dO buffer). Offsets
 // are whole tiles, multiples of the swizzle period, so the swizzle pattern is unchanged.
 template <typename T>
 __device__ __forceinline__ auto at_offset(T const& t, int offset) {
     return make_tensor(t.data() + offset, t.layout());
 }
+#endif
 
 template <typename Traits, bool kExtras>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_constant__ BwdArgs args) {
+#if FLASHATTN_KERNEL_CODE
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -337,6 +345,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             }
         }
     }
+#endif
 }
 
 } // namespace flashattn::cuda::kernels

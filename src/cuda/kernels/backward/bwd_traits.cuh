@@ -11,11 +11,14 @@
 // read with transposing ldmatrix: nothing is ever transposed in memory.
 #pragma once
 
+#include "kernels/kernel_code.h"
 #include "kernels/tiles.h"
 
+#if FLASHATTN_KERNEL_CODE
 #include "device/gmem_copies.cuh"
 
 #include <cute/tensor.hpp>
+#endif
 #include <cutlass/numeric_types.h>
 
 #include <type_traits>
@@ -49,6 +52,22 @@ struct BwdTraits {
     static_assert(kHeadDim % kDqSlabs == 0 && kBlockM % (16 * kAtomMQ) == 0 && kDqCols % (16 * (kWarps / kAtomMQ)) == 0,
                   "dQ tiling");
 
+    // Shared memory (its CuTe layouts below): Q and dO twice each, K, V, P, dS; rows of 16-byte
+    // chunks, swizzled in atoms of kSwizzleCols columns. A dQ slab of K^T spans whole atoms, so slab
+    // s starts kKtSlabElems * s elements on (tile_to_shape stacks the atoms column block by column
+    // block) at a multiple of the swizzle period.
+    static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
+    static constexpr int kSwizzleBits = kSwizzleCols == 64 ? 3 : 2;
+    static constexpr int kSmemQElems = kBlockM * kHeadDim;   // one buffer of Q or dO (two each)
+    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
+    static constexpr int kSmemPElems = kBlockM * kBlockN;
+    static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPElems) * int(sizeof(Element));
+    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
+
+    static_assert(kDqCols % kSwizzleCols == 0, "a dQ slab spans whole swizzle atoms");
+    static constexpr int kKtSlabElems = kBlockN * kDqCols;
+
+#if FLASHATTN_KERNEL_CODE
     using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, SM80_16x8x16_F32F16F16F32_TN,
                                      SM80_16x8x16_F32BF16BF16F32_TN>;
     // kWarpsM x (kWarps / kWarpsM) warps; each warp covers 16 x 16 per step, so one ldmatrix.x4
@@ -61,8 +80,6 @@ struct BwdTraits {
     using TiledMmaQ = WarpGrid<kAtomMQ>;
 
     // Shared memory. Row-major tiles of 16-byte chunks, XOR-swizzled by row (as the forward).
-    static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    static constexpr int kSwizzleBits = kSwizzleCols == 64 ? 3 : 2;
     using SmemAtom = decltype(composition(Swizzle<kSwizzleBits, 3, 3>{},
                                           Layout<Shape<_8, Int<kSwizzleCols>>, Stride<Int<kSwizzleCols>, _1>>{}));
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));   // Q, dO
@@ -72,24 +89,15 @@ struct BwdTraits {
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
     using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-    // The first dQ slab of K^T (head-dim columns [0, kDqCols)); slab s is the same layout at
-    // kt_slab_offset(s) elements further on: slabs are whole swizzle atoms wide (checked here), so
-    // their offsets are multiples of the swizzle period.
-    static_assert(kDqCols % kSwizzleCols == 0, "a dQ slab spans whole swizzle atoms");
+    // The first dQ slab of K^T (head-dim columns [0, kDqCols)); slab s is the same layout
+    // kKtSlabElems * s elements further on.
     using SmemLayoutKtSlab = decltype(composition(SmemLayoutKV{},
                                                   make_layout(Shape<Int<kDqCols>, Int<kBlockN>>{}, GenRowMajor{})));
-    static constexpr int kKtSlabElems = kBlockN * kDqCols; // tile_to_shape stacks the atoms column block by column block
     // P and dS: (query rows, keys), 16-bit; and their (keys, query rows) views, the A operands of dV, dK.
     using SmemAtomPdS = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
     using SmemLayoutPdS = decltype(tile_to_shape(SmemAtomPdS{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
     using SmemLayoutPdSt = decltype(composition(SmemLayoutPdS{},
                                                 make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
-
-    static constexpr int kSmemQElems = kBlockM * kHeadDim;   // one buffer of Q or dO (two each)
-    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
-    static constexpr int kSmemPElems = kBlockM * kBlockN;
-    static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPElems) * int(sizeof(Element));
-    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
     // Shared -> registers: ldmatrix, transposing for the views above.
     using SmemCopy = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
@@ -102,6 +110,7 @@ struct BwdTraits {
     static_assert(kBlockM % GmemCopies::kRowsPerPass == 0 && kBlockN % GmemCopies::kRowsPerPass == 0);
     using GmemLoad = typename GmemCopies::Load;
     using GmemStore = typename GmemCopies::Store;
+#endif
 };
 
 // The tile of each head dim (tiles.h: the planner reads the same numbers).

@@ -52,10 +52,12 @@
 #include "kernels/bwd_args.h"
 #include "kernels/backward_sm90/bwd_sm90_common.cuh"
 #include "kernels/backward_sm90/bwd_traits_sm90.cuh"
+#if FLASHATTN_KERNEL_CODE
 #include "device/wgmma_ops.cuh"
 
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+#endif
 
 namespace flashattn::cuda::kernels {
 

@@ -18,6 +18,8 @@
 
 #include "kernels/backward_sm90/bwd_params_sm90.cuh"
 #include "kernels/bwd_args.h"
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include "device/bwd_policies.cuh"
 #include "device/fast_exp2.cuh"
 #include "device/producer_copies.cuh"
@@ -698,3 +700,4 @@ __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90
 }
 
 } // namespace flashattn::cuda::kernels
+#endif // FLASHATTN_KERNEL_CODE

@@ -31,9 +31,13 @@
 // so the table read is not on the path from a stage's release to its refill.
 #pragma once
 
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include "device/dependent_launch.h"
+#endif
 #include "kernels/fwd_args.h"
 #include "kernels/forward/fwd_traits.cuh"
+#if FLASHATTN_KERNEL_CODE
 #include "kernels/forward/fwd_products.cuh"
 #include "device/online_softmax.cuh"
 #include "device/score_policies.cuh"
@@ -43,6 +47,7 @@
 #include "core/lse_merge.h"
 
 #include <cutlass/fast_math.h>
+#endif
 
 #include <type_traits>
 
@@ -80,6 +85,7 @@ enum class BlockLoads {
 
 template <typename Traits, BlockLoads kLoads>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const __grid_constant__ FwdArgs args) {
+#if FLASHATTN_KERNEL_CODE
     using Warp = typename Traits::Warp; // one warp's tile, MMA, copies and ring stage
     using Element = typename Warp::Element;
     constexpr int kWarps = Traits::kWarps;
@@ -440,6 +446,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
             }
         }
     }
+#endif
 }
 
 } // namespace flashattn::cuda::kernels

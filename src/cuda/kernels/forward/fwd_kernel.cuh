@@ -27,11 +27,14 @@
 
 #include "kernels/fwd_args.h"
 #include "kernels/forward/fwd_traits.cuh"
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include "kernels/forward/fwd_products.cuh"
 #include "device/online_softmax.cuh"
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
 #include "device/tile_order.cuh"
+#endif
 
 namespace flashattn::cuda::kernels {
 
@@ -39,6 +42,7 @@ using namespace cute;
 
 template <typename Traits, bool kExtras, bool kInference = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
+#if FLASHATTN_KERNEL_CODE
     static_assert(kExtras || !kInference, "the inference variant switches the extras at run time");
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -307,6 +311,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
     __syncthreads();
     store_tile<typename Traits::GmemStore>(tid, sO, gO, column_ok, seq.q_len - m0);
+#endif
 }
 
 } // namespace flashattn::cuda::kernels

@@ -4,11 +4,14 @@
 // body only says what happens, never how many threads touch which bytes.
 #pragma once
 
+#include "kernels/kernel_code.h"
 #include "kernels/tiles.h"
+#if FLASHATTN_KERNEL_CODE
 #include "device/gmem_copies.cuh"
 #include "device/producer_copies.cuh"
 
 #include <cute/tensor.hpp>
+#endif
 #include <cutlass/numeric_types.h>
 
 #include <type_traits>
@@ -39,16 +42,23 @@ struct FwdTraits {
     static_assert(kBlockN % 16 == 0, "P feeds P.V as 16-wide k slices");
     static_assert(kHeadDim % 32 == 0, "head dims are multiples of the 32-column smem swizzle atom");
 
+    // Shared memory: rows of 64 (or 32) elements, 16-byte chunks XOR-swizzled by row so that both
+    // the row-wise cp.async writes and the column-wise ldmatrix reads hit 8 different bank groups.
+    static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
+    static constexpr int kSwizzleBits = kSwizzleCols == 64 ? 3 : 2;
+    static constexpr int kSmemQElems = kBlockM * kHeadDim;
+    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
+    static constexpr int kSmemBytes = (kSmemQElems + 2 * kKvStages * kSmemKVElems) * int(sizeof(Element));
+    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
+
+#if FLASHATTN_KERNEL_CODE
     // Tensor cores: one m16n8k16 mma.sync per atom (fp32 accumulate); warps along M only. The
     // N extent 16 lets one ldmatrix.x4 feed two n8 atoms.
     using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, SM80_16x8x16_F32F16F16F32_TN,
                                      SM80_16x8x16_F32BF16BF16F32_TN>;
     using TiledMma = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<16 * kWarps>, _16, _16>>;
 
-    // Shared memory: rows of 64 (or 32) elements, 16-byte chunks XOR-swizzled by row so that both
-    // the row-wise cp.async writes and the column-wise ldmatrix reads hit 8 different bank groups.
-    static constexpr int kSwizzleCols = kHeadDim % 64 == 0 ? 64 : 32;
-    static constexpr int kSwizzleBits = kSwizzleCols == 64 ? 3 : 2;
+    // The shared-memory layouts (swizzled as said above).
     using SmemAtom = decltype(composition(Swizzle<kSwizzleBits, 3, 3>{},
                                           Layout<Shape<_8, Int<kSwizzleCols>>, Stride<Int<kSwizzleCols>, _1>>{}));
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
@@ -57,11 +67,6 @@ struct FwdTraits {
     using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
     using SmemLayoutO = SmemLayoutQ; // O is staged in Q's buffer
-
-    static constexpr int kSmemQElems = kBlockM * kHeadDim;
-    static constexpr int kSmemKVElems = kBlockN * kHeadDim;
-    static constexpr int kSmemBytes = (kSmemQElems + 2 * kKvStages * kSmemKVElems) * int(sizeof(Element));
-    static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
     // Shared -> registers: ldmatrix (transposing for V).
     using SmemCopyQK = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
@@ -74,6 +79,7 @@ struct FwdTraits {
     static_assert(kBlockM % GmemCopies::kRowsPerPass == 0 && kBlockN % GmemCopies::kRowsPerPass == 0);
     using GmemLoad = typename GmemCopies::Load;
     using GmemStore = typename GmemCopies::Store;
+#endif
 };
 
 // The inference variant (paged K/V, KV cache, split-KV, packed GQA heads; tiles.h): 64 query
@@ -103,8 +109,10 @@ struct SplitKeysDecodeTraits {
     static constexpr int kBlockM = Warp::kBlockM;
     static constexpr int kBlockN = Warp::kBlockN;
     static constexpr int kKvStages = Warp::kKvStages;
+#if FLASHATTN_KERNEL_CODE
     // A warp's K/V block copy: base addresses plus constants, unpredicated for whole blocks.
     using KvCopy = SwizzledTileCopy<Element, typename Warp::SmemLayoutKV, 32, Warp::kSwizzleCols>;
+#endif
 
     // Shared memory: Q (one copy, all warps read it), then each warp's ring: kKvStages K blocks, then
     // kKvStages V blocks. Every piece is a multiple of the 8-row swizzle period.

@@ -38,6 +38,8 @@
 #include "kernels/fwd_args.h"
 #include "kernels/forward_sm90/fwd_traits_sm90.cuh"
 #include "kernels/forward_sm90/kv_tensor_maps.cuh"
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include "device/online_softmax.cuh"
 #include "device/producer_copies.cuh"
 #include "device/score_policies.cuh"
@@ -48,6 +50,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+#endif
 
 namespace flashattn::cuda::kernels {
 

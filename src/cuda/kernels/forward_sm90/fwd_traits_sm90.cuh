@@ -13,11 +13,16 @@
 // the same code.
 #pragma once
 
+#include "kernels/kernel_code.h"
+#if FLASHATTN_KERNEL_CODE
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include "device/gmem_copies.cuh"
+#endif
 #include "kernels/tiles.h"
 
+#if FLASHATTN_KERNEL_CODE
 #include <cute/tensor.hpp>
+#endif
 #include <cutlass/numeric_types.h>
 
 #include <type_traits>
@@ -46,6 +51,7 @@ struct Sm90FwdTraits {
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
     static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 && kBlockN % 16 == 0);
 
+#if FLASHATTN_KERNEL_CODE
     // S = Q K^T: both operands in shared memory, K-major (the head dim is contiguous in both).
     using WarpGroups = Layout<Shape<Int<kWarpGroups>, _1, _1>>; // stacked along the query rows
     using TiledMmaS = decltype(make_tiled_mma(
@@ -69,6 +75,7 @@ struct Sm90FwdTraits {
     using SmemLayoutVt = decltype(composition(SmemLayoutV{},
                                               make_layout(Shape<Int<kHeadDimV>, Int<kBlockN>>{}, GenRowMajor{})));
     using SmemLayoutO = decltype(tile_to_shape(SmemAtomOf<kHeadDimV>{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+#endif
 
     // O is staged for its store in a buffer of its own where one fits (d <= 192 with equal widths):
     // Q's buffer is then free as soon as a tile's last S = Q K^T is done, and the next tile's Q loads
@@ -89,8 +96,10 @@ struct Sm90FwdTraits {
     // of 128 bytes; TMA's swizzle is computed from the shared address).
     static_assert(kQBytes % 1024 == 0 && kKStageBytes % 1024 == 0 && kVStageBytes % 1024 == 0);
 
+#if FLASHATTN_KERNEL_CODE
     // Registers -> shared for O: each thread holds pairs of neighbouring columns.
     using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
+#endif
 
     // Global <-> shared, 16-byte chunks in swizzle-row-wide column blocks: loads by the producer's
     // threads (SwizzledTileCopy, producer_copies.cuh) and its TMA boxes, the O store by the consumers'
@@ -102,7 +111,9 @@ struct Sm90FwdTraits {
     // tile; with O in Q's buffer all must be done with Q first, and they store the tile together.
     static constexpr int kEpilogueRows = kOwnOBuffer ? 64 : kBlockM;
     static constexpr int kEpilogueThreads = kOwnOBuffer ? 128 : kThreads;
+#if FLASHATTN_KERNEL_CODE
     using GmemStore = typename GmemTileCopies<Element, kSwizzleColsV, kEpilogueThreads>::Store;
+#endif
     // Registers per thread after setmaxnreg. A CTA gets kLaunchRegs per thread at launch
     // (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8 = 168), and setmaxnreg.inc waits
     // until the registers it asks for have been released by the CTA's other warps: the split must
