@@ -15,6 +15,10 @@
 //                                               B = K^T view MN-major; each consumer warpgroup
 //                                               computes half of dQ's columns
 // Per consumer thread at d128: dK, dV 64 + 64 fp32 registers, S^T, dP^T 32 + 32, dQ 32.
+//
+// Unlike the other traits (kernels/kernel_code.h), these derive their shared-memory sizes from the
+// layouts' cosize, so an instance unit's host pass still parses their CuTe types (a few seconds per
+// Hopper backward unit): moving the sizes to integers, as the other traits have them, is open.
 #pragma once
 
 #include "kernels/tiles.h"
