@@ -215,15 +215,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         warpgroup_fence_operand(acc_dk);
         warpgroup_fence_operand(acc_dq);
         cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
-        // dQ -> shared memory, once the producer has read the previous block's.
-        if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
-        CUTE_UNROLL
-        for (int t = 0; t < size(acc_dq); t += 2) {
-            const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-            *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
-        }
-        cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
-        cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+        sm90_bwd_hand_off_dq<Traits>(sm, acc_dq, tdQc, q_uses);
         ++q_uses;
     };
 

@@ -202,15 +202,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         warpgroup_wait<2>(); // dQ (dV, dK may still run)
         warpgroup_fence_operand(acc_dq);
         if constexpr (Traits::kDqHandoff) {
-            // dQ -> shared memory once the producer has read the previous block's (bwd_kernel_sm90.cuh).
-            if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dq); t += 2) {
-                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
-            }
-            cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
-            cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+            sm90_bwd_hand_off_dq<Traits>(sm, acc_dq, tdQc, q_uses);
         } else {
             // Ordered dQ: the adds wait for the block's turn (granted by the producer) and are
             // reported issued (dq_full), for the producer to publish (bwd_sm90_common.cuh).

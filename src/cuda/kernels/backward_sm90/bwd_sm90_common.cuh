@@ -536,6 +536,23 @@ __device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], Coor
     }
 }
 
+// dQ of a block handed to the producer (the schedules with Traits::kDqHandoff): once the producer
+// has read the previous block's (dq_empty), the fp32 accumulator to shared memory (register pairs
+// 2t, 2t + 1 are neighbouring columns; tdQc: their (query, column)), made visible to the async proxy
+// that the producer's bulk reductions read through, then dq_full.
+template <typename Traits, typename Smem, typename Acc, typename Coords>
+__device__ __forceinline__ void sm90_bwd_hand_off_dq(const Smem& sm, Acc const& acc_dq, Coords const& tdQc,
+                                                     int q_uses) {
+    if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
+    CUTE_UNROLL
+    for (int t = 0; t < size(acc_dq); t += 2) {
+        const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+        *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
+    }
+    cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
+    cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+}
+
 // dS = P (dP - dsum[query]) in place on dP's (query, key) view (P already carries the softcap
 // derivative where the extras kernel applies one).
 template <typename Grads, typename Probs, typename Coords>
