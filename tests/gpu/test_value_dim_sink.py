@@ -166,13 +166,13 @@ VALUE_DIM_FEATURES = {
 }
 
 
-@heavy
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("feature", list(VALUE_DIM_FEATURES))
-def test_value_dim_192_128(feature, dtype):
-    torch.manual_seed(len(feature) * 13 + (dtype == torch.float16))
-    opts = dict(VALUE_DIM_FEATURES[feature])
-    batch, sq, sk, heads, heads_k = 2, 1100, 1201, 16, 4
+def inputs_192_128(features, dtype, heads, heads_k):
+    """q, k at 192 and v at 128 over odd lengths (1100 queries, 1201 keys: partial query and key
+    blocks), batch 2, and the call's keywords from a feature entry: sink, alibi and seqused become
+    their tensors, heads_k (if given) overrides the K/V heads, the rest passes through."""
+    opts = dict(features)
+    heads_k = opts.pop("heads_k", heads_k)
+    batch, sq, sk = 2, 1100, 1201
     q = rand(batch, sq, heads, 192, dtype=dtype)
     k, v = rand(batch, sk, heads_k, 192, dtype=dtype), rand(batch, sk, heads_k, 128, dtype=dtype)
     kw = {}
@@ -183,6 +183,15 @@ def test_value_dim_192_128(feature, dtype):
     if "seqused" in opts:
         kw["seqused_k"] = torch.tensor(opts.pop("seqused"), dtype=torch.int32, device=DEV)
     kw.update(opts)
+    return q, k, v, kw
+
+
+@heavy
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("feature", list(VALUE_DIM_FEATURES))
+def test_value_dim_192_128(feature, dtype):
+    torch.manual_seed(len(feature) * 13 + (dtype == torch.float16))
+    q, k, v, kw = inputs_192_128(VALUE_DIM_FEATURES[feature], dtype, heads=16, heads_k=4)
     assert_value_dim_kernel(q, k, v, **kw)
     check_forward(q, k, v, f"d192/128 {feature}", **kw)
 
@@ -281,19 +290,7 @@ def test_value_dim_backward_192_128(feature, dtype, overrides):
     torch.manual_seed(len(feature) * 17 + (dtype == torch.float16))
     spec = "backward_kernel=sm90"
     overrides(spec)
-    opts = dict(VALUE_DIM_BWD_FEATURES[feature])
-    batch, sq, sk, heads = 2, 1100, 1201, 8
-    heads_k = opts.pop("heads_k", heads)
-    q = rand(batch, sq, heads, 192, dtype=dtype)
-    k, v = rand(batch, sk, heads_k, 192, dtype=dtype), rand(batch, sk, heads_k, 128, dtype=dtype)
-    kw = {}
-    if opts.pop("sink", False):
-        kw["learnable_sink"] = sinks(heads)
-    if opts.pop("alibi", False):
-        kw["alibi_slopes"] = torch.rand(heads, device=DEV) * 0.3
-    if "seqused" in opts:
-        kw["seqused_k"] = torch.tensor(opts.pop("seqused"), dtype=torch.int32, device=DEV)
-    kw.update(opts)
+    q, k, v, kw = inputs_192_128(VALUE_DIM_BWD_FEATURES[feature], dtype, heads=8, heads_k=8)
     check_value_dim_backward(q, k, v, f"bwd d192/128 {feature}", spec, **kw)
 
 
