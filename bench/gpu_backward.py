@@ -113,27 +113,18 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
         # Each implementation keeps its best round (bench_common.best_of_rounds).
         entries = [("ours", ours, None),
                    ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
-        for label, spec in variants:
+        # The default call under each of `variants`' overrides, the deterministic one under `det_variants`'.
+        forced = [(label, spec, ours) for label, spec in variants]
+        forced += [(label, spec, ours_fn(q, k, v, out, lse, dout, grads, causal, True)) for label, spec in det_variants]
+        for label, spec, call in forced:
             try:
                 with abi.overrides(spec):
-                    abi.lib.check(ours())
+                    abi.lib.check(call())
             except abi.FlashAttnError as e:  # e.g. a kernel forced onto a problem it cannot run
                 row[f"ours_{label}_tflops"] = row[f"ours_{label}_diff"] = float("nan")
                 print(f"  {label}: {e}", flush=True)
                 continue
-            entries.append((f"ours_{label}", ours, lambda spec=spec: abi.overrides(spec)))
-            row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
-                                            for g, o in zip(grads, ours_grads))
-        for label, spec in det_variants:  # the deterministic call under overrides
-            det = ours_fn(q, k, v, out, lse, dout, grads, causal, True)
-            try:
-                with abi.overrides(spec):
-                    abi.lib.check(det())
-            except abi.FlashAttnError as e:
-                row[f"ours_{label}_tflops"] = row[f"ours_{label}_diff"] = float("nan")
-                print(f"  {label}: {e}", flush=True)
-                continue
-            entries.append((f"ours_{label}", det, lambda spec=spec: abi.overrides(spec)))
+            entries.append((f"ours_{label}", call, lambda spec=spec: abi.overrides(spec)))
             row[f"ours_{label}_diff"] = max((g.float() - o.float()).abs().max().item()
                                             for g, o in zip(grads, ours_grads))
         for name, library in libs:
