@@ -41,32 +41,27 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
                     !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)))
         fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128, 256 and 192 / 128, without "
                                 "softcap/ALiBi or the GQA walk, one key block per CTA");
-    if constexpr (!tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)) {
-        if (args.fwd.transform_scores) {
-            launch(kernels::bwd_kernel_sm90<Traits, true, false>);
-        } else if (walk) {
-            launch(kernels::bwd_kernel_sm90<Traits, false, true>);
+    // One kernel per (extras, group walk, ordered dQ) in the head dim's schedule; the ordered
+    // instance exists only where tiles.h names it.
+    auto run = [&](auto extras, auto group_walk, auto ordered_dq) {
+        constexpr bool kExtras = decltype(extras)::value, kWalk = decltype(group_walk)::value;
+        constexpr bool kOrdered = decltype(ordered_dq)::value;
+        if constexpr (Traits::kPdSSchedule) {
+            launch(kernels::bwd_kernel_sm90_pds<Traits, kExtras, kWalk, kOrdered>);
         } else {
-            launch(kernels::bwd_kernel_sm90<Traits, false, false>);
+            launch(kernels::bwd_kernel_sm90<Traits, kExtras, kWalk, kOrdered>);
         }
-    } else if constexpr (Traits::kPdSSchedule) {
-        if (ordered) {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, false, false, true>);
-        } else if (args.fwd.transform_scores) {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, true, false>);
-        } else if (walk) {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, false, true>);
-        } else {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, false, false>);
-        }
-    } else if (ordered) {
-        launch(kernels::bwd_kernel_sm90<Traits, false, false, true>);
-    } else if (args.fwd.transform_scores) {
-        launch(kernels::bwd_kernel_sm90<Traits, true, false>);
+    };
+    using std::false_type, std::true_type;
+    if constexpr (tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)) {
+        if (ordered) return run(false_type{}, false_type{}, true_type{});
+    }
+    if (args.fwd.transform_scores) {
+        run(true_type{}, false_type{}, false_type{});
     } else if (walk) {
-        launch(kernels::bwd_kernel_sm90<Traits, false, true>);
+        run(false_type{}, true_type{}, false_type{});
     } else {
-        launch(kernels::bwd_kernel_sm90<Traits, false, false>);
+        run(false_type{}, false_type{}, false_type{});
     }
 }
 
