@@ -378,6 +378,10 @@ void check_sm90_producer(const char* name) {
     // its own swizzle-row-wide blocks.
     check_tma_boxes<Element, typename Traits::SmemLayoutK, Traits::kSwizzleCols>(name, "K by TMA", Traits::kBlockN);
     check_tma_boxes<Element, typename Traits::SmemLayoutV, Traits::kSwizzleColsV>(name, "V by TMA", Traits::kBlockN);
+    // O by TMA from its own buffer: a box of one consumer's 64 rows per column block.
+    if constexpr (Traits::kOwnOBuffer)
+        check_tma_boxes<Element, typename Traits::SmemLayoutO, Traits::kSwizzleColsV>(name, "O by TMA",
+                                                                                      Traits::kEpilogueRows);
 }
 
 // What P V and O's epilogue rely on, at any value head dim (fwd_kernel_sm90.cuh): V^T (the MN-major

@@ -119,6 +119,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.k_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.v_map));
         }
+        if (Traits::kOwnOBuffer && params.o_tma)
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.o_map));
     }
     __syncthreads(); // the last CTA-wide barrier
 
@@ -322,6 +324,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         for (int i = 0; i < size(p); ++i) p_storage(i) = p(i);
     };
 
+    // O by TMA (Sm90FwdParams::o_tma, only with O in its own buffer): thread 0 of each consumer.
+    const bool o_tma = Traits::kOwnOBuffer && params.o_tma;
+    const bool store_leader = tid % 128 == 0;
+
     int ring_base = 0, tiles_done = 0;
     int published = 0;
     for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index = next_tile(index, published++)) {
@@ -444,6 +450,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         constexpr int kEpilogueRows = Traits::kEpilogueRows, kEpilogueThreads = Traits::kEpilogueThreads;
         const int epilogue_part = Traits::kOwnOBuffer ? consumer : 0; // rows of O this thread stores
         const uint32_t epilogue_barrier = kEpilogueBarrier + epilogue_part;
+        // With O stored by TMA, its issuing thread first waits until its previous store has read
+        // these rows of the buffer (the others wait for it at the barrier).
+        if (o_tma && store_leader) tma_store_wait<0>();
         cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
         copy(copy_o, tOrO_view, tOsO);
 
@@ -462,25 +471,43 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 }
             }
         }
-        cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
-        Tensor mO = rows_of(Int<kHeadDimV>{}, t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
-        const int part_rows = kBlockM / kEpilogueRows; // parts per tile
-        Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{},
-                               make_coord(t.m_block * part_rows + epilogue_part, 0));
-        Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}, make_coord(epilogue_part, 0));
-        const int store_tid = tid - epilogue_part * kEpilogueThreads;
-        // The store's column predicate: chunks whose first column is past the real head dim.
-        typename Traits::GmemStore gmem_store;
-        auto store_thr = gmem_store.get_thread_slice(store_tid);
-        Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}));
-        Tensor store_column_ok = head_dim_chunks(tOc, head_dim_v());
-        store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
-                                               t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
+        if (o_tma) {
+            // Every thread's writes of its part of O made visible to the async proxy, then one
+            // thread stores the part, a box per swizzle-row-wide column block (the buffer holds
+            // each column block's kBlockM rows contiguously, this consumer's 64 at epilogue_part).
+            cutlass::arch::fence_view_async_shared();
+            cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
+            if (store_leader) {
+                constexpr int kBoxCols = Traits::kSwizzleColsV;
+                CUTE_UNROLL
+                for (int c = 0; c < kHeadDimV / kBoxCols; ++c)
+                    SM90_TMA_STORE_4D::copy(&params.o_map,
+                                            smem_o + c * kBlockM * kBoxCols + epilogue_part * kEpilogueRows * kBoxCols,
+                                            c * kBoxCols, m0 + epilogue_part * kEpilogueRows, t.h, t.b);
+                tma_store_arrive();
+            }
+        } else {
+            cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
+            Tensor mO = rows_of(Int<kHeadDimV>{}, t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
+            const int part_rows = kBlockM / kEpilogueRows; // parts per tile
+            Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{},
+                                   make_coord(t.m_block * part_rows + epilogue_part, 0));
+            Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}, make_coord(epilogue_part, 0));
+            const int store_tid = tid - epilogue_part * kEpilogueThreads;
+            // The store's column predicate: chunks whose first column is past the real head dim.
+            typename Traits::GmemStore gmem_store;
+            auto store_thr = gmem_store.get_thread_slice(store_tid);
+            Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}));
+            Tensor store_column_ok = head_dim_chunks(tOc, head_dim_v());
+            store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
+                                                   t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
+        }
         if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O
         ring_base += num_blocks;
         ++tiles_done;
         if constexpr (!kPersistent) break;
     }
+    if (o_tma && store_leader) tma_store_wait<0>(); // the buffer stays until the last store has read it
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -7,8 +7,15 @@
 // cp.async path fills them.
 // Everything else (varlen, seqused_k, unaligned strides) keeps the per-lane cp.async path, which
 // zero-fills at each sequence's own end.
+//
+// O likewise: where O is staged in a buffer of its own (Sm90FwdTraits::kOwnOBuffer) and out is a
+// dense (batch, seqlen_q, heads, head_dim_v) tensor that TMA can address, one thread of each
+// consumer stores the consumer's 64 rows with TMA (boxes of kSwizzleColsV columns by 64 rows; the
+// hardware clips rows past seqlen_q and columns past head_dim_v), so the consumer goes on to its
+// next tile while the rows are written; elsewhere the consumers' threads store them.
 #pragma once
 
+#include "core/overrides.h"
 #include "host/tensor_maps.h"
 #include "kernels/fwd_args.h"
 
@@ -17,7 +24,8 @@ namespace flashattn::cuda {
 struct Sm90FwdParams {
     FwdArgs args;
     CUtensorMap k_map, v_map; // valid when kv_tma
-    bool kv_tma;
+    CUtensorMap o_map;        // valid when o_tma
+    bool kv_tma, o_tma;
 };
 
 // The parameter block of one launch: TMA for K and V where the layout allows it.
@@ -33,6 +41,12 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
                                    Traits::kSwizzleCols, Traits::kBlockN) &&
                    encode_rows_map(p.v_map, args.v, bf16, head_dim_v, args.seqlen_k, heads_k, args.batch,
                                    Traits::kSwizzleColsV, Traits::kBlockN);
+    }
+    if constexpr (Traits::kOwnOBuffer) {
+        const int head_dim_v = Traits::kHeadDimV == Traits::kHeadDim ? args.head_dim : args.head_dim_v;
+        p.o_tma = args.cu_seqlens_q == nullptr && current_overrides().forward_o_store != OStoreChoice::threads &&
+                  encode_rows_map(p.o_map, args.out, bf16, head_dim_v, args.seqlen_q, args.num_heads, args.batch,
+                                  Traits::kSwizzleColsV, Traits::kEpilogueRows);
     }
     return p;
 }
