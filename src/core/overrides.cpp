@@ -79,10 +79,6 @@ Overrides parse_overrides(const std::string& spec) {
             o.backward_gqa = gqa_backward_choice(value);
         } else if (key == "deterministic_dq") {
             o.deterministic_dq = deterministic_dq_choice(value);
-        } else if (key == "forward_o_store") {
-            require(value == "tma" || value == "threads", "overrides: forward_o_store must be tma or threads, got '",
-                    value, "'");
-            o.forward_o_store = value == "tma" ? OStoreChoice::tma : OStoreChoice::threads;
         } else if (key == "cpu_isa") {
             require(value == "generic" || value == "avx2" || value == "avx512",
                     "overrides: cpu_isa must be generic, avx2 or avx512, got '", value, "'");
@@ -97,8 +93,8 @@ Overrides parse_overrides(const std::string& spec) {
             o.cpu_fwd_block_q = fq, o.cpu_fwd_block_k = fk, o.cpu_bwd_block_q = bq, o.cpu_bwd_block_k = bk;
         } else {
             fail(FA_ERROR_INVALID_ARGUMENT, "overrides: unknown key '", key,
-                 "' (known: forward_kernel, backward_kernel, inference_kernel, backward_gqa, deterministic_dq, "
-                 "forward_o_store, cpu_isa, cpu_blocks)");
+                 "' (known: forward_kernel, backward_kernel, inference_kernel, backward_gqa, deterministic_dq, cpu_isa, "
+                 "cpu_blocks)");
         }
     }
     return o;

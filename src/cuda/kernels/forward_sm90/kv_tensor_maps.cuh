@@ -15,7 +15,6 @@
 // next tile while the rows are written; elsewhere the consumers' threads store them.
 #pragma once
 
-#include "core/overrides.h"
 #include "host/tensor_maps.h"
 #include "kernels/fwd_args.h"
 
@@ -44,7 +43,7 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
     }
     if constexpr (Traits::kOwnOBuffer) {
         const int head_dim_v = Traits::kHeadDimV == Traits::kHeadDim ? args.head_dim : args.head_dim_v;
-        p.o_tma = args.cu_seqlens_q == nullptr && current_overrides().forward_o_store != OStoreChoice::threads &&
+        p.o_tma = args.cu_seqlens_q == nullptr &&
                   encode_rows_map(p.o_map, args.out, bf16, head_dim_v, args.seqlen_q, args.num_heads, args.batch,
                                   Traits::kSwizzleColsV, Traits::kEpilogueRows);
     }
