@@ -9,13 +9,15 @@ Inputs are fresh random tensors (never zeros).
 FA_TEST_DEVICE=cpu runs the same cases (minus the CUDA-specific and the heavy ones) on CPU tensors,
 i.e. against the CPU backend: a quick check of the test code itself on a machine without a GPU.
 """
+import re
+
 import pytest
 import torch
 
 import abi
 from reference import attention_ref
 
-from harness import DEV, cu, cuda_only, heavy, rand, sync
+from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
 
 
 def assert_close(name, ours, ref, naive, atol=1e-5):
@@ -87,6 +89,59 @@ def test_deterministic():
     a, la, _ = abi.forward(q, k, v, causal=True)
     b, lb, _ = abi.forward(q, k, v, causal=True)
     assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hopper forward's two tiles up to d64 (kernels/tiles.h, forward_sm90_short_rows): the planner
+# takes 128 rows (two consumers) where the mask has a right edge and there are at most 1024 keys,
+# else 192 (three). Each shape below gives the persistent CTAs several tiles each (24 heads: 192 and
+# 264 tiles on 132 SMs). On Hopper the kernel's name (through torch.profiler) shows which tile ran:
+# Sm90FwdTraits' last template argument is its rows.
+
+SM90_TRAITS_ROWS = (re.compile(r"Sm90FwdTraits<\s*\d+,\s*\d+,\s*[\w:]+,\s*\d+,\s*(\d+)\s*>"),  # demangled
+                    re.compile(r"Sm90FwdTraitsILi\d+ELi\d+EN\d+cutlass\d+\w+?_tELi\d+ELi(\d+)E"))  # mangled
+
+
+def sm90_forward_rows(fn):
+    """fn() under torch.profiler on CUDA: (its result, the rows of every Hopper forward kernel it
+    launched). The set is empty where none ran (another kernel planned or forced, a build without
+    sm_90a, no CUPTI)."""
+    if not ON_CUDA:
+        return fn(), set()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        sync()
+    rows = set()
+    for name in {e.name for e in prof.events()}:
+        if "fwd_kernel_sm90" in name:
+            match = SM90_TRAITS_ROWS[0].search(name) or SM90_TRAITS_ROWS[1].search(name)
+            assert match, f"no tile rows in the kernel name {name!r}"
+            rows.add(int(match.group(1)))
+    return result, rows
+
+
+SHORT_TILE_CASES = {  # name: (seqlen, keyword arguments, the planner's rows on Hopper)
+    "causal_1k": (1024, dict(causal=True), 128),
+    "causal_2k": (2048, dict(causal=True), 192),
+    "full_1k": (1024, dict(), 192),
+    "window_1k": (1024, dict(window=(200, 16)), 128),         # a right edge, not causal
+    "causal_softcap_1k": (1024, dict(causal=True, softcap=20.0), 128),  # the extras kernel
+    "causal_1000x900": ((1000, 900), dict(causal=True), 128),  # partial blocks, bottom-right diagonal
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", list(SHORT_TILE_CASES))
+def test_d64_short_masked_tiles(case, dtype):
+    seqlen, kw, rows = SHORT_TILE_CASES[case]
+    if not ON_CUDA and max(seqlen if isinstance(seqlen, tuple) else (seqlen,)) > 1024:
+        pytest.skip("too slow for the CPU check mode")
+    sq, sk = seqlen if isinstance(seqlen, tuple) else (seqlen, seqlen)
+    torch.manual_seed(sq + sk + len(kw))
+    q, k, v = rand(2, sq, 12, 64, dtype=dtype), rand(2, sk, 12, 64, dtype=dtype), rand(2, sk, 12, 64, dtype=dtype)
+    _, ran = sm90_forward_rows(lambda: run_and_check(q, k, v, name=f"d64 {case}", **kw))
+    assert ran in (set(), {rows}), f"d64 {case}: the Hopper forward ran {sorted(ran)}-row tiles, planned {rows}"
 
 
 # ---------------------------------------------------------------------------------------------
