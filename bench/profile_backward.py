@@ -5,7 +5,7 @@
 A shape is "d128n16k" style (as bench/profile_forward.py: head dim, 'c' causal or 'n' not, seqlen
 in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py). Each shape runs our
 backward with each main kernel forced (overrides backward_kernel=sm80 / sm90; the library's
-finishing kernels run too) and torch SDPA's FA2 and cuDNN backwards, once each after an
+finishing kernels run too), deterministic mode with the ordered dQ (ours_ordered) and torch SDPA's FA2 and cuDNN backwards, once each after an
 unprofiled warm-up, inside NVTX ranges named after the shape and the implementation
 (ncu --nvtx --nvtx-include "d128n16k.ours_sm90/" selects one). What the profile should answer for
 the Hopper backward: whether its consumers wait on the producer (barrier stalls, the producer's
@@ -44,9 +44,10 @@ class BackwardProblem:
             torch.randn(self.b, self.s, self.h, self.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         self.out, self.lse, _ = abi.forward(self.q, self.k, self.v, causal=self.causal)
         self.grads = [torch.empty_like(t) for t in (self.q, self.k, self.v)]
-        self.params = abi.make_bwd_params(self.q, self.k, self.v, self.out, self.lse, self.dout, *self.grads,
-                                          causal=self.causal, backend=abi.BACKEND_CUDA,
-                                          stream=torch.cuda.current_stream().cuda_stream)
+        kw = dict(causal=self.causal, backend=abi.BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
+        self.params = abi.make_bwd_params(self.q, self.k, self.v, self.out, self.lse, self.dout, *self.grads, **kw)
+        self.det_params = abi.make_bwd_params(self.q, self.k, self.v, self.out, self.lse, self.dout, *self.grads,
+                                              deterministic=True, **kw)
 
 
 def main():
@@ -61,6 +62,11 @@ def main():
                 with abi.overrides(f"backward_kernel={kernel}"):
                     abi.lib.check(abi.lib.backward(params))
             runs[f"ours_{kernel}"] = ours
+
+        def ours_ordered(det_params=problem.det_params):  # deterministic mode with the ordered dQ
+            with abi.overrides("backward_kernel=sm90,deterministic_dq=ordered"):
+                abi.lib.check(abi.lib.backward(det_params))
+        runs["ours_ordered"] = ours_ordered
         leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
         dout_t = dout.transpose(1, 2)
         for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
