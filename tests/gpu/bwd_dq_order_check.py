@@ -3,13 +3,12 @@ Sm90BwdWork's grid order, sm90_bwd_producer's add_dq / release_dq; bwd_policies.
 dq_key_blocks).
 
 Each CTA owns one key block n of one (sequence, head) pair and adds its dQ to the query blocks m of
-q_block_range(n), in increasing m. At d64/d128 two producer warps each add half the rows of a
+q_block_range(n), in increasing m. At d128 (and 192 / 128) two producer warps each add half the rows of a
 block (one bulk reduction per row); before that, each waits until block m's counter shows 2 x the number of key
 blocks that meet m and come before n in the fixed order (dq_key_blocks(m): from the first up, or
 from the last down with a right window edge), and after the reductions' writes have landed (not
-only their reads of the shared buffer) it adds 1 to the counter. The arrival for block m is
-deferred until after the next block's loads, i.e. it comes right before the warp's next add (or at
-the end). The consumers hand dQ over through one buffer (dq_full / dq_empty: a block's dQ is
+only their reads of the shared buffer) it adds 1 to the counter, at once (the two warps load nothing: the producer's roles split in
+the ordered instance, Sm90BwdProducerRoles). The consumers hand dQ over through one buffer (dq_full / dq_empty: a block's dQ is
 written only once both warps have read the previous one). At d256 (bwd_kernel_sm90_pds.cuh) the
 consumers add their dQ themselves once the producer thread has granted the block's turn, and the
 producer publishes one arrival per CTA (modelled as one adder with one arrival, its release after
@@ -29,7 +28,7 @@ Broken variants (`broken=`) that must fail on some of the problems:
   "count_every_block"    the turn counts every earlier key block, also those that never add to m
   "order_against_grid"   the wait order ascending while the grid runs the key blocks descending
                          (and the other way round): a CTA waits for one launched after it
-  "one_arrival"          one arrival per CTA (warp 0 only) where two are awaited (d64/d128)
+  "one_arrival"          one arrival per CTA (warp 0 only) where two are awaited (d128, 192 / 128)
   "keys_fastest_grid"    the default grid (a pair's key blocks neighbours, ascending) with the
                          descending order of a right window edge
 Run: python3 tests/gpu/bwd_dq_order_check.py
@@ -107,7 +106,7 @@ def random_problem(rnd):
 
 
 def run(seed, broken=None, adders=2):
-    """adders: 2, the d64/d128 schedule's two producer warps, each half the rows and one arrival; 1,
+    """adders: 2, the hand-off schedule's two producer warps, each half the rows and one arrival; 1,
     the d256 schedule, whose consumers add the block (granted their turn by the producer thread,
     which publishes one arrival per CTA once their adds are issued and, by its release fence,
     performed)."""
@@ -171,10 +170,7 @@ def run(seed, broken=None, adders=2):
             changed[0] += 1
 
         def warp(w):
-            unreleased = None
             for u, m in enumerate(blocks):
-                if unreleased is not None: yield from release(w, *unreleased)
-                unreleased = None
                 turn = turn_of(m)
                 while not full[u]: yield  # dq_full
                 if broken != "no_wait":
@@ -187,8 +183,7 @@ def run(seed, broken=None, adders=2):
                 for _ in range(rnd.randint(0, 2)): yield  # bulk_wait_group_read
                 read[u][w] = True
                 changed[0] += 1
-                unreleased = (m, flight)
-            if unreleased is not None: yield from release(w, *unreleased)
+                yield from release(w, m, flight)
 
         return [consumers()] + [warp(w) for w in range(adders)]
 
@@ -242,7 +237,7 @@ def caught(broken, seeds=600, adders=2):
 
 
 if __name__ == "__main__":
-    for adders, BN, schedule in ((2, 8, "d64/d128: two producer warps"),
+    for adders, BN, schedule in ((2, 8, "d128 and 192 / 128: two producer warps"),
                                  (1, 4, "d256 (key blocks as tall as query blocks): the consumers, one arrival")):
         ctas = sum(run(seed, adders=adders) for seed in range(1500))
         print(f"ordered dQ, {schedule}: 1500 random problems ({ctas} CTAs), no deadlock, every dQ block's "

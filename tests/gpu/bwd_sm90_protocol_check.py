@@ -31,19 +31,21 @@ producer has read the previous block's dQ (dq_empty), writes its half and arrive
 producer adds block u-1's after loading block u, as in run. Checks as run's for dQ, and run_pds's
 for the rest.
 
-run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA): the
-producer thread grants each block's turn (dq_empty) and publishes the consumers' adds (dq_full),
-block u-1's turn and block u-2's adds after loading block u. Checks: no deadlock; no consumer adds
-before its block's turn; no publication before both consumers' adds; every block granted and
-published once, in order (neither mbarrier runs a phase ahead). (The order between CTAs, and the
-d64/d128 counters: tests/gpu/bwd_dq_order_check.py.)
+run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA), with the
+producer's roles split as in the kernel (Sm90BwdProducerRoles): a loader, and a dQ thread that
+grants each block's turn and then publishes the consumers' adds of it, block by block. Checks: no
+deadlock; no consumer adds before its block's turn; no publication before both consumers' adds;
+every block granted and published once, in order (neither mbarrier runs a phase ahead).
+run(split=True) and run_pds(ordered=True, handoff=True) model the split at d128 and 192 / 128: the
+dQ warps take each block's hand-off in turn (after a random wait for the counter) while the loader
+runs on. (The order between CTAs, and the counters: tests/gpu/bwd_dq_order_check.py.)
 
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
            the previous block's)
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
-  run_pds(handoff=True): "no_dq_empty_wait"
+  run_pds(handoff=True), run(split=True), run_pds(ordered=True, handoff=True): "no_dq_empty_wait"
   run_pds(ordered=True): "ordered_no_publish_wait" (published without waiting for the adds),
            "ordered_grant_first" (each block's turn granted as it is loaded, nothing published:
            the turn mbarrier runs phases ahead of the consumers)
@@ -92,8 +94,10 @@ def stages_epilogue(walk, index, broken):
     return index == len(walk) - 1 or broken == "stage_every_block"
 
 
-def run(walk, S, seed, broken=None):
-    """walk: [(key block, number of query blocks)], in the kernel's order."""
+def run(walk, S, seed, broken=None, split=False):
+    """walk: [(key block, number of query blocks)], in the kernel's order. split: the ordered dQ's
+    producer roles (one key block): a loader (K/V, then the stages) and an adder that takes each
+    block's dQ in turn, after a random wait for the block's counter."""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
@@ -126,10 +130,15 @@ def run(walk, S, seed, broken=None):
                 if q_uses >= S:
                     while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
                 pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
-                if q_uses > 0: yield from add_dq(q_uses - 1)
+                if q_uses > 0 and not split: yield from add_dq(q_uses - 1)
                 q_uses += 1
                 yield
-        if q_uses > 0: yield from add_dq(q_uses - 1)
+        if q_uses > 0 and not split: yield from add_dq(q_uses - 1)
+
+    def adder():  # split roles: every block's dQ in walk order, each after its turn
+        for use in range(sum(blocks for _, blocks in walk)):
+            for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
+            yield from add_dq(use)
 
     def consumer(c):
         q_uses = kv_uses = 0
@@ -166,7 +175,7 @@ def run(walk, S, seed, broken=None):
                 yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
 
     uses = sum(blocks for _, blocks in walk)
-    actors = [producer(), consumer(0), consumer(1)]
+    actors = [producer(), consumer(0), consumer(1)] + ([adder()] if split else [])
     live = list(actors)
     for _ in range(200000):
         for p in list(pending):
@@ -186,10 +195,12 @@ def run(walk, S, seed, broken=None):
 
 def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). ordered: deterministic
-    mode's ordered dQ (the walk is then one key block): producer thread 0, after loading block u,
-    publishes block u-2's adds (waits dq_full: both consumers issued them) and grants block u-1's
-    turn (dq_empty, after a random wait for the counter); the last two after the loop. Each consumer
-    waits for the turn before its adds and arrives on dq_full after them."""
+    mode's ordered dQ (the walk is then one key block), with the producer's roles split: the loader
+    loads; without the hand-off the first dQ thread, block by block, grants the block's turn
+    (dq_empty, after a random wait for the counter) and then publishes its adds (waits dq_full: both
+    consumers issued them); each consumer waits for the turn before its adds and arrives on dq_full
+    after them. With the hand-off (192 / 128) the dQ threads take each block's dQ in turn, as run's
+    split adder."""
     rnd = random.Random(seed)
     turn = MBar(1); adds_issued = MBar(2)  # dq_empty, dq_full
     granted, published = [], []
@@ -237,21 +248,19 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 if q_uses >= S:
                     while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
                 pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
-                if handoff and q_uses > 0: yield from add_dq(q_uses - 1)
-                if ordered:
-                    if broken == "ordered_grant_first":
-                        yield from grant(q_uses)
-                    else:
-                        if q_uses > 1: yield from publish(q_uses - 2)
-                        if q_uses > 0: yield from grant(q_uses - 1)
+                if handoff and not ordered and q_uses > 0: yield from add_dq(q_uses - 1)
                 q_uses += 1
                 yield
-        if handoff and q_uses > 0: yield from add_dq(q_uses - 1)
-        if ordered and broken != "ordered_grant_first":
-            if q_uses > 1: yield from publish(q_uses - 2)
-            if q_uses > 0:
-                yield from grant(q_uses - 1)
-                yield from publish(q_uses - 1)
+        if handoff and not ordered and q_uses > 0: yield from add_dq(q_uses - 1)
+
+    def dq_threads():  # ordered: the split roles' dQ side, block by block
+        for use in range(sum(blocks for _, blocks in walk)):
+            if handoff:
+                for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
+                yield from add_dq(use)
+            else:
+                yield from grant(use)
+                if broken != "ordered_grant_first": yield from publish(use)
 
     def consumer(c):
         q_uses = kv_uses = 0
@@ -279,7 +288,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 for step in range(reads):
                     assert pds[buf] == [q_uses, q_uses], (c, q_uses, pds[buf])
                     assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
-                    if step == 0 and ordered:
+                    if step == 0 and ordered and not handoff:
                         while not turn.done(q_uses & 1): yield
                         assert granted and granted[-1] == q_uses, ("adds without their turn", c, q_uses, granted)
                     if step == 0 and handoff:
@@ -288,7 +297,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                         dq[c] = q_uses
                         dq_full.arrive()
                     if step == 0: added[c].append(q_uses)
-                    if step == 0 and ordered: adds_issued.arrive()
+                    if step == 0 and ordered and not handoff: adds_issued.arrive()
                     if broken == "early_q_release" and step == 0: q_empty[s].arrive()
                     yield
                 if broken != "early_q_release": q_empty[s].arrive()
@@ -299,7 +308,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
 
     uses = sum(blocks for _, blocks in walk)
-    live = [producer(), consumer(0), consumer(1)]
+    live = [producer(), consumer(0), consumer(1)] + ([dq_threads()] if ordered else [])
     for _ in range(200000):
         for p in list(pending):
             p[0] -= 1
@@ -316,7 +325,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     assert added == [list(range(uses))] * 2, (walk, added)
     if handoff:
         assert reduced == list(range(uses)), (walk, reduced)
-    if ordered:
+    if ordered and not handoff:
         assert granted == list(range(uses)) and published == list(range(uses)), (walk, granted, published)
 
 
@@ -335,7 +344,8 @@ def caught(model, broken, seeds=400, **kw):
     hits = 0
     for seed in range(seeds):
         try:
-            model(one_key_block(seed) if kw.get("ordered") else random_walk(seed), 2, seed, broken=broken, **kw)
+            walk = one_key_block(seed) if kw.get("ordered") or kw.get("split") else random_walk(seed)
+            model(walk, 2, seed, broken=broken, **kw)
         except AssertionError:
             hits += 1
     return hits
@@ -349,10 +359,13 @@ if __name__ == "__main__":
             run(walk, S, seed)
             run_pds(walk, S, seed)
             run_pds(walk, S, seed, handoff=True)
-            if seed < 1000: run_pds(one_key_block(seed), S, seed, ordered=True)
+            if seed < 1000:
+                run(one_key_block(seed), S, seed, split=True)
+                run_pds(one_key_block(seed), S, seed, ordered=True)
+                run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True)
             cases += 1
     print(f"bwd ws protocol: {cases} random walks x 2 schedules (the P/dS one also with the dQ hand-off; 2000 "
-          "of it also with the ordered dQ), no deadlock, every stage, dS, P/dS and dQ "
+          "of each also with the ordered dQ's split producer roles), no deadlock, every stage, dS, P/dS and dQ "
           "buffer and the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
                           (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
@@ -364,6 +377,10 @@ if __name__ == "__main__":
     hits = caught(run_pds, "no_dq_empty_wait", handoff=True)
     assert hits > 0, "run_pds handoff broken=no_dq_empty_wait: not caught by any walk"
     print(f"  broken variant run_pds(handoff)/no_dq_empty_wait: caught on {hits} of 400 walks")
+    for model, kw in ((run, dict(split=True)), (run_pds, dict(ordered=True, handoff=True))):
+        hits = caught(model, "no_dq_empty_wait", seeds=100, **kw)
+        assert hits > 0, f"{model.__name__} {kw} broken=no_dq_empty_wait: not caught by any walk"
+        print(f"  broken variant {model.__name__}({kw})/no_dq_empty_wait: caught on {hits} of 100 walks")
     for broken in ("ordered_no_publish_wait", "ordered_grant_first"):
         hits = caught(run_pds, broken, seeds=20, ordered=True)
         assert hits > 0, f"run_pds ordered broken={broken}: not caught by any walk"

@@ -194,16 +194,18 @@ struct Sm90BwdSmem {
         dq_empty = bar + 2 * kQStages + 3;
     }
 
-    // By thread 0, before the CTA's one __syncthreads.
+    // By thread 0, before the CTA's one __syncthreads. Roles: Sm90BwdProducerRoles (the producer
+    // threads that arrive on q_full and on dq_empty).
+    template <typename Roles>
     __device__ __forceinline__ void init_barriers() const {
         for (int s = 0; s < kQStages; ++s) {
-            cutlass::arch::ClusterBarrier::init(q_full + s, Traits::kProducerThreads);
+            cutlass::arch::ClusterBarrier::init(q_full + s, Roles::kLoaders);
             cutlass::arch::ClusterBarrier::init(q_empty + s, Traits::kConsumerThreads);
         }
         cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
         cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
-        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Traits::kProducerThreads : 1);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Roles::kDqThreads : 1);
         cutlass::arch::fence_barrier_init();
     }
 
@@ -221,6 +223,23 @@ struct Sm90BwdSmem {
     __device__ __forceinline__ auto dot_stage(Element* base, int s) const {
         return make_tensor(make_smem_ptr(base + s * Traits::kSmemDoElems), typename Traits::SmemLayoutDot{});
     }
+};
+
+// The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
+// 0 issues the TMA copies, every one of them an lse and a dsum value of each stage) and the second
+// adds dQ in its order (thread r of it row r; at d256, its thread 0 grants the turns and publishes
+// the consumers' adds). In one loop that does both, the adds of block u-1, which wait for the
+// block's turn and then for their writes to land, held back the loads of block u+1, and the
+// consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp samples at a stage's
+// q_full, 1% without the order; the kernel 1.41x the default's time). Without the order every
+// producer thread does both: its adds never wait for another CTA. K and V, loaded once (the ordered
+// dQ's CTA has one key block), come from every producer thread either way.
+template <typename Traits, bool kOrderedDq>
+struct Sm90BwdProducerRoles {
+    static constexpr bool kSplit = kOrderedDq;
+    static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
+    static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
+    static_assert(!kSplit || kDqThreads >= Traits::kBlockM, "a dQ thread per row of a block");
 };
 
 // `other` where a copy of type Copy is the same (one set of per-thread bases), else a new one.
@@ -257,10 +276,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const FwdArgs& fa = args.fwd;
     const SequenceBounds& seq = w.seq;
     const int ptid = int(threadIdx.x);
+    using Roles = Sm90BwdProducerRoles<Traits, kOrderedDq>;
+    const bool loads = !Roles::kSplit || ptid < Roles::kLoaders; // this thread's roles (both unless split)
+    const bool adds = !Roles::kSplit || ptid >= Roles::kLoaders;
+    const int dq_tid = Roles::kSplit ? ptid - Roles::kLoaders : ptid; // its place among the dQ threads
     using KCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutK, Traits::kProducerThreads>;
     using VCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutV, Traits::kProducerThreads>;
-    using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>;
-    using DoCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutDo, Traits::kProducerThreads>;
+    using QCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutQ, Roles::kLoaders>;
+    using DoCopy = SwizzledTileCopy<Element, typename Traits::SmemLayoutDo, Roles::kLoaders>;
     const KCopy copy_k(ptid);
     const VCopy copy_v = copy_like<VCopy>(copy_k, ptid);
     const QCopy copy_q(ptid);
@@ -279,8 +302,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const uint32_t smem_q = cast_smem_ptr_to_uint(sm.q), smem_do = cast_smem_ptr_to_uint(sm.d_o);
     constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
     constexpr uint32_t kDoStageBytes = Traits::kSmemDoElems * sizeof(Element);
-    // One lse or dsum value per producer thread and stage.
+    // One lse or dsum value per producer thread and stage (split roles: a loader takes both of its row).
     static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
+    static_assert(!Roles::kSplit || Roles::kLoaders == kBlockM, "split roles: a loader per row of a stage");
     const bool loads_lse = ptid < kBlockM;
     const int stat_row = loads_lse ? ptid : ptid - kBlockM;
     float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
@@ -300,12 +324,11 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // per warp: dq_key_blocks says which key blocks add to the block at all), and after them, once
     // their writes are performed (not only their reads of the buffer), add their own arrival. The
     // wait's first read is issued before the wait for the consumers' dQ, where it normally costs
-    // nothing; the arrival (release_dq) comes after the next block's loads are issued, so that the
-    // loads do not queue behind the writes.
+    // nothing; the arrival (release_dq) follows at once: these warps load nothing (split roles).
     // A separate kernel instance (kOrderedDq): in the others this code, though never run, cost the
     // 24-register producer (d128) 72-96 B more of spills, some on its copies' addresses.
     constexpr bool ordered = kOrderedDq;
-    const bool counts = ordered && Traits::kDqHandoff && ptid < kBlockM; // whole warps 0 and 1
+    const bool counts = ordered && Traits::kDqHandoff && adds && dq_tid < kBlockM; // whole warps
     const bool lane0 = ptid % 32 == 0;
     int* const dq_counters =
         ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
@@ -319,16 +342,15 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         }
     };
     // Without the hand-off (the d256 schedule) the consumers add their own dQ, straight from their
-    // registers: thread 0 grants each block's turn (dq_empty, one arrival) once the counter shows it,
-    // the consumers wait for it before their adds and arrive on dq_full after issuing them, and
-    // thread 0 then publishes the CTA's one arrival (release at GPU scope after the mbarrier's
-    // acquire: the consumers' adds, ordered before their arrivals, are ordered before it). The turn
-    // of block u is granted after the arrival of block u - 1, so neither mbarrier runs a phase ahead.
-    // Both come after loading block u + 1: the turn of u then lands early in block u (the consumers
-    // need it after their dQ product, half-way through), and the next load, which waits for the end
-    // of block u anyway, does not also wait for the publication of block u and the next counter read.
+    // registers: the first dQ thread grants each block's turn (dq_empty, one arrival) once the
+    // counter shows it, the consumers wait for it before their adds and arrive on dq_full after
+    // issuing them, and the same thread then publishes the CTA's one arrival (release at GPU scope
+    // after the mbarrier's acquire: the consumers' adds, ordered before their arrivals, are ordered
+    // before it). Block by block, grant then publish: the turn of block u is granted after the
+    // arrival of block u - 1, so neither mbarrier runs a phase ahead, and each arrival is published
+    // as soon as the consumers' adds are issued (the thread loads nothing: split roles).
     auto grant_turn = [&](int m0) {
-        if (ordered && !Traits::kDqHandoff && ptid == 0) {
+        if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
             const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
             const int turn = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
             while (load_acquire_gpu(dq_counters + m0 / kBlockM) < turn) {}
@@ -336,7 +358,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         }
     };
     auto publish_adds = [&](int use, int m0) {
-        if (ordered && !Traits::kDqHandoff && ptid == 0) {
+        if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
             add_release_gpu(dq_counters + m0 / kBlockM, 1);
         }
@@ -357,9 +379,9 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                     __syncwarp();
                     fence_proxy_async_global();
                 }
-                if (ptid < kBlockM && m0 + ptid < seq.q_len) {
-                    bulk_reduce_add_f32(dq_rows + int64_t(m0 + ptid) * kHeadDim,
-                                        sm.dq + ptid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
+                if (dq_tid < kBlockM && m0 + dq_tid < seq.q_len) {
+                    bulk_reduce_add_f32(dq_rows + int64_t(m0 + dq_tid) * kHeadDim,
+                                        sm.dq + dq_tid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
                     bulk_commit_group();
                     bulk_wait_group_read<0>();
                 }
@@ -411,8 +433,6 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
 
     const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0;
-    int unreleased = -1; // ordered dQ: the block whose reductions await their arrival
-    int prev_m0 = 0;     // ordered dQ without the hand-off: the block before last_m0's
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -433,67 +453,67 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
                 const int s = q_uses % kQStages;
                 const int m0 = m * kBlockM;
-                if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
-                if (params.q_tma) {
-                    if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
-                        cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s,
-                                                                                    kQStageBytes + kDoStageBytes);
-                        constexpr int kBoxCols = Traits::kQBoxCols;
-                        constexpr bool kSameBoxes = Traits::kHeadDimV == kHeadDim && Traits::kDoBoxCols == kBoxCols;
-                        CUTE_UNROLL
-                        for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
-                            const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
-                            SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                                   sm.q + offset, c * kBoxCols, m0, wh.h, wh.b);
-                            if constexpr (kSameBoxes)
-                                SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                                       sm.d_o + offset, c * kBoxCols, m0, wh.h, wh.b);
-                        }
-                        if constexpr (!kSameBoxes) {
-                            constexpr int kDoBoxCols = Traits::kDoBoxCols;
+                if (loads) {
+                    if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
+                    if (params.q_tma) {
+                        if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
+                            cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s,
+                                                                                        kQStageBytes + kDoStageBytes);
+                            constexpr int kBoxCols = Traits::kQBoxCols;
+                            constexpr bool kSameBoxes = Traits::kHeadDimV == kHeadDim && Traits::kDoBoxCols == kBoxCols;
                             CUTE_UNROLL
-                            for (int c = 0; c < Traits::kHeadDimV / kDoBoxCols; ++c) {
-                                const int offset = s * Traits::kSmemDoElems + c * kBlockM * kDoBoxCols;
-                                SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s,
-                                                       uint64_t(TMA::CacheHintSm90::EVICT_NORMAL), sm.d_o + offset,
-                                                       c * kDoBoxCols, m0, wh.h, wh.b);
+                            for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
+                                const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
+                                SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                       sm.q + offset, c * kBoxCols, m0, wh.h, wh.b);
+                                if constexpr (kSameBoxes)
+                                    SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                           sm.d_o + offset, c * kBoxCols, m0, wh.h, wh.b);
+                            }
+                            if constexpr (!kSameBoxes) {
+                                constexpr int kDoBoxCols = Traits::kDoBoxCols;
+                                CUTE_UNROLL
+                                for (int c = 0; c < Traits::kHeadDimV / kDoBoxCols; ++c) {
+                                    const int offset = s * Traits::kSmemDoElems + c * kBlockM * kDoBoxCols;
+                                    SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s,
+                                                           uint64_t(TMA::CacheHintSm90::EVICT_NORMAL), sm.d_o + offset,
+                                                           c * kDoBoxCols, m0, wh.h, wh.b);
+                                }
                             }
                         }
+                    } else {
+                        copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
+                        copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
                     }
-                } else {
-                    copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
-                    copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
+                    const bool row_ok = m0 + stat_row < seq.q_len;
+                    cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
+                    if constexpr (Roles::kSplit) { // and the dsum value of the same row
+                        const float* const dsum_rows = args.dsum + wh.row_stat0;
+                        cp_async_4_or_zero(sm.dsum + s * kBlockM + stat_row, row_ok ? dsum_rows + m0 + stat_row : dsum_rows,
+                                           row_ok);
+                    }
+                    cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
                 }
-                const bool row_ok = m0 + stat_row < seq.q_len;
-                cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
-                cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
-                if constexpr (ordered && !Traits::kDqHandoff) {
-                    if (q_uses > 1) publish_adds(q_uses - 2, prev_m0);
-                    if (q_uses > 0) grant_turn(last_m0);
-                    prev_m0 = last_m0;
-                }
-                if (unreleased >= 0) release_dq(unreleased);
-                unreleased = -1;
-                if (q_uses > 0) {
+                if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
+                    if (adds) {
+                        if constexpr (Traits::kDqHandoff) {
+                            add_dq(q_uses, m0, dq_rows);
+                            release_dq(m0 / kBlockM);
+                        } else {
+                            grant_turn(m0);
+                            publish_adds(q_uses, m0);
+                        }
+                    }
+                } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
                     add_dq(q_uses - 1, last_m0, last_dq_rows);
-                    if (ordered && Traits::kDqHandoff) unreleased = last_m0 / kBlockM;
                 }
                 last_m0 = m0;
                 last_dq_rows = dq_rows;
             }
         }
     }
-    if constexpr (ordered && !Traits::kDqHandoff) {
-        if (q_uses > 1) publish_adds(q_uses - 2, prev_m0);
-        if (q_uses > 0) {
-            grant_turn(last_m0);
-            publish_adds(q_uses - 1, last_m0);
-        }
-    }
-    if (unreleased >= 0) release_dq(unreleased);
-    if (q_uses > 0) {
-        add_dq(q_uses - 1, last_m0, last_dq_rows);
-        if (ordered && Traits::kDqHandoff) release_dq(last_m0 / kBlockM);
+    if constexpr (!Roles::kSplit) {
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
@@ -505,7 +525,7 @@ template <typename Traits, bool kGroupWalk, bool kOrderedDq = false>
 __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                       const Sm90BwdSmem<Traits>& sm) {
     if (threadIdx.x == 0) {
-        sm.init_barriers();
+        sm.template init_barriers<Sm90BwdProducerRoles<Traits, kOrderedDq>>();
         if (params.q_tma) {
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.do_map));
