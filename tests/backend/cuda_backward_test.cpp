@@ -121,9 +121,8 @@ TEST(CudaBackward, DeterministicIsBitwiseIdenticalOver50Runs) {
 // (lengths off the 64/128 blocks, more queries than keys, so that the first query blocks meet no
 // key), local and one-sided windows (key blocks that meet only some query blocks), varlen with
 // empty sequences and seqused_k (key blocks that meet none), GQA (dK/dV through the scratch), and
-// many key blocks of one head at once. Forced by the override (automatic, the planner takes it at
-// d256 and at d128 from 4096 keys only); d64 has no ordered instance and runs the chunks, as other
-// devices do: still checked.
+// many key blocks of one head at once. Forced by the override (automatic takes it at d128 and d256
+// as well); d64 has no ordered instance and runs the chunks, as other devices do: still checked.
 TEST(CudaBackward, OrderedDqIsBitwiseIdenticalAndMatchesReference) {
     FA_SKIP_IF_UNAVAILABLE(Backend::cuda);
     ASSERT_EQ(fa_set_overrides("deterministic_dq=ordered"), FA_OK) << fa_last_error();

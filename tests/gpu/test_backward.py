@@ -256,7 +256,7 @@ def test_deterministic_ordered_dq_varlen(hdim, overrides):
     """Empty sequences on either side, seqused_k shorter than the keys (key blocks that meet no
     query block), a causal mask over ragged lengths."""
     torch.manual_seed(30 + hdim)
-    overrides("deterministic_dq=ordered")  # automatic takes it at d128 from 4096 keys only
+    overrides("deterministic_dq=ordered")  # automatic as well at d128 / d256; d64 runs the chunks
     lq, lk = [600, 0, 513, 64, 1, 300], [650, 300, 0, 700, 200, 130]
     used = torch.tensor([650, 100, 0, 333, 200, 0], device=DEV, dtype=torch.int32)
     q, k, v = rand(sum(lq), 4, hdim), rand(sum(lk), 2, hdim), rand(sum(lk), 2, hdim)

@@ -791,18 +791,18 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_TRUE(g.dkv_scratch);
 }
 
-// Automatic: the ordered dQ at d256, at d128 from 4096 keys; the chunks at d64 (no ordered instance,
-// even when asked for) and at d128 below 4096 keys, where they measured faster.
+// Automatic: the ordered dQ at d128 and d256 (where the ordered instance exists, for every length);
+// the chunks at d64 (no ordered instance, even when asked for) and where asked for.
 TEST(PlannerBackward, DeterministicOrderedDqWhereItMeasuredFaster) {
     Backward b;
     b.deterministic = true;
-    EXPECT_FALSE(plan(b).ordered_dq); // d128, 1024 keys
-    EXPECT_GT(plan(b).dq_chunk_stride, 0);
+    EXPECT_TRUE(plan(b).ordered_dq); // d128, 1024 keys
+    EXPECT_EQ(plan(b).dq_chunk_stride, 0);
     Backward long_keys = b;
     long_keys.fwd.seqlen_k = 4096;
     EXPECT_TRUE(plan(long_keys).ordered_dq);
-    long_keys.fwd.seqlen_k = 4095;
-    EXPECT_FALSE(plan(long_keys).ordered_dq);
+    EXPECT_FALSE(plan(b, h200(), overrides("deterministic_dq=chunks")).ordered_dq);
+    EXPECT_GT(plan(b, h200(), overrides("deterministic_dq=chunks")).dq_chunk_stride, 0);
     Backward d256 = b;
     d256.fwd.head_dim = 256;
     EXPECT_TRUE(plan(d256).ordered_dq);

@@ -413,10 +413,6 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
 
-// Deterministic mode's ordered dQ at d128, automatic from this many keys. H200, ordered / chunks:
-// 0.93-0.99x at 1k (MHA and GQA, causal or not), 0.96-1.09x at 4k (mean 1.03), 1.03-1.09x at 16k.
-constexpr int64_t kOrderedDqMinKeys = 4096;
-
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
     const Problem& pr = problem.fwd;
     const fa_fwd_params& p = pr.p;
@@ -468,14 +464,11 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     plan.block_n = tile.block_n;
     plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
 
-    // Automatic: d256 and 192 / 128 always (its chunked dQ runs the mma.sync kernel at a third of the speed), d128
-    // from kOrderedDqMinKeys keys (below, the chunks measured 1-7% faster: a short walk per CTA
-    // leaves the ordered CTAs waiting for their turn longer than the chunks' final sum takes).
-    const bool ordered_dq_pays = plan.tile_dim != 128 || p.seqlen_k >= kOrderedDqMinKeys;
-    const bool ordered_wanted =
-        deterministic && !extras && tiles::backward_sm90_ordered_dq(plan.tile_dim, plan.tile_dim_v) &&
-        (overrides.deterministic_dq == DeterministicDqChoice::ordered ||
-         (overrides.deterministic_dq == DeterministicDqChoice::automatic && ordered_dq_pays));
+    // Automatic wherever the tile head dim has the ordered instance: d256 and 192 / 128 (their chunked
+    // dQ runs the mma.sync kernel at a third of the speed) and d128 (H200, ordered / chunks: 0.99-1.09x
+    // at 1k, MHA and GQA, causal or not, 1.05-1.21x at 4k-16k).
+    const bool ordered_wanted = deterministic && !extras && ordered_allowed &&
+                                tiles::backward_sm90_ordered_dq(plan.tile_dim, plan.tile_dim_v);
 
     // The Hopper kernel (FlashAttention-3's scheme) at its tile dims without dropout, where it
     // measured faster than the mma.sync kernel on the H200: d64 and d256 everywhere, d128 from 512
