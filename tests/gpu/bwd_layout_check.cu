@@ -156,6 +156,9 @@ void check_sm90_traits() {
     check_transposed<typename Traits::SmemLayoutdS, typename Traits::SmemLayoutdSt, M, N>(name);
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
+    // The ordered dQ's loaders alone (Sm90BwdProducerRoles, split).
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
+        name, "Q/dO, ordered dQ's loaders");
     // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.
     check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q/dO by TMA", Traits::kBlockM);
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
@@ -264,6 +267,10 @@ void check_sm90_pds_traits() {
     check_transposed<typename Traits::SmemLayoutPdS, typename Traits::SmemLayoutPdSt, M, N>(name);
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q");
     check_producer_copy<Element, typename Traits::SmemLayoutDo, Traits::kProducerThreads>(name, "dO");
+    check_producer_copy<Element, typename Traits::SmemLayoutQ, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
+        name, "Q, ordered dQ's loaders");
+    check_producer_copy<Element, typename Traits::SmemLayoutDo, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
+        name, "dO, ordered dQ's loaders");
     // Q and dO by TMA (bwd_params_sm90.cuh): boxes of one atom's columns by kBlockM rows.
     check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q by TMA", Traits::kBlockM);
     check_tma_boxes<Element, typename Traits::SmemLayoutDo, Traits::kDoBoxCols>(name, "dO by TMA", Traits::kBlockM);

@@ -7,7 +7,8 @@
 //                               (q_full[s]); a stage is refilled once both consumers released it
 //                               (q_empty[s]), K/V once they finished the key block (kv_empty).
 //                               After loading query block u it adds the consumers' dQ of block u-1
-//                               from shared memory to the fp32 scratch (dq_full / dq_empty)
+//                               from shared memory to the fp32 scratch (dq_full / dq_empty); with
+//                               the ordered dQ its warps 2-3 do that, block u's in its turn
 //   warpgroups 1, 2 (consumer)  64 keys each; per query block (bwd_traits_sm90.cuh for the shapes):
 //     S^T = K Q^T, dP^T = V dO^T          issued together; the softmax work runs under dP^T
 //     P^T = exp2(S^T * scale_log2 - lse_log2[query])     [transform] [mask]
@@ -40,7 +41,8 @@
 // other consumer reaches only after its dQ wgmma of block m-2 (the same buffer) completed. The dQ
 // buffer is single: consumers write block u's once the producer has read block u-1's (dq_empty:
 // its bulk reductions have read the buffer), which it does right after loading block u, so the wait
-// is normally long over.
+// is normally long over; with the ordered dQ it does so once block u-1's turn has come, so there the
+// consumers can wait behind a predecessor CTA that lags.
 // tests/gpu/bwd_sm90_protocol_check.py models all of it.
 //
 // Index bookkeeping: accumulators of S^T / dP^T are (key row, query column) per warpgroup; the

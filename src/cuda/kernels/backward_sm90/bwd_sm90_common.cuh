@@ -17,6 +17,7 @@
 #pragma once
 
 #include "kernels/backward_sm90/bwd_params_sm90.cuh"
+#include "kernels/backward_sm90/bwd_traits_sm90.cuh"
 #include "kernels/bwd_args.h"
 #include "kernels/kernel_code.h"
 #if FLASHATTN_KERNEL_CODE
@@ -225,23 +226,6 @@ struct Sm90BwdSmem {
     }
 };
 
-// The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
-// 0 issues the TMA copies, every one of them an lse and a dsum value of each stage) and the second
-// adds dQ in its order (thread r of it row r; at d256, its thread 0 grants the turns and publishes
-// the consumers' adds). In one loop that does both, the adds of block u-1, which wait for the
-// block's turn and then for their writes to land, held back the loads of block u+1, and the
-// consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp samples at a stage's
-// q_full, 1% without the order; the kernel 1.41x the default's time). Without the order every
-// producer thread does both: its adds never wait for another CTA. K and V, loaded once (the ordered
-// dQ's CTA has one key block), come from every producer thread either way.
-template <typename Traits, bool kOrderedDq>
-struct Sm90BwdProducerRoles {
-    static constexpr bool kSplit = kOrderedDq;
-    static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
-    static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
-    static_assert(!kSplit || kDqThreads >= Traits::kBlockM, "a dQ thread per row of a block");
-};
-
 // `other` where a copy of type Copy is the same (one set of per-thread bases), else a new one.
 template <typename Copy, typename Other>
 __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
@@ -259,10 +243,11 @@ __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
 // the query blocks of q_block_range (empty ranges skip the loads); q_uses counts query blocks over
 // the whole walk, kv_uses key blocks with work. Q and dO come by TMA from thread 0 where the
 // launcher made their maps (params.q_tma: the stage's q_full then also waits for their bytes), else
-// by cp.async from every thread. With the dQ hand-off (Traits::kDqHandoff) it adds the consumers'
-// dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and the last one
-// after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the block; with the
-// ordered dQ (kOrderedDq) each block's reductions wait for their turn and are counted (below).
+// by cp.async from every loading thread. With the dQ hand-off (Traits::kDqHandoff) it adds the
+// consumers' dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and
+// the last one after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the
+// block. With the ordered dQ (kOrderedDq) the roles split (Sm90BwdProducerRoles): the loaders load,
+// and the dQ threads add each block's dQ as soon as its turn comes, then count it (below).
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
@@ -311,7 +296,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
 
     // The dQ of query-block use `use` (first row m0) to the fp32 scratch; rows past the sequence
     // belong to other sequences' rows (or to none) and are skipped. A CTA with one key block adds each
-    // row once: thread r < kBlockM adds row r (kHeadDim floats, contiguous in the scratch and in the
+    // row once: dQ thread r < kBlockM adds row r (kHeadDim floats, contiguous in the scratch and in the
     // hand-off buffer) with one bulk reduction and releases the buffer once the reductions have read
     // it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again
     // later, and two bulk reductions in flight may land in either order: there a warp per row adds

@@ -313,6 +313,24 @@ struct Sm90BwdPdSTraits {
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
+// The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
+// 0 issues the TMA copies, every one of them an lse and a dsum value of each stage) and the second
+// adds dQ in its order (thread r of it row r; at d256, its thread 0 grants the turns and publishes
+// the consumers' adds). In one loop that does both, the adds of block u-1, which wait for the
+// block's turn and then for their writes to land, held back the loads of block u+1, and the
+// consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp samples at a stage's
+// q_full, 1% without the order; the kernel 1.41x the default's time). Without the order every
+// producer thread does both: its adds never wait for another CTA. K and V, loaded once (the ordered
+// dQ's CTA has one key block), come from every producer thread either way.
+template <typename Traits, bool kOrderedDq>
+struct Sm90BwdProducerRoles {
+    static constexpr bool kSplit = kOrderedDq;
+    static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
+    static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
+    static_assert(!kSplit || kDqThreads >= Traits::kBlockM, "a dQ thread per row of a block");
+    static_assert(kLoaders % 32 == 0 && Traits::kBlockM % 32 == 0, "roles and counting warps are whole warps");
+};
+
 // The Hopper backward of a tile head dim and value head dim (tiles.h's backward_sm90_pds_schedule
 // picks the schedule).
 template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
