@@ -91,6 +91,21 @@ def test_deterministic():
     assert torch.equal(a, b) and torch.equal(la, lb)
 
 
+@pytest.mark.parametrize("early_scale", [2.0, 6.0], ids=["within_slack", "past_slack"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("hdim", [64, 128, 256])
+def test_running_max_moves_late(hdim, dtype, causal, early_scale):
+    """Keys are visited from the last block down, and here the first keys score highest: with
+    early_scale 2 a row's max grows by a few log2 units late in the row (within the Hopper
+    forward's slack, where the running max stays and P exceeds 1), with 6 by tens (past it: O is
+    rescaled after blocks that skipped the rescale)."""
+    torch.manual_seed(hdim + int(early_scale) * 10 + causal)
+    q, k, v = rand(1, 300, 2, hdim, dtype=dtype), rand(1, 1500, 2, hdim, dtype=dtype), rand(1, 1500, 2, hdim, dtype=dtype)
+    k[:, :100] = (k[:, :100].float() * early_scale).to(dtype)
+    run_and_check(q, k, v, name=f"d{hdim} early keys x{early_scale}", causal=causal)
+
+
 # ---------------------------------------------------------------------------------------------
 # The Hopper forward's two tiles up to d64 (kernels/tiles.h, forward_sm90_short_rows): the planner
 # takes 128 rows (two consumers) where the mask has a right edge and there are at most 1024 keys,
