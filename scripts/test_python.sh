@@ -17,27 +17,27 @@ elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 # torch: reuse the interpreter's own when it is the pinned version (machine images ship it), which
 # takes seconds; otherwise a clean venv gets it from PyPI with its CUDA libraries, which takes minutes.
 start=$(date +%s)
-mkdir -p "$(dirname "$venv")"
+venv_dir=$(dirname "$venv")
 # pip's cache would keep a second copy of torch's ~3 GB of wheels, and its unpacking goes through
 # TMPDIR: no cache, and temporary files beside the venv, so a small /tmp or home cannot cut the
 # install short.
 export PIP_NO_CACHE_DIR=1
-export TMPDIR=$(dirname "$venv")/tmp
+export TMPDIR=$venv_dir/tmp
 mkdir -p "$TMPDIR"
-free_gb() { df -Pk "$1" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
+free_gb() { df -Pk "$venv_dir" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
 if [ ! -x "$venv/bin/python" ]; then
     if "$python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$torch_pin')" 2>/dev/null; then
         echo "test_python: venv $venv reusing $("$python" -c 'import torch; print(torch.__file__)')"
         "$python" -m venv --system-site-packages "$venv"
     else
         echo "test_python: venv $venv with torch==$torch_pin from PyPI (large download; about 8 GB" \
-             "of disk while it installs, $(free_gb "$(dirname "$venv")") GB free there)"
+             "of disk while it installs, $(free_gb) GB free there)"
         "$python" -m venv "$venv"
     fi
 fi
 if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/python/requirements-test.txt"; then
     echo "test_python: installing python/requirements-test.txt into $venv failed;" \
-         "$(free_gb "$(dirname "$venv")") GB free there now (torch with its CUDA libraries needs about 8 GB)"
+         "$(free_gb) GB free there now (torch with its CUDA libraries needs about 8 GB)"
     exit 1
 fi
 echo "test_python: test dependencies ready in $(elapsed "$start")"

@@ -22,6 +22,18 @@ def rand(*shape, dtype=torch.bfloat16, scale=1.0):
     return (torch.randn(*shape, device=DEV, dtype=torch.float32) * scale).to(dtype)
 
 
+def kernels_launched(fn):
+    """fn() under torch.profiler on CUDA: (its result, the names of the CUDA kernels it launched).
+    The set is empty off CUDA or without CUPTI."""
+    if not ON_CUDA:
+        return fn(), set()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        sync()
+    return result, {e.name for e in prof.events()}
+
+
 def cu(lengths):
     """cu_seqlens (int32, on DEV) of a list of sequence lengths."""
     return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), device=DEV, dtype=torch.int32)

@@ -17,7 +17,7 @@ import torch
 import abi
 from reference import attention_ref
 
-from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
+from harness import DEV, ON_CUDA, cu, cuda_only, heavy, kernels_launched, rand, sync
 
 
 def assert_close(name, ours, ref, naive, atol=1e-5):
@@ -121,14 +121,9 @@ def sm90_forward_rows(fn):
     """fn() under torch.profiler on CUDA: (its result, the rows of every Hopper forward kernel it
     launched). The set is empty where none ran (another kernel planned or forced, a build without
     sm_90a, no CUPTI)."""
-    if not ON_CUDA:
-        return fn(), set()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        result = fn()
-        sync()
+    result, names = kernels_launched(fn)
     rows = set()
-    for name in {e.name for e in prof.events()}:
+    for name in names:
         if "fwd_kernel_sm90" in name:
             match = SM90_TRAITS_ROWS[0].search(name) or SM90_TRAITS_ROWS[1].search(name)
             assert match, f"no tile rows in the kernel name {name!r}"
