@@ -94,7 +94,14 @@ struct OnlineSoftmax {
     // when the next block's scores arrive (fwd_kernel_sm90.cuh): absorb_scores updates the state and
     // the scores and returns each row's correction; rescale applies it to out once the product is
     // done.
-    template <typename Scores>
+    //
+    // kMaxSlack > 0: the running max moves only when a block's exceeds it by more than kMaxSlack
+    // (log2 units, after exp_scale). Below that the block's probabilities are at most 2^kMaxSlack
+    // instead of 1 (as exact in fp32 sums and in 16-bit P, whose rounding is relative), the
+    // correction is exp2(0), exactly 1, so O needs no rescale, and finish() divides by the sum
+    // taken against the same max: the same result. Past the first block a row's max then rarely
+    // moves, where without the slack each new maximum of any of a warp's rows costs the multiplies.
+    template <int kMaxSlack = 0, typename Scores>
     __device__ __forceinline__ void absorb_scores(Scores& scores, float exp_scale, float (&correction)[kRows]) {
         static_assert(decltype(size<0>(scores))::value == kRows);
         CUTE_UNROLL
@@ -103,6 +110,10 @@ struct OnlineSoftmax {
             CUTE_UNROLL
             for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
             block_max = quad_max(block_max);
+            // (A row at -inf so far: -inf - -inf is NaN, the test fails and the max moves.)
+            if constexpr (kMaxSlack > 0) {
+                if ((block_max - row_max[r]) * exp_scale <= float(kMaxSlack)) block_max = row_max[r];
+            }
             const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
             correction[r] = fast_exp2(row_max[r] * exp_scale - max_scaled);
             row_max[r] = block_max;
@@ -127,18 +138,22 @@ struct OnlineSoftmax {
 
     // Normalise out (times out_scale, the dropout rescale) and return each row's natural-log lse:
     // -inf, with out = 0, for a row that saw no allowed key (with a sink, absorb_sink: lse = the
-    // sink, out = 0).
+    // sink, out = 0). poison (an index of the sequence was out of range, device_faults.h): NaN in
+    // every element and every lse, through the factor each row is scaled by anyway, so the rare
+    // case costs a select per row and not one per element.
     template <typename Out>
-    __device__ __forceinline__ void finish(Out& out, float exp_scale, float out_scale, float (&lse)[kRows]) {
+    __device__ __forceinline__ void finish(Out& out, float exp_scale, float out_scale, float (&lse)[kRows],
+                                           bool poison = false) {
         constexpr float kLn2 = 0.6931471805599453f;
+        const float nan = __int_as_float(0x7fffffff);
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
             const float sum = quad_sum(row_sum[r]);
             const bool empty = !(sum > 0.0f);
-            const float factor = empty ? 0.0f : out_scale / sum;
+            const float factor = poison ? nan : empty ? 0.0f : out_scale / sum;
             CUTE_UNROLL
             for (int c = 0; c < size<1>(out); ++c) out(r, c) *= factor;
-            lse[r] = empty ? -INFINITY : (row_max[r] * exp_scale + log2f(sum)) * kLn2;
+            lse[r] = poison ? nan : empty ? -INFINITY : (row_max[r] * exp_scale + log2f(sum)) * kLn2;
         }
     }
 };

@@ -34,15 +34,6 @@ struct SequenceBounds {
     __host__ __device__ __forceinline__ int query_len() const { return rows_are_heads ? 1 : q_len; }
 };
 
-// A faulted sequence's output: NaN in every element of O and its lse (the rows of the tile).
-template <typename AccRows, int kRows>
-__device__ __forceinline__ void poison_rows(AccRows& acc_o_rows, float (&row_lse)[kRows]) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_o_rows); ++i) acc_o_rows(i) = __int_as_float(0x7fffffff);
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) row_lse[r] = __int_as_float(0x7fffffff);
-}
-
 // Learnable sinks (FwdArgs::learnable_sink, null = none): each of this thread's rows of the online
 // softmax (and of out_rows, O's accumulator as (rows, cols)) takes its query head's sink as one more
 // key (OnlineSoftmax::absorb_sink), after the last K/V block; rows (m0 + row of `coords`, the

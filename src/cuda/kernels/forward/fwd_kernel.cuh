@@ -246,14 +246,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if constexpr (kExtras) { // (the launcher runs sinks on the extras kernel)
         if (split == 0) absorb_sinks(softmax, acc_o_rows, args, s_coords, h, packed, m0, seq.q_len, exp_scale);
     }
-    softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
     // A sequence with an index out of range (a block table entry: any thread may have met it) leaves NaN.
     bool faulted = seq.faulted;
     if constexpr (kInference) {
         faulted = __syncthreads_or(page_table.faulted) || faulted;
         page_table.report(args.fault, b);
     }
-    if (faulted) poison_rows(acc_o_rows, row_lse);
+    softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse, faulted);
 
     // (query head, query row) of tile row i.
     auto head_of = [&](int i) { return packed ? h + i : h; };

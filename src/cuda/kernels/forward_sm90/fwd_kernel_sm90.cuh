@@ -30,9 +30,9 @@
 // Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
 // size of 0 where rows or columns lie outside the tensor) or TMA (the hardware zero-fills outside
 // the tensor map, which ends at seqlen_k and head_dim), so the mbarrier that tracks its copies
-// covers every byte. A consumer that waited on it runs fence.proxy.async before its wgmma reads the
-// stage (cp.async writes through the generic proxy, wgmma reads through the async proxy; after TMA,
-// an async-proxy write, the fence costs nothing that matters).
+// covers every byte. A consumer that waited on a stage written by cp.async runs fence.proxy.async
+// before its wgmma reads it (cp.async writes through the generic proxy, wgmma reads through the
+// async proxy); TMA's writes are the async proxy's own and need none.
 #pragma once
 
 #include "kernels/fwd_args.h"
@@ -308,9 +308,11 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
         wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o);
     };
+    // (The proxy fence only after cp.async, whose writes go through the generic proxy: TMA's are
+    // the async proxy's own, as the wgmma's reads.)
     auto wait_full = [&](uint64_t* barrier, int r) {
         cutlass::arch::ClusterBarrier::wait(barrier + r % kStages, (r / kStages) & 1);
-        cutlass::arch::fence_view_async_shared();
+        if (!kv_tma) cutlass::arch::fence_view_async_shared();
     };
     auto release = [&](uint64_t* barrier, int r) { cutlass::arch::ClusterBarrier::arrive(barrier + r % kStages); };
 
@@ -340,6 +342,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         clear(acc_o);
         OnlineSoftmax<kRows> softmax;
 
+        // The running max moves only past this slack (OnlineSoftmax::absorb_scores): P up to 2^8.
+        constexpr int kMaxSlack = 8;
         float exp_scale = args.scale_log2;
         float alibi_slope = 0.0f;
         DropoutKey dropout_key{};
@@ -356,7 +360,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, t.seq, m0, n0);
             }
             if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, t.seq, m0, n0);
-            softmax.absorb_scores(scores, exp_scale, correction);
+            softmax.template absorb_scores<kMaxSlack>(scores, exp_scale, correction);
             if constexpr (kExtras) {
                 if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, t.b, t.h, m0, n0);
             }
@@ -381,6 +385,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty);
         };
         cutlass::arch::ClusterBarrier::wait(q_full, tiles_done & 1);
+        cutlass::arch::fence_view_async_shared(); // Q came by cp.async
         release_q_after_s(num_blocks == 0);
         if (num_blocks > 0) {
             if (consumer == kLastConsumer && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
@@ -390,8 +395,15 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             warpgroup_fence_operand(acc_s);
             release(k_empty, ring_base);
             release_q_after_s(num_blocks == 1);
+            // The first block by the loop's rule too, unmasked where the range allows; not in the
+            // extras kernel, whose block code is long enough that another copy of it costs a quarter
+            // more code for a twentieth of a tile's instructions.
             float unused[kRows];
-            softmax_block(e - 1, cute::true_type{}, unused);
+            if (!kExtras && e - 1 >= t.range.unmasked_begin && e - 1 < t.range.unmasked_end) {
+                softmax_block(e - 1, cute::false_type{}, unused);
+            } else {
+                softmax_block(e - 1, cute::true_type{}, unused);
+            }
             scores_to_p();
         }
 
@@ -416,7 +428,13 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             release(v_empty, r - 1);
-            OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
+            // A row whose max did not move (with the slack, most blocks past the first) has the
+            // correction exp2(0), exactly 1: the warp skips the multiplies when none of its rows
+            // needs them.
+            bool rescale = false;
+            CUTE_UNROLL
+            for (int r = 0; r < kRows; ++r) rescale |= correction[r] != 1.0f;
+            if (__any_sync(0xffffffffu, rescale)) OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
             scores_to_p();
         };
         for (int j = e - 2; j >= t.range.n_begin;) {
@@ -437,8 +455,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
         float row_lse[kRows];
         absorb_sinks(softmax, acc_o_rows, args, s_coords, t.h, false, m0, t.seq.q_len, exp_scale);
-        softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse);
-        if (t.seq.faulted) poison_rows(acc_o_rows, row_lse); // an index out of range (device_faults.h)
+        softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse,
+                       t.seq.faulted);
         Tensor o = convert_fragment<Element>(acc_o);
         Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});
         auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);

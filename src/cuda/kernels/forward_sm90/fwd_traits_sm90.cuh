@@ -105,8 +105,10 @@ struct Sm90FwdTraits {
     static_assert(kQBytes % 1024 == 0 && kKStageBytes % 1024 == 0 && kVStageBytes % 1024 == 0);
 
 #if FLASHATTN_KERNEL_CODE
-    // Registers -> shared for O: each thread holds pairs of neighbouring columns.
-    using SmemCopyO = Copy_Atom<UniversalCopy<uint32_t>, Element>;
+    // Registers -> shared for O: stmatrix, 16 bytes of four 8 x 8 matrices per thread and
+    // instruction, from a 32-bit shared address (per-thread 4-byte stores came out as generic
+    // stores with the swizzle computed on 64-bit addresses, ~6 instructions each).
+    using SmemCopyO = Copy_Atom<SM90_U32x4_STSM_N, Element>;
 #endif
 
     // Global <-> shared, 16-byte chunks in swizzle-row-wide column blocks: loads by the producer's
