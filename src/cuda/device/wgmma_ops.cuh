@@ -52,13 +52,16 @@ __host__ __device__ __forceinline__ constexpr auto wgmma_accumulator_as_a_operan
 // Issues acc (=|+=) A B over the whole k extent as one wgmma batch and commits it; the caller
 // waits with warpgroup_wait<N>(). kZeroInit overwrites acc (no clear() pass over the registers).
 // A is a tensor of shared-memory descriptors (SS) or of registers (RS); B always descriptors.
+// zero_init: the same at run time (wgmma's scale-d is a predicate operand), for a product that
+// starts its accumulator only sometimes.
 template <bool kZeroInit, typename TiledMma, typename FragA, typename FragB, typename Acc>
-__device__ __forceinline__ void wgmma_issue(TiledMma& mma, FragA& a, FragB const& b, Acc& acc) {
+__device__ __forceinline__ void wgmma_issue(TiledMma& mma, FragA& a, FragB const& b, Acc& acc,
+                                            bool zero_init = false) {
     constexpr bool kRegisterA = !std::is_same_v<typename FragA::iterator, GMMA::DescriptorIterator>;
     if constexpr (kRegisterA) warpgroup_fence_operand(a);
     warpgroup_fence_operand(acc);
     warpgroup_arrive();
-    if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+    if (kZeroInit || zero_init) mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int k = 0; k < size<2>(a); ++k) {
         cute::gemm(mma, a(_, _, k), b(_, _, k), acc);

@@ -304,9 +304,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
     };
-    auto issue_pv = [&](int s) {
+    // A tile's first P V starts O (wgmma's scale-d 0), so O is not cleared per tile.
+    auto issue_pv = [&](int s, bool first) {
         Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
-        wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o);
+        wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o, first);
     };
     // (The proxy fence only after cp.async, whose writes go through the generic proxy: TMA's are
     // the async proxy's own, as the wgmma's reads.)
@@ -339,7 +340,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             break;
         }
         const int e = t.e, m0 = t.m0, num_blocks = t.num_blocks;
-        clear(acc_o);
+        if (num_blocks == 0) clear(acc_o); // (else the first P V starts it)
         OnlineSoftmax<kRows> softmax;
 
         // The running max moves only past this slack (OnlineSoftmax::absorb_scores): P up to 2^8.
@@ -417,7 +418,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             wait_full(v_full, r - 1);
             take_turn();
             issue_s(r % kStages);
-            issue_pv((r - 1) % kStages);
+            issue_pv((r - 1) % kStages, idx == 1);
             pass_turn(idx - 1);
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
@@ -446,7 +447,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         if (num_blocks > 0) { // the last block's P V
             const int r = ring_base + num_blocks - 1;
             wait_full(v_full, r);
-            issue_pv(r % kStages);
+            issue_pv(r % kStages, num_blocks == 1);
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             release(v_empty, r);
