@@ -98,7 +98,7 @@ struct OnlineSoftmax {
     // kMaxSlack > 0: the running max moves only when a block's exceeds it by more than kMaxSlack
     // (log2 units, after exp_scale). Below that the block's probabilities are at most 2^kMaxSlack
     // instead of 1 (as exact in fp32 sums and in 16-bit P, whose rounding is relative), the
-    // correction is exp2(0), exactly 1, so O needs no rescale, and finish() divides by the sum
+    // correction is exactly 1, so O needs no rescale, and finish() divides by the sum
     // taken against the same max: the same result. Past the first block a row's max then rarely
     // moves, where without the slack each new maximum of any of a warp's rows costs the multiplies.
     template <int kMaxSlack = 0, typename Scores>
@@ -115,7 +115,10 @@ struct OnlineSoftmax {
                 if ((block_max - row_max[r]) * exp_scale <= float(kMaxSlack)) block_max = row_max[r];
             }
             const float max_scaled = block_max == -INFINITY ? 0.0f : block_max * exp_scale;
-            correction[r] = fast_exp2(row_max[r] * exp_scale - max_scaled);
+            // With the slack a kept max gives exactly 1: the exponent below is contracted into an FMA,
+            // whose result for an unchanged max is the rounding error of max * exp_scale, not 0.
+            correction[r] = kMaxSlack > 0 && block_max == row_max[r] ? 1.0f
+                                                                      : fast_exp2(row_max[r] * exp_scale - max_scaled);
             row_max[r] = block_max;
             float block_sum = 0.0f;
             CUTE_UNROLL

@@ -430,8 +430,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             warpgroup_fence_operand(acc_o);
             release(v_empty, r - 1);
             // A row whose max did not move (with the slack, most blocks past the first) has the
-            // correction exp2(0), exactly 1: the warp skips the multiplies when none of its rows
-            // needs them.
+            // correction 1 exactly (absorb_scores): the warp skips the multiplies when none of its
+            // rows needs them.
             bool rescale = false;
             CUTE_UNROLL
             for (int r = 0; r < kRows; ++r) rescale |= correction[r] != 1.0f;
