@@ -138,6 +138,17 @@ struct OnlineSoftmax {
             for (int c = 0; c < size<1>(out); ++c) out(r, c) *= correction[r];
         }
     }
+    // rescale(), skipped by the whole warp (all 32 lanes call it) where no row's correction differs
+    // from 1: a multiply by 1 changes nothing. The corrections are exactly 1 where absorb_scores kept
+    // a row's max under its slack; without one, a computed exp2 of an unchanged max is a few ulps
+    // off 1 (an FMA's rounding), so the skip is rare there.
+    template <typename Out>
+    __device__ __forceinline__ static void rescale_unless_all_one(Out& out, const float (&correction)[kRows]) {
+        bool needed = false;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) needed |= correction[r] != 1.0f;
+        if (__any_sync(0xffffffffu, needed)) rescale(out, correction);
+    }
 
     // Normalise out (times out_scale, the dropout rescale) and return each row's natural-log lse:
     // -inf, with out = 0, for a row that saw no allowed key (with a sink, absorb_sink: lse = the

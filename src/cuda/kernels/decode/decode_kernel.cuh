@@ -318,11 +318,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_split_keys_kernel(const 
         if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, seq, m0, n0);
         float correction[kRows];
         softmax.absorb_scores(scores, exp_scale, correction);
-        bool rescale = false;
-        CUTE_UNROLL
-        for (int r = 0; r < kRows; ++r) rescale |= correction[r] != 1.0f;
-        // exp2(0) is exactly 1: skipping the multiply by 1 changes nothing.
-        if (__any_sync(0xffffffffu, rescale)) OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
+        OnlineSoftmax<kRows>::rescale_unless_all_one(acc_o_rows, correction);
 
         products.add_pv(acc_o, acc_s, in_stage(products.pv.b, n));
     };

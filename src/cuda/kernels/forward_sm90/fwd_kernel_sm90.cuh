@@ -429,13 +429,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             release(v_empty, r - 1);
-            // A row whose max did not move (with the slack, most blocks past the first) has the
-            // correction 1 exactly (absorb_scores): the warp skips the multiplies when none of its
-            // rows needs them.
-            bool rescale = false;
-            CUTE_UNROLL
-            for (int r = 0; r < kRows; ++r) rescale |= correction[r] != 1.0f;
-            if (__any_sync(0xffffffffu, rescale)) OnlineSoftmax<kRows>::rescale(acc_o_rows, correction);
+            // (With the slack most blocks past the first keep every row's max: no multiplies.)
+            OnlineSoftmax<kRows>::rescale_unless_all_one(acc_o_rows, correction);
             scores_to_p();
         };
         for (int j = e - 2; j >= t.range.n_begin;) {
