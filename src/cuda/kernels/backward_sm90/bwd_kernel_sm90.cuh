@@ -127,8 +127,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     Tensor scores_qk = make_tensor(acc_s.data(), transposed(wgmma_rows_cols(acc_s.layout())));
     Tensor grads_qk = make_tensor(acc_dp.data(), transposed(wgmma_rows_cols(acc_dp.layout())));
     constexpr int kQueries = decltype(size<0>(coords_qk))::value; // query columns per thread (16)
-    // dS^T registers -> shared: neighbouring queries in a register pair, 4-byte stores.
-    auto copy_ds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    // dS^T registers -> shared: stmatrix, 16 bytes of neighbouring queries per thread and
+    // instruction from a 32-bit shared address (4-byte stores came out as generic stores with the
+    // swizzle computed on 64-bit addresses, ~6 instructions each).
+    auto copy_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto copy_ds_thr = copy_ds.get_thread_slice(tid);
     Tensor tdSr = copy_ds_thr.retile_S(ds_storage);
     // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns.
@@ -155,10 +157,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
 
         // Descriptors of K, V (loop-invariant) are rebuilt per block from a base the compiler
         // cannot see through: hoisted out of the loop they held ~30 registers (ptxas: spills
-        // 412 -> 312 B at d128).
+        // 412 -> 312 B at d128). The plain d64 kernel has the registers: hoisted there (its
+        // block 537 -> 496 instructions, no spills; its group walk and extras spilled 56 and 44 B).
         Element* k_base = smem_k;
         Element* v_base = smem_v;
-        asm volatile("" : "+l"(k_base), "+l"(v_base));
+        if constexpr (kHeadDim > 64 || kExtras || kGroupWalk) asm volatile("" : "+l"(k_base), "+l"(v_base));
         Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
         Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
         Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));

@@ -120,8 +120,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     Tensor scores_qk = make_tensor(acc_s.data(), wgmma_rows_cols(acc_s.layout()));
     Tensor grads_qk = make_tensor(acc_dp.data(), wgmma_rows_cols(acc_dp.layout()));
     constexpr int kRows = decltype(size<0>(coords_qk))::value; // query rows per thread (2)
-    // P, dS registers -> shared: neighbouring keys in a register pair, 4-byte stores.
-    auto copy_pds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    // P, dS registers -> shared: stmatrix, 16 bytes of neighbouring keys per thread and instruction
+    // (as dS^T in bwd_kernel_sm90.cuh).
+    auto copy_pds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto copy_pds_thr = copy_pds.get_thread_slice(tid);
     // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns.
     Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
