@@ -3,7 +3,9 @@ Sm90BwdWork's grid order, sm90_bwd_producer's add_dq / release_dq; bwd_policies.
 dq_key_blocks).
 
 Each CTA owns one key block n of one (sequence, head) pair and adds its dQ to the query blocks m of
-q_block_range(n), in increasing m. At d128 (and 192 / 128) two producer warps each add half the rows of a
+q_block_range(n), in increasing m. On the GQA group walk (d128) a pair is a (sequence, KV head) and
+the CTA does that for each of the group's query heads in turn, each head's blocks with their own
+counters (modelled with `group` > 1). At d128 (and 192 / 128) two producer warps each add half the rows of a
 block (one bulk reduction per row); before that, each waits until block m's counter shows 2 x the number of key
 blocks that meet m and come before n in the fixed order (dq_key_blocks(m): from the first up, or
 from the last down with a right window edge), and after the reductions' writes have landed (not
@@ -31,6 +33,7 @@ Broken variants (`broken=`) that must fail on some of the problems:
   "one_arrival"          one arrival per CTA (warp 0 only) where two are awaited (d128, 192 / 128)
   "keys_fastest_grid"    the default grid (a pair's key blocks neighbours, ascending) with the
                          descending order of a right window edge
+  "walk_first_head_counters"  on the walk, every head's turn read from the first head's counters
 Run: python3 tests/gpu/bwd_dq_order_check.py
 """
 import random
@@ -105,13 +108,14 @@ def random_problem(rnd):
     return seqs, left, right
 
 
-def run(seed, broken=None, adders=2):
+def run(seed, broken=None, adders=2, walk=False):
     """adders: 2, the hand-off schedule's two producer warps, each half the rows and one arrival; 1,
     the d256 schedule, whose consumers add the block (granted their turn by the producer thread,
     which publishes one arrival per CTA once their adds are issued and, by its release fence,
-    performed)."""
+    performed). walk: the group walk, 1 to 3 query heads per pair."""
     rnd = random.Random(seed)
     seqs, left, right = random_problem(rnd)
+    group = rnd.randint(1, 3) if walk else 1
     pairs = len(seqs)
     key_blocks = max(1, max((k_stored + BN - 1) // BN for _, _, k_stored in seqs))
     descending = right >= 0
@@ -124,7 +128,7 @@ def run(seed, broken=None, adders=2):
     assert sorted(order) == [(p, n) for p in range(pairs) for n in range(key_blocks)], "grid covers every CTA once"
 
     # dq_key_blocks is the inverse of q_block_range, and the fixed order of every block's additions.
-    expected = {}
+    expected = {}  # (pair, head, m) -> key blocks in the fixed order
     for p, (q_len, k_len, k_stored) in enumerate(seqs):
         for m in range((q_len + BM - 1) // BM):
             nb, ne = dq_key_blocks(q_len, k_len, left, right, m)
@@ -132,19 +136,20 @@ def run(seed, broken=None, adders=2):
                       and q_block_range(q_len, k_len, left, right, n * BN)[0] <= m
                       < q_block_range(q_len, k_len, left, right, n * BN)[1]]
             assert meeting == list(range(nb, ne)), (seqs[p], left, right, m, meeting, (nb, ne))
-            expected[(p, m)] = meeting[::-1] if descending else meeting
+            for g in range(group):
+                expected[(p, g, m)] = meeting[::-1] if descending else meeting
 
-    counter = {}
+    counter = {}  # (pair, head, m)
     changed = [0]  # bumped by every change of state: a run without one for long is a deadlock
-    added = {}  # (pair, m, warp) -> key blocks in landing order
-    pending = []  # reductions in flight: [delay, (pair, m, warp), n, landed-flag holder]
+    added = {}  # (pair, head, m, warp) -> key blocks in landing order
+    pending = []  # reductions in flight: [delay, (pair, head, m, warp), n, landed-flag holder]
 
     def cta(p, n):
         q_len, k_len, k_stored = seqs[p]
         if n * BN >= k_stored: return []  # the whole CTA returns early
         mb, me = q_block_range(q_len, k_len, left, right, n * BN)
-        blocks = list(range(mb, me))
-        if not blocks: return []
+        if mb >= me: return []
+        blocks = [(g, m) for g in range(group) for m in range(mb, me)]  # the uses, head by head
         full = [False] * len(blocks)        # dq_full of each use
         read = [[False] * adders for _ in blocks]  # dq_empty: each adder has read the use's buffer
 
@@ -162,28 +167,29 @@ def run(seed, broken=None, adders=2):
                 nb, ne = 0, (k_len + BN - 1) // BN
             return adders * ((ne - 1 - n) if wait_descending else (n - nb))
 
-        def release(w, m, flight):
+        def release(w, g, m, flight):
             if broken != "release_on_read":
                 while flight and not flight[0][3][0]: yield  # bulk_wait_group 0: the writes landed
             if broken == "one_arrival" and w == 1: return
-            counter[(p, m)] = counter.get((p, m), 0) + 1
+            counter[(p, g, m)] = counter.get((p, g, m), 0) + 1
             changed[0] += 1
 
         def warp(w):
-            for u, m in enumerate(blocks):
+            for u, (g, m) in enumerate(blocks):
                 turn = turn_of(m)
                 while not full[u]: yield  # dq_full
                 if broken != "no_wait":
-                    while counter.get((p, m), 0) < turn: yield
+                    head = 0 if broken == "walk_first_head_counters" else g
+                    while counter.get((p, head, m), 0) < turn: yield
                 flight = []
                 if m * BM + w * (BM // adders) < q_len:  # the warp's rows past the sequence add nothing
-                    op = [rnd.randint(1, 10), (p, m, w), n, [False]]
+                    op = [rnd.randint(1, 10), (p, g, m, w), n, [False]]
                     pending.append(op)
                     flight.append(op)
                 for _ in range(rnd.randint(0, 2)): yield  # bulk_wait_group_read
                 read[u][w] = True
                 changed[0] += 1
-                yield from release(w, m, flight)
+                yield from release(w, g, m, flight)
 
         return [consumers()] + [warp(w) for w in range(adders)]
 
@@ -216,36 +222,40 @@ def run(seed, broken=None, adders=2):
     if live or pending or next_cta < len(order):
         raise AssertionError(f"deadlock: seed {seed}, seqs {seqs}, window ({left}, {right}), section {section}, "
                              f"slots {slots}, {len(live)} resident, {len(order) - next_cta} not launched")
-    for (p, m), keys in expected.items():
+    for (p, g, m), keys in expected.items():
         q_len = seqs[p][0]
         for w in range(adders):
             want = keys if m * BM + w * (BM // adders) < q_len else []
-            assert added.get((p, m, w), []) == want, (seed, seqs[p], (left, right), m, w, added.get((p, m, w)), want)
+            got = added.get((p, g, m, w), [])
+            assert got == want, (seed, seqs[p], (left, right), g, m, w, got, want)
         if broken != "one_arrival":
-            assert counter.get((p, m), 0) == adders * len(keys), (seed, p, m, counter.get((p, m)), keys)
+            assert counter.get((p, g, m), 0) == adders * len(keys), (seed, p, g, m, counter.get((p, g, m)), keys)
     return len(order)
 
 
-def caught(broken, seeds=600, adders=2):
+def caught(broken, seeds=600, adders=2, walk=False):
     hits = 0
     for seed in range(seeds):
         try:
-            run(seed, broken, adders)
+            run(seed, broken, adders, walk)
         except AssertionError:
             hits += 1
     return hits
 
 
 if __name__ == "__main__":
-    for adders, BN, schedule in ((2, 8, "d128 and 192 / 128: two producer warps"),
-                                 (1, 4, "d256 (key blocks as tall as query blocks): the consumers, one arrival")):
-        ctas = sum(run(seed, adders=adders) for seed in range(1500))
+    for adders, BN, walk, schedule in ((2, 8, False, "d128 and 192 / 128: two producer warps"),
+                                       (2, 8, True, "d128 on the GQA group walk: 1-3 query heads per CTA, in turn"),
+                                       (1, 4, False, "d256 (key blocks as tall as query blocks): the consumers, one arrival")):
+        ctas = sum(run(seed, adders=adders, walk=walk) for seed in range(1500))
         print(f"ordered dQ, {schedule}: 1500 random problems ({ctas} CTAs), no deadlock, every dQ block's "
               "additions complete and in the fixed order, dq_key_blocks the inverse of q_block_range")
         for broken in ("release_on_read", "no_wait", "count_every_block", "order_against_grid", "one_arrival",
-                       "keys_fastest_grid"):
+                       "keys_fastest_grid", "walk_first_head_counters"):
             if broken == "one_arrival" and adders == 1:
                 continue  # one arrival is the d256 schedule's count
-            hits = caught(broken, 300, adders)
+            if broken == "walk_first_head_counters" and not walk:
+                continue
+            hits = caught(broken, 300, adders, walk)
             assert hits > 0, f"broken={broken}: not caught by any problem"
             print(f"  broken variant {broken}: caught on {hits} of 300 problems")

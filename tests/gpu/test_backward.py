@@ -251,6 +251,18 @@ def test_deterministic_ordered_dq(hdim, case, scheme, overrides):
     run_and_check(q, k, v, name=f"deterministic {scheme} {case}", deterministic=True, **kw)
 
 
+@pytest.mark.parametrize("gqa", ["kv_major", "scratch"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_deterministic_ordered_dq_gqa(causal, gqa, overrides):
+    """GQA at d128: the ordered dQ on the walk over the group (a CTA adds to each of its 4 query
+    heads in turn, on that head's counters; automatic up to 2048 keys) and on the scratch."""
+    torch.manual_seed(40 + causal)
+    overrides(f"deterministic_dq=ordered,backward_gqa={gqa}")
+    q, k, v = ordered_inputs(128, (1, 520, 900, 8, 2))  # >= 512 queries: the Hopper kernel
+    assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, causal=causal)
+    run_and_check(q, k, v, name=f"deterministic ordered GQA {gqa}", deterministic=True, causal=causal)
+
+
 @pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_deterministic_ordered_dq_varlen(hdim, overrides):
     """Empty sequences on either side, seqused_k shorter than the keys (key blocks that meet no

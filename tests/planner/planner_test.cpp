@@ -783,12 +783,29 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_EQ(p256.num_chunks, 16);
     EXPECT_EQ(p256.dq_chunk_stride, 0);
 
-    Backward gqa = b; // GQA keeps the dK/dV scratch (the walk over the group is not taken)
+    Backward gqa = b; // GQA at d128: the walk over the group, ordered too; a pair is a (sequence, KV head)
     gqa.fwd.heads_k = 4;
     const BackwardPlan g = plan_ordered(gqa);
     EXPECT_TRUE(g.ordered_dq);
-    EXPECT_FALSE(g.kv_major);
-    EXPECT_TRUE(g.dkv_scratch);
+    EXPECT_TRUE(g.kv_major);
+    EXPECT_FALSE(g.dkv_scratch);
+    EXPECT_EQ(g.ctas, 8 * 2 * 4);           // key blocks x batch x KV heads
+    EXPECT_EQ(g.dq_section_pairs, 8);       // 2 x 4 pairs of 4 heads' rows (4 MB each): one section
+    EXPECT_EQ(g.dq_semaphore_blocks, 16);   // counters per query head, as without the walk
+    EXPECT_EQ(g.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 16 * 4);
+    Backward long_gqa = long_rows; // 64 MB per (sequence, KV head) of 4 heads at 16k: one pair a section
+    long_gqa.fwd.heads_k = 8;
+    const BackwardPlan lg = plan(long_gqa, h200(), overrides("deterministic_dq=ordered,backward_gqa=kv_major"));
+    EXPECT_TRUE(lg.kv_major);
+    EXPECT_EQ(lg.dq_section_pairs, 1);
+    Backward gqa256 = d256; // d256 has no ordered walk: the scratch
+    gqa256.fwd.heads_k = 4;
+    const BackwardPlan g256 = plan_ordered(gqa256);
+    EXPECT_TRUE(g256.ordered_dq);
+    EXPECT_FALSE(g256.kv_major);
+    EXPECT_TRUE(g256.dkv_scratch);
+    Backward chunked = gqa; // the chunks' CTAs walk key blocks: no group walk
+    EXPECT_FALSE(plan(chunked, h200(), overrides("deterministic_dq=chunks,backward_gqa=kv_major")).kv_major);
 }
 
 // Automatic: the ordered dQ at d128 and d256 (where the ordered instance exists, for every length);
@@ -884,11 +901,12 @@ TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
     EXPECT_FALSE(sm80.kv_major);
     EXPECT_TRUE(sm80.dkv_scratch);
     EXPECT_EQ(sm80.ctas, 8 * 2 * 16);
-    Backward det_gqa = gqa;
+    Backward det_gqa = gqa; // deterministic: the walk with the ordered dQ (d128)
     det_gqa.deterministic = true;
     const BackwardPlan det = plan(det_gqa);
-    EXPECT_FALSE(det.kv_major);
-    EXPECT_TRUE(det.dkv_scratch);
+    EXPECT_TRUE(det.ordered_dq);
+    EXPECT_TRUE(det.kv_major);
+    EXPECT_FALSE(det.dkv_scratch);
     Backward capped = gqa; // softcap: the walk has no extras instance
     capped.fwd.softcap = 30.0f;
     EXPECT_FALSE(plan(capped).kv_major);

@@ -515,38 +515,17 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     if (plan.ctas > INT_MAX)
         fail(FA_ERROR_UNSUPPORTED, "the CUDA backward needs ", plan.ctas, " thread blocks (key blocks of ",
              plan.block_n, " rows x batch ", p.batch, " x heads ", p.num_heads, "), more than the 2^31-1 a grid holds");
-    if (plan.ordered_dq) {
-        // The order of each query block's dQ additions, and the grid that runs them in it (each
-        // CTA waits only for CTAs launched before it): with the rows' key ranges starting later
-        // down the rows (a right window edge: causal, local), key block n + 1 meets a query block
-        // after fewer blocks of its walk than key block n, so running n + 1 first (from the last
-        // key block down) lets each predecessor stay ahead; without a right edge every key block
-        // meets the query blocks from the first, and the natural order serves.
-        plan.dq_keys_descending = pr.mask.window_right >= 0;
-        // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about
-        // 40 MB (FlashAttention-3's L2 figure), the pairs fastest within a section: the CTAs of
-        // one pair are then a section's width apart in launch order, so each starts well after
-        // its predecessor (no wait once the grid runs staggered), and the L2 holds the section's
-        // rows while its key blocks pass (docs/perf-log.md, ordered dQ).
-        constexpr double kSectionBytes = 40.0 * 1024 * 1024;
-        const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * p.num_heads);
-        const double rows = varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q);
-        const double pair_bytes = std::max(1.0, rows * double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
-        const double fit = std::floor(kSectionBytes / pair_bytes);
-        plan.dq_section_pairs = int(std::clamp<double>(fit, 1.0, double(pairs)));
-        plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, tiles::kBackwardSm90BlockM));
-    }
-
-    if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
-    plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
     // GQA on the Hopper kernel: a CTA per (sequence, KV head, key block) walks the group's query
     // heads, so dK/dV stay in registers and are written once in 16 bits: no fp32 scratch per query
-    // head (1 GB at 64/8 heads, 16k) and no finishing sum over the group. Not in deterministic mode
-    // (chunks), with softcap or ALiBi (no such instance), staged widths or dk/dv outside 16-byte
-    // chunks. Automatic up to kKvMajorMaxKeys keys, where the scratch's fixed cost dominates; past
-    // it the longer CTAs measured slower, as at d256 with a causal mask (docs/perf-log.md).
-    const bool kv_major_fits = sm90 && pr.group > 1 && !deterministic && !extras && !s.pad_head_dim &&
-                               chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
+    // head (1 GB at 64/8 heads, 16k) and no finishing sum over the group. In deterministic mode only
+    // with the ordered dQ where it has a walking instance (d128; not with the chunks, whose CTAs
+    // walk key blocks), not with softcap or ALiBi (no such instance), staged widths or dk/dv outside
+    // 16-byte chunks. Automatic up to kKvMajorMaxKeys keys, where the scratch's fixed cost
+    // dominates; past it the longer CTAs measured slower, as at d256 with a causal mask
+    // (docs/perf-log.md).
+    const bool walk_deterministic = plan.ordered_dq && tiles::backward_sm90_ordered_walk(plan.tile_dim, plan.tile_dim_v);
+    const bool kv_major_fits = sm90 && pr.group > 1 && (!deterministic || walk_deterministic) && !extras &&
+                               !s.pad_head_dim && chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
     switch (overrides.backward_gqa) {
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
@@ -561,6 +540,34 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         plan.dkv_scratch = false;
         plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads_k;
     }
+
+    if (plan.ordered_dq) {
+        // The order of each query block's dQ additions, and the grid that runs them in it (each
+        // CTA waits only for CTAs launched before it): with the rows' key ranges starting later
+        // down the rows (a right window edge: causal, local), key block n + 1 meets a query block
+        // after fewer blocks of its walk than key block n, so running n + 1 first (from the last
+        // key block down) lets each predecessor stay ahead; without a right edge every key block
+        // meets the query blocks from the first, and the natural order serves.
+        plan.dq_keys_descending = pr.mask.window_right >= 0;
+        // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about
+        // 40 MB (FlashAttention-3's L2 figure), the pairs fastest within a section: the CTAs of
+        // one pair are then a section's width apart in launch order, so each starts well after
+        // its predecessor (no wait once the grid runs staggered), and the L2 holds the section's
+        // rows while its key blocks pass (docs/perf-log.md, ordered dQ).
+        // On the group walk a pair is a (sequence, KV head) with the rows of its group's query heads.
+        constexpr double kSectionBytes = 40.0 * 1024 * 1024;
+        const int heads_per_pair = plan.kv_major ? int(pr.group) : 1;
+        const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads_k : p.num_heads));
+        const double rows = varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q);
+        const double pair_bytes =
+            std::max(1.0, rows * heads_per_pair * double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
+        const double fit = std::floor(kSectionBytes / pair_bytes);
+        plan.dq_section_pairs = int(std::clamp<double>(fit, 1.0, double(pairs)));
+        plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, tiles::kBackwardSm90BlockM));
+    }
+
+    if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
+    plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));

@@ -35,12 +35,14 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     // kernel: the planner gives GQA with softcap or ALiBi the dK/dV scratch.
     const bool walk = args.group_heads > 1;
     if (walk && args.fwd.transform_scores) fail(FA_ERROR_INTERNAL, "the sm90 backward walks GQA groups without softcap/ALiBi only");
-    // The ordered dQ (deterministic mode): its own instance of the plain kernel, one key block per CTA.
+    // The ordered dQ (deterministic mode): its own instances of the plain kernel, one key block per
+    // CTA, and at d128 also on the group walk.
     const bool ordered = args.dq_semaphore != nullptr;
-    if (ordered && (walk || args.fwd.transform_scores || args.num_chunks != args.num_n_blocks ||
-                    !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)))
-        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128, 256 and 192 / 128, without "
-                                "softcap/ALiBi or the GQA walk, one key block per CTA");
+    if (ordered && (args.fwd.transform_scores || args.num_chunks != args.num_n_blocks ||
+                    !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV) ||
+                    (walk && !tiles::backward_sm90_ordered_walk(kTileDim, kTileDimV))))
+        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128, 256 and 192 / 128 (on the GQA "
+                                "walk at 128), without softcap/ALiBi, one key block per CTA");
     // One kernel per (extras, group walk, ordered dQ) in the head dim's schedule; the ordered
     // instance exists only where tiles.h names it.
     auto run = [&](auto extras, auto group_walk, auto ordered_dq) {
@@ -53,6 +55,9 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
         }
     };
     using std::false_type, std::true_type;
+    if constexpr (tiles::backward_sm90_ordered_walk(kTileDim, kTileDimV)) {
+        if (ordered && walk) return run(false_type{}, true_type{}, true_type{});
+    }
     if constexpr (tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV)) {
         if (ordered) return run(false_type{}, false_type{}, true_type{});
     }

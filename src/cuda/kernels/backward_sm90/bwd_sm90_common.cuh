@@ -40,11 +40,12 @@ using namespace cute;
 // turn (set_head picks the current one: h, row_stat0).
 //
 // Grid order. By default the chunks of a (sequence, head) pair are neighbours in blockIdx.x. With
-// the ordered dQ (kOrderedDq; args.dq_semaphore: one key block per CTA, no group walk) a CTA waits
-// for the CTAs of its pair's earlier key blocks in the dQ order (from the first key block up, or
-// with dq_keys_descending from the last down), so the grid runs them in that order: with rank r the
-// key block's position in it and the pairs in sections of dq_section_pairs (the last section holds
-// the rest), the pairs fastest within a section,
+// the ordered dQ (kOrderedDq; args.dq_semaphore: one key block per CTA) a CTA waits for the CTAs of
+// its pair's earlier key blocks in the dQ order (from the first key block up, or with
+// dq_keys_descending from the last down), so the grid runs them in that order: with rank r the key
+// block's position in it and the pairs in sections of dq_section_pairs (the last section holds the
+// rest), the pairs fastest within a section (a pair is a (sequence, KV head) on the group walk,
+// whose CTAs then wait, head by head, only for the same pair's earlier key blocks),
 //   blockIdx.x = section * (dq_section_pairs * key blocks) + r * (pairs in the section) + pair in it.
 // Every CTA that a CTA waits for thus has a lower blockIdx.x. Deadlock freedom rests on that and on
 // the hardware launching a one-dimensional grid's CTAs in increasing blockIdx.x order (a CTA becomes
@@ -72,7 +73,7 @@ struct Sm90BwdWork {
             const unsigned section = blockIdx.x / (width * key_blocks);
             const unsigned in_section = blockIdx.x - section * (width * key_blocks);
             const unsigned first_pair = section * width;
-            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads);
+            const unsigned pairs = unsigned(fa.batch) * unsigned(args.group_heads > 1 ? args.num_heads_k : fa.num_heads);
             const unsigned here = min(width, pairs - first_pair); // pairs in this section
             const unsigned rank = in_section / here;
             bh = int(first_pair + (in_section - rank * here));
@@ -251,7 +252,7 @@ __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
-    static_assert(!kOrderedDq || !kGroupWalk, "ordered dQ: one query head per CTA");
+    static_assert(!(kOrderedDq && kGroupWalk) || Traits::kDqHandoff, "the ordered dQ walks groups with the hand-off only");
     const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
@@ -317,13 +318,18 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const bool lane0 = ptid % 32 == 0;
     int* const dq_counters =
         ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
+    // The counters of the current query head's blocks (on the group walk, wh's head: set_head).
+    auto head_counters = [&]() {
+        if constexpr (kGroupWalk) return args.dq_semaphore + (int64_t(wh.b) * fa.num_heads + wh.h) * args.dq_semaphore_blocks;
+        else return dq_counters;
+    };
     constexpr int kDqWarps = kBlockM / 32;
     auto release_dq = [&](int m) {
         if (counts) {
             bulk_wait_group<0>();
             fence_proxy_async_global();
             __syncwarp();
-            if (lane0) add_release_gpu(dq_counters + m, 1);
+            if (lane0) add_release_gpu(head_counters() + m, 1);
         }
     };
     // Without the hand-off (the d256 schedule) the consumers add their own dQ, straight from their
@@ -338,14 +344,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
             const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
             const int turn = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
-            while (load_acquire_gpu(dq_counters + m0 / kBlockM) < turn) {}
+            while (load_acquire_gpu(head_counters() + m0 / kBlockM) < turn) {}
             cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
         }
     };
     auto publish_adds = [&](int use, int m0) {
         if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
-            add_release_gpu(dq_counters + m0 / kBlockM, 1);
+            add_release_gpu(head_counters() + m0 / kBlockM, 1);
         }
     };
     auto add_dq = [&](int use, int m0, float* dq_rows) { // dq_rows: the scratch rows of that use's head
@@ -354,13 +360,13 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             if (counts && lane0) {
                 const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
                 turn = kDqWarps * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
-                seen = load_acquire_gpu(dq_counters + m0 / kBlockM);
+                seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
             }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
             if (!revisits_rows) {
                 if (counts) {
                     if (lane0)
-                        while (seen < turn) seen = load_acquire_gpu(dq_counters + m0 / kBlockM);
+                        while (seen < turn) seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
                     __syncwarp();
                     fence_proxy_async_global();
                 }
