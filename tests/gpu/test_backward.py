@@ -9,6 +9,8 @@ backward runs on the library's own forward out and lse, as a training step would
 
 FA_TEST_DEVICE=cpu runs the same cases (minus the CUDA-specific and heavy ones) on the CPU backend.
 """
+import re
+
 import pytest
 import torch
 
@@ -251,6 +253,28 @@ def test_deterministic_ordered_dq(hdim, case, scheme, overrides):
     run_and_check(q, k, v, name=f"deterministic {scheme} {case}", deterministic=True, **kw)
 
 
+SM90_BWD_INSTANCE = (re.compile(r"bwd_kernel_sm90<.*>,\s*(false|true),\s*(false|true),\s*(false|true)\s*>"),  # demangled
+                     re.compile(r"bwd_kernel_sm90I.*?ELb([01])ELb([01])ELb([01])EEEv"))  # mangled
+
+
+def sm90_backward_instances(fn):
+    """fn() under torch.profiler on CUDA: (its result, the (extras, group walk, ordered dQ) flags of
+    every Hopper backward kernel it launched; empty where none ran or no CUPTI)."""
+    if not ON_CUDA:
+        return fn(), set()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        sync()
+    found = set()
+    for name in {e.name for e in prof.events()}:
+        if "bwd_kernel_sm90" in name and "_pds" not in name:
+            match = SM90_BWD_INSTANCE[0].search(name) or SM90_BWD_INSTANCE[1].search(name)
+            assert match, f"no instance flags in the kernel name {name!r}"
+            found.add(tuple(flag in ("1", "true") for flag in match.groups()))
+    return result, found
+
+
 @pytest.mark.parametrize("gqa", ["kv_major", "scratch"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_deterministic_ordered_dq_gqa(causal, gqa, overrides):
@@ -260,7 +284,10 @@ def test_deterministic_ordered_dq_gqa(causal, gqa, overrides):
     overrides(f"deterministic_dq=ordered,backward_gqa={gqa}")
     q, k, v = ordered_inputs(128, (1, 520, 900, 8, 2))  # >= 512 queries: the Hopper kernel
     assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, causal=causal)
-    run_and_check(q, k, v, name=f"deterministic ordered GQA {gqa}", deterministic=True, causal=causal)
+    _, ran = sm90_backward_instances(
+        lambda: run_and_check(q, k, v, name=f"deterministic ordered GQA {gqa}", deterministic=True, causal=causal))
+    walk = gqa == "kv_major"
+    assert ran in (set(), {(False, walk, True)}), f"ran the Hopper backward instances {sorted(ran)}"
 
 
 @pytest.mark.parametrize("hdim", [64, 128, 256])
