@@ -17,7 +17,7 @@ import torch
 import abi
 from reference import attention_ref
 
-from harness import DEV, ON_CUDA, cu, cuda_only, heavy, rand, sync
+from harness import DEV, ON_CUDA, cu, cuda_only, heavy, kernels_launched, rand, sync
 
 REF_KEYS = ("softmax_scale", "causal", "window", "softcap", "alibi_slopes", "dropout_p", "seed", "offset",
             "cu_seqlens_q", "cu_seqlens_k", "seqused_k")
@@ -260,14 +260,9 @@ SM90_BWD_INSTANCE = (re.compile(r"bwd_kernel_sm90<.*>,\s*(false|true),\s*(false|
 def sm90_backward_instances(fn):
     """fn() under torch.profiler on CUDA: (its result, the (extras, group walk, ordered dQ) flags of
     every Hopper backward kernel it launched; empty where none ran or no CUPTI)."""
-    if not ON_CUDA:
-        return fn(), set()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        result = fn()
-        sync()
+    result, names = kernels_launched(fn)
     found = set()
-    for name in {e.name for e in prof.events()}:
+    for name in names:
         if "bwd_kernel_sm90" in name and "_pds" not in name:
             match = SM90_BWD_INSTANCE[0].search(name) or SM90_BWD_INSTANCE[1].search(name)
             assert match, f"no instance flags in the kernel name {name!r}"
