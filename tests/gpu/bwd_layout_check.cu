@@ -156,9 +156,10 @@ void check_sm90_traits() {
     check_transposed<typename Traits::SmemLayoutdS, typename Traits::SmemLayoutdSt, M, N>(name);
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
-    // The ordered dQ's loaders alone (Sm90BwdProducerRoles, split).
-    check_producer_copy<Element, typename Traits::SmemLayoutQ, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
-        name, "Q/dO, ordered dQ's loaders");
+    // The ordered dQ's loaders alone (Sm90BwdProducerRoles, split), where the head dim has it.
+    if constexpr (flashattn::cuda::tiles::backward_sm90_ordered_dq(D))
+        check_producer_copy<Element, typename Traits::SmemLayoutQ, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
+            name, "Q/dO, ordered dQ's loaders");
     // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.
     check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q/dO by TMA", Traits::kBlockM);
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
@@ -521,7 +522,7 @@ int main() {
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);
     check_q_block_range<64, 64>(rng);
-    check_dq_key_blocks<64, 128>(rng); // the Hopper backward's blocks at d64 / d128
+    check_dq_key_blocks<64, 128>(rng); // the Hopper backward's blocks at d128
     check_dq_key_blocks<64, 64>(rng);  // and at d256
     check_sm90_key_mask<Sm90BwdTraits<64, cutlass::bfloat16_t>>("sm90 bwd d64 key mask", rng);
     check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t>>("sm90 bwd d128 key mask", rng);

@@ -4,6 +4,8 @@
 // in the forward (score_policies.cuh), so the backward recomputes the forward's P bit for bit.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/bwd_args.h"
 #include "device/fast_exp2.cuh"
 #include "device/score_policies.cuh"
@@ -177,10 +179,15 @@ __host__ __device__ __forceinline__ KeyBlockRange dq_key_blocks(const MaskSpec& 
 // log2 P + lse_log2 is the transformed score (in log2 units), adding the ALiBi term back gives the
 // capped score, and capped / softcap is the tanh. Its error (a few ulp of the lse) is far below the
 // 16-bit rounding of dS; P = 0 needs no derivative. Dropped probabilities (negated) keep their sign.
-template <int kRows, typename Probs, typename Coords>
-__device__ __forceinline__ void apply_softcap_derivative(Probs& probs, Coords const& coords, const FwdArgs& args,
-                                                         float alibi_slope, const SequenceBounds& s, int m0,
-                                                         int n0, const float (&lse_log2)[kRows]) {
+// `target` (the probabilities themselves, or dS = P (dP - dsum) computed from them, which leaves P
+// as it is for dV) is what gets multiplied.
+template <typename Target, typename Probs, typename Coords, typename Lse>
+__device__ __forceinline__ void scale_by_softcap_derivative(Target& target, Probs const& probs, Coords const& coords,
+                                                            const FwdArgs& args, float alibi_slope,
+                                                            const SequenceBounds& s, int m0, int n0,
+                                                            Lse const& lse_log2) {
+    constexpr int kRows = decltype(size<0>(probs))::value;
+    static_assert(!std::is_array_v<Lse> || std::extent_v<Lse> == kRows, "an lse per row of the view");
     constexpr float kLn2 = 0.6931471805599453f;
     const float inv_softcap = 1.0f / args.softcap;
     CUTE_UNROLL
@@ -195,9 +202,15 @@ __device__ __forceinline__ void apply_softcap_derivative(Probs& probs, Coords co
                                                        s.q_len, s.k_len);
             const float capped = (__log2f(fabsf(p)) + lse_log2[r]) * kLn2 - alibi;
             const float tanh_value = capped * inv_softcap;
-            probs(r, c) = p * (1.0f - tanh_value * tanh_value);
+            target(r, c) *= 1.0f - tanh_value * tanh_value;
         }
     }
+}
+template <typename Probs, typename Coords, typename Lse>
+__device__ __forceinline__ void apply_softcap_derivative(Probs& probs, Coords const& coords, const FwdArgs& args,
+                                                         float alibi_slope, const SequenceBounds& s, int m0,
+                                                         int n0, Lse const& lse_log2) {
+    scale_by_softcap_derivative(probs, probs, coords, args, alibi_slope, s, m0, n0, lse_log2);
 }
 
 // Mark the probabilities dropout dropped by negating them (P >= 0, so the sign is free to carry the
@@ -210,11 +223,14 @@ __device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coord
 
 // P = exp2(S * exp_scale - lse_log2) in place on a (query row, key) view of the scores, after the
 // score transform (extras kernels) and the key mask (masked blocks): the forward's probabilities,
-// recomputed from its lse (lse_log2: per row of the view, in log2 units). Both backward kernels.
-template <bool kMasked, bool kExtras, int kRows, typename Scores, typename Coords>
+// recomputed from its lse (lse_log2[r]: per row of the view, in log2 units; an array, or an object
+// that reads it as it is used). Both backward kernels.
+template <bool kMasked, bool kExtras, typename Scores, typename Coords, typename Lse>
 __device__ __forceinline__ void recompute_probs(Scores& scores, Coords const& coords, const FwdArgs& fa,
                                                 float alibi_slope, const SequenceBounds& seq, int m0, int n0,
-                                                float exp_scale, const float (&lse_log2)[kRows]) {
+                                                float exp_scale, Lse const& lse_log2) {
+    constexpr int kRows = decltype(size<0>(scores))::value;
+    static_assert(!std::is_array_v<Lse> || std::extent_v<Lse> == kRows, "an lse per row of the view");
     if constexpr (kExtras) {
         if (fa.transform_scores) apply_score_transform(scores, coords, fa, alibi_slope, seq, m0, n0);
     }

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     Tensor coords_qk = make_tensor(tScS.data(), transposed(wgmma_rows_cols(tScS.layout())));
     Tensor scores_qk = make_tensor(acc_s.data(), transposed(wgmma_rows_cols(acc_s.layout())));
     Tensor grads_qk = make_tensor(acc_dp.data(), transposed(wgmma_rows_cols(acc_dp.layout())));
-    constexpr int kQueries = decltype(size<0>(coords_qk))::value; // query columns per thread (16)
+    constexpr int kQueries = decltype(size<0>(coords_qk))::value; // query columns per thread (kBlockM / 4)
     // dS^T registers -> shared: stmatrix, 16 bytes of neighbouring queries per thread and
     // instruction from a 32-bit shared address (4-byte stores came out as generic stores with the
     // swizzle computed on 64-bit addresses, ~6 instructions each).
@@ -177,33 +177,61 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         wgmma_issue<true>(mma_sdp, tSrK, tSrQ, acc_s);
         wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO, acc_dp);
 
-        float lse_log2[kQueries];
-        sm90_bwd_lse_log2(lse_log2, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
+        // lse of the thread's queries: read under the products where they are few (16 at 64-query
+        // blocks); at 128-query blocks (32 each) read as P uses them, so that they are not live
+        // beside S^T, dP^T, dK and dV (ptxas serialised every wgmma of the kernel for them, C7512).
+        constexpr bool kLseEarly = kQueries <= 16;
+        float lse_array[kLseEarly ? kQueries : 1];
+        const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len};
+        if constexpr (kLseEarly) sm90_bwd_lse_log2(lse_array, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
+        const auto& lse_log2 = [&]() -> const auto& {
+            if constexpr (kLseEarly) return lse_array;
+            else return stage_lse;
+        }();
 
         warpgroup_wait<1>(); // S^T (dP^T may still run)
         warpgroup_fence_operand(acc_s);
         recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
-        {
+        auto to_p16 = [&]() {
             Tensor p16 = convert_fragment<Element>(acc_s);
             CUTE_UNROLL
             for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
-        }
-        // dV += P^T dO runs under the dS arithmetic.
-        Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.dot_stage(do_base, s));
-        wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
-        if constexpr (kExtras) {
-            if (fa.softcap > 0.0f)
-                apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
+        };
+        auto issue_dv = [&]() {
+            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.dot_stage(do_base, s));
+            wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
+        };
+        // At 64-query blocks dV += P^T dO runs under the dS arithmetic, and the softcap derivative
+        // goes into P before dS. At 128-query blocks P^T and dV, pinned by that wgmma in flight,
+        // beside S^T and dP^T (32 fp32 each there) left ptxas too few registers (it serialised
+        // every wgmma, C7512): there dS comes first, the derivative scales dS, and P^T is made from
+        // S^T's registers only then, with dV issued beside dK.
+        constexpr bool kDvUnderDs = kLseEarly;
+        if constexpr (kDvUnderDs) {
+            to_p16();
+            issue_dv();
+            if constexpr (kExtras) {
+                if (fa.softcap > 0.0f)
+                    apply_softcap_derivative(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
+            }
         }
 
-        warpgroup_wait<1>(); // dP^T (dV may still run)
+        warpgroup_wait<kDvUnderDs ? 1 : 0>(); // dP^T (dV may still run)
         warpgroup_fence_operand(acc_dp);
         sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
+        if constexpr (!kDvUnderDs) {
+            if constexpr (kExtras) {
+                if (fa.softcap > 0.0f)
+                    scale_by_softcap_derivative(grads_qk, scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
+            }
+            to_p16();
+        }
         {
             Tensor ds16 = convert_fragment<Element>(acc_dp);
             CUTE_UNROLL
             for (int t = 0; t < size(ds16); ++t) ds_storage(t) = ds16(t);
         }
+        if constexpr (!kDvUnderDs) issue_dv();
 
         // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
         Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));

@@ -288,9 +288,11 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const uint32_t smem_q = cast_smem_ptr_to_uint(sm.q), smem_do = cast_smem_ptr_to_uint(sm.d_o);
     constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
     constexpr uint32_t kDoStageBytes = Traits::kSmemDoElems * sizeof(Element);
-    // One lse or dsum value per producer thread and stage (split roles: a loader takes both of its row).
-    static_assert(2 * kBlockM == Traits::kProducerThreads, "one producer thread per lse / dsum value of a stage");
-    static_assert(!Roles::kSplit || Roles::kLoaders == kBlockM, "split roles: a loader per row of a stage");
+    // One lse or dsum value per producer thread and stage where a stage has half as many rows as the
+    // producer threads; else (a 128-row stage, or split roles) a loader takes both values of its row.
+    constexpr bool kBothStats = Roles::kSplit || kBlockM == Traits::kProducerThreads;
+    static_assert(kBothStats ? Roles::kLoaders == kBlockM : 2 * kBlockM == Traits::kProducerThreads,
+                  "a producer thread per lse / dsum value of a stage, or a loader per row of it");
     const bool loads_lse = ptid < kBlockM;
     const int stat_row = loads_lse ? ptid : ptid - kBlockM;
     float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
@@ -478,7 +480,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                     }
                     const bool row_ok = m0 + stat_row < seq.q_len;
                     cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
-                    if constexpr (Roles::kSplit) { // and the dsum value of the same row
+                    if constexpr (kBothStats) { // and the dsum value of the same row
                         const float* const dsum_rows = args.dsum + wh.row_stat0;
                         cp_async_4_or_zero(sm.dsum + s * kBlockM + stat_row, row_ok ? dsum_rows + m0 + stat_row : dsum_rows,
                                            row_ok);
@@ -535,16 +537,26 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
 // lse of the query rows a thread holds (natural log; -inf: the row saw no key) in log2 units, +inf
 // so that P = 0 there and for rows past the sequence (their Q rows are zeros, their S 0).
 // coords_qk: the thread's (query, key) coordinates, one query per row of the view.
+// Sm90BwdStageLse reads one query's as it is used (where holding all of a thread's would crowd its
+// registers), sm90_bwd_lse_log2 all of them into an array.
+template <typename Coords>
+struct Sm90BwdStageLse {
+    Coords const& coords_qk;
+    const float* stage_lse;
+    int m0, q_len;
+    __device__ __forceinline__ float operator[](int q) const {
+        constexpr float kLog2e = 1.4426950408889634f;
+        const int i = get<0>(coords_qk(q, 0));
+        const float lse = stage_lse[i];
+        return m0 + i < q_len && lse != -INFINITY ? lse * kLog2e : INFINITY;
+    }
+};
 template <int kRows, typename Coords>
 __device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], Coords const& coords_qk,
                                                   const float* stage_lse, int m0, int q_len) {
-    constexpr float kLog2e = 1.4426950408889634f;
+    const Sm90BwdStageLse<Coords> stage{coords_qk, stage_lse, m0, q_len};
     CUTE_UNROLL
-    for (int q = 0; q < kRows; ++q) {
-        const int i = get<0>(coords_qk(q, 0));
-        const float lse = stage_lse[i];
-        lse_log2[q] = m0 + i < q_len && lse != -INFINITY ? lse * kLog2e : INFINITY;
-    }
+    for (int q = 0; q < kRows; ++q) lse_log2[q] = stage[q];
 }
 
 // dQ of a block handed to the producer (the schedules with Traits::kDqHandoff): once the producer

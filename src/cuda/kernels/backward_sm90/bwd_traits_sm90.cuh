@@ -39,7 +39,7 @@ struct Sm90BwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWarpGroups = 2;
     static constexpr int kBlockN = 64 * kConsumerWarpGroups; // keys: 64 per consumer warpgroup
-    static constexpr int kBlockM = tiles::kBackwardSm90BlockM; // queries per Q/dO stage (64)
+    static constexpr int kBlockM = tiles::backward_sm90_block_m(kHeadDim); // queries per Q/dO stage
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -53,7 +53,6 @@ struct Sm90BwdTraits {
     static_assert(kBlockN == tiles::backward(kHeadDim).block_n);
 
     using AlongM = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>; // warpgroups stacked along keys
-    using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side (dQ columns)
     // S^T = K Q^T and dP^T = V dO^T.
     using TiledMmaSdP = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), AlongM{}));
@@ -62,16 +61,21 @@ struct Sm90BwdTraits {
         GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
                              GMMA::Major::MN>(),
         AlongM{}));
-    // dQ = dS K: (queries x head dim / 2) per warpgroup, reduced over all kBlockN keys.
-    static constexpr int kDqColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;
+    // dQ = dS K, reduced over all kBlockN keys: the warpgroups split it along the queries where the
+    // block has a 64-row half for each (d64: 128 queries, each warpgroup 64 x the whole head dim),
+    // else along the columns (64 queries x head dim / 2 each). Either way each wgmma is 64 wide.
+    static constexpr int kDqRowSplit = kBlockM / 64;
+    static constexpr int kDqColSplit = kConsumerWarpGroups / kDqRowSplit;
+    static_assert(kDqRowSplit * kDqColSplit == kConsumerWarpGroups);
+    static constexpr int kDqColsPerWarpGroup = kHeadDim / kDqColSplit;
     using TiledMmaDq = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqColsPerWarpGroup>, Int<kBlockN>>,
                              GMMA::Major::MN, GMMA::Major::MN>(),
-        AlongN{}));
+        Layout<Shape<Int<kDqRowSplit>, Int<kDqColSplit>, _1>>{}));
 
     // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows. An MN-major operand that a
     // warpgroup reads only part of must be cut at whole swizzle atoms: K^T is cut into the two
-    // consumers' dQ column halves, so at d64 (32 columns each) K and V use 64-byte rows.
+    // consumers' dQ column halves where dQ is split by columns.
     using SmemAtomQ = GMMA::Layout_K_SW128_Atom<Element>;
     using SmemAtomKV = std::conditional_t<kDqColsPerWarpGroup % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
                                           GMMA::Layout_K_SW64_Atom<Element>>;
@@ -138,12 +142,13 @@ struct Sm90BwdTraits {
     // tile copies, off the tensor cores' path; the consumers' are not, so d128 takes 24/240 (as
     // FlashAttention-3).
     static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-    static constexpr int kProducerRegs = kHeadDim <= 64 ? 80 : 24;
-    static constexpr int kConsumerRegs = kHeadDim <= 64 ? 208 : 240;
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
-    static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
+    static_assert(2 * kBlockM == kProducerThreads || kBlockM == kProducerThreads,
+                  "a producer thread per lse / dsum value of a stage, or per row of it");
 };
 
 // The P/dS schedule (bwd_kernel_sm90_pds.cuh; FlashAttention-3's for its largest head dims,
@@ -329,6 +334,8 @@ struct Sm90BwdProducerRoles {
     static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
     static_assert(!kSplit || kDqThreads >= Traits::kBlockM, "a dQ thread per row of a block");
     static_assert(kLoaders % 32 == 0 && Traits::kBlockM % 32 == 0, "roles and counting warps are whole warps");
+    static_assert(!kOrderedDq || Traits::kBlockM == tiles::kBackwardSm90BlockM,
+                  "the ordered dQ's counters (and the dsum kernel that zeroes them) count blocks of kBackwardSm90BlockM rows");
 };
 
 // The Hopper backward of a tile head dim and value head dim (tiles.h's backward_sm90_pds_schedule
