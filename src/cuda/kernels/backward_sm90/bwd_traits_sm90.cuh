@@ -13,8 +13,11 @@
 //   dQ   = dS K          (queries x head dim) SS: dS^T goes to shared memory (the only product that
 //                                               needs all keys of a query row); A = dS MN-major,
 //                                               B = K^T view MN-major; each consumer warpgroup
-//                                               computes half of dQ's columns
-// Per consumer thread at d128: dK, dV 64 + 64 fp32 registers, S^T, dP^T 32 + 32, dQ 32.
+//                                               computes half of dQ: its columns (d128) or its
+//                                               query rows (d64)
+// Per consumer thread at d128 (64-query blocks): dK, dV 64 + 64 fp32 registers, S^T, dP^T 32 + 32,
+// dQ 32; at d64 (128-query blocks, tiles::backward_sm90_block_m): dK, dV 32 + 32, S^T, dP^T 64 + 64,
+// dQ 32 (64 queries x the whole head dim per warpgroup).
 //
 // Unlike the other traits (kernels/kernel_code.h), these derive their shared-memory sizes from the
 // layouts' cosize, so an instance unit's host pass still parses their CuTe types (a few seconds per
@@ -138,9 +141,9 @@ struct Sm90BwdTraits {
     // (168: the largest multiple of 8 that fits 64K) and setmaxnreg only moves registers between its
     // warpgroups, so the split must fit 384 x 168: a larger sum would leave the consumers' increase
     // waiting forever. ptxas -v of the plain bf16 kernel, spill stores (consumers alone): d128 24/240
-    // 812 B (128), 40/232 620 B (164); d64 80/208 0 B. The producer's spills are the addresses of its
-    // tile copies, off the tensor cores' path; the consumers' are not, so d128 takes 24/240 (as
-    // FlashAttention-3).
+    // 812 B (128), 40/232 620 B (164). The producer's spills are the addresses of its tile copies,
+    // off the tensor cores' path; the consumers' are not, so both head dims take 24/240 (as
+    // FlashAttention-3): d64's 128-query blocks need the consumers' 240 (S^T and dP^T 64 fp32 each).
     static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
