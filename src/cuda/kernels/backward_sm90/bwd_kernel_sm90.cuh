@@ -15,7 +15,8 @@
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns,
-//     or at d64 half the query rows, each) -> shared, for the producer to add to the fp32 scratch with bulk reductions, a row each.
+//     or at d64 half the query rows, each) -> shared, for the producer to add to the fp32 scratch
+//     with bulk reductions, a row each.
 //     Deterministic mode: either the ordered dQ (kOrderedDq, its own instance: one CTA per key
 //     block as by default, each query block's additions in a fixed key-block order under a counter,
 //     bwd_sm90_common.cuh), or per-chunk buffers as bwd_kernel.cuh (a CTA walks several key blocks,
@@ -177,15 +178,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         wgmma_issue<true>(mma_sdp, tSrK, tSrQ, acc_s);
         wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO, acc_dp);
 
-        // lse of the thread's queries: read under the products where they are few (16 at 64-query
-        // blocks); at 128-query blocks (32 each) read as P uses them, so that they are not live
-        // beside S^T, dP^T, dK and dV (ptxas serialised every wgmma of the kernel for them, C7512).
-        constexpr bool kLseEarly = kQueries <= 16;
-        float lse_array[kLseEarly ? kQueries : 1];
+        // Registers to spare: at 64-query blocks (16 query columns a thread) the lse values are
+        // read under the products and dV += P^T dO runs under the dS arithmetic. At 128-query
+        // blocks (32 each) S^T and dP^T hold 64 fp32 each: the lse is read as P uses it, and dV is
+        // issued after dS (below); either, kept as at 64, left ptxas too few registers, and it
+        // serialised every wgmma of the kernel (C7512).
+        constexpr bool kRoomy = kQueries <= 16;
         const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len};
-        if constexpr (kLseEarly) sm90_bwd_lse_log2(lse_array, coords_qk, sm.lse + s * kBlockM, m0, seq.q_len);
+        float lse_array[kRoomy ? kQueries : 1];
+        if constexpr (kRoomy) sm90_bwd_lse_log2(lse_array, stage_lse);
         const auto& lse_log2 = [&]() -> const auto& {
-            if constexpr (kLseEarly) return lse_array;
+            if constexpr (kRoomy) return lse_array;
             else return stage_lse;
         }();
 
@@ -201,13 +204,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.dot_stage(do_base, s));
             wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
         };
-        // At 64-query blocks dV += P^T dO runs under the dS arithmetic, and the softcap derivative
-        // goes into P before dS. At 128-query blocks P^T and dV, pinned by that wgmma in flight,
-        // beside S^T and dP^T (32 fp32 each there) left ptxas too few registers (it serialised
-        // every wgmma, C7512): there dS comes first, the derivative scales dS, and P^T is made from
-        // S^T's registers only then, with dV issued beside dK.
-        constexpr bool kDvUnderDs = kLseEarly;
-        if constexpr (kDvUnderDs) {
+        // dV under the dS arithmetic, the softcap derivative into P before dS; else (P^T and dV
+        // pinned by that wgmma beside S^T and dP^T were too many registers) dS first, the
+        // derivative scaling dS, P^T made from S^T's registers only then, dV issued beside dK.
+        if constexpr (kRoomy) {
             to_p16();
             issue_dv();
             if constexpr (kExtras) {
@@ -216,10 +216,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             }
         }
 
-        warpgroup_wait<kDvUnderDs ? 1 : 0>(); // dP^T (dV may still run)
+        warpgroup_wait<kRoomy ? 1 : 0>(); // dP^T (dV may still run)
         warpgroup_fence_operand(acc_dp);
         sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
-        if constexpr (!kDvUnderDs) {
+        if constexpr (!kRoomy) {
             if constexpr (kExtras) {
                 if (fa.softcap > 0.0f)
                     scale_by_softcap_derivative(grads_qk, scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, lse_log2);
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             CUTE_UNROLL
             for (int t = 0; t < size(ds16); ++t) ds_storage(t) = ds16(t);
         }
-        if constexpr (!kDvUnderDs) issue_dv();
+        if constexpr (!kRoomy) issue_dv();
 
         // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
         Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));

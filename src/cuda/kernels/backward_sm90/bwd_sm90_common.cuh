@@ -552,9 +552,7 @@ struct Sm90BwdStageLse {
     }
 };
 template <int kRows, typename Coords>
-__device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], Coords const& coords_qk,
-                                                  const float* stage_lse, int m0, int q_len) {
-    const Sm90BwdStageLse<Coords> stage{coords_qk, stage_lse, m0, q_len};
+__device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], const Sm90BwdStageLse<Coords>& stage) {
     CUTE_UNROLL
     for (int q = 0; q < kRows; ++q) lse_log2[q] = stage[q];
 }
