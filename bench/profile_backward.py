@@ -5,7 +5,8 @@
 A shape is "d128n16k" style (as bench/profile_forward.py: head dim, 'c' causal or 'n' not, seqlen
 in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py). Each shape runs our
 backward with each main kernel forced (overrides backward_kernel=sm80 / sm90; the library's
-finishing kernels run too), deterministic mode with the ordered dQ (ours_ordered) and torch SDPA's FA2 and cuDNN backwards, once each after an
+finishing kernels run too), deterministic mode as the planner picks it (ours_det: the ordered dQ where the
+head dim has it, else chunks) and torch SDPA's FA2 and cuDNN backwards, once each after an
 unprofiled warm-up, inside NVTX ranges named after the shape and the implementation
 (ncu --nvtx --nvtx-include "d128n16k.ours_sm90/" selects one). What the profile should answer for
 the Hopper backward: whether its consumers wait on the producer (barrier stalls, the producer's
@@ -63,10 +64,10 @@ def main():
                     abi.lib.check(abi.lib.backward(params))
             runs[f"ours_{kernel}"] = ours
 
-        def ours_ordered(det_params=problem.det_params):  # deterministic mode with the ordered dQ
-            with abi.overrides("backward_kernel=sm90,deterministic_dq=ordered"):
+        def ours_det(det_params=problem.det_params):  # deterministic mode, the planner's dQ scheme
+            with abi.overrides("backward_kernel=sm90"):
                 abi.lib.check(abi.lib.backward(det_params))
-        runs["ours_ordered"] = ours_ordered
+        runs["ours_det"] = ours_det
         leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
         dout_t = dout.transpose(1, 2)
         for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
