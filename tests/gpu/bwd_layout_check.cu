@@ -150,14 +150,15 @@ void check_sm90_traits() {
           "%s: a tile does not start on a 1024-byte swizzle period", name);
     check_grid<typename Traits::TiledMmaSdP, N, M>(name, T);
     check_grid<typename Traits::TiledMmaKV, N, D>(name, T);
-    check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
+    if constexpr (Traits::kDqTransposed) check_grid<typename Traits::TiledMmaDq, D, M>(name, T);
+    else check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
     check_transposed<typename Traits::SmemLayoutKV, typename Traits::SmemLayoutKt, N, D>(name);
     check_transposed<typename Traits::SmemLayoutdS, typename Traits::SmemLayoutdSt, M, N>(name);
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
     // The ordered dQ's loaders alone (Sm90BwdProducerRoles, split), where the head dim has it.
-    if constexpr (flashattn::cuda::tiles::backward_sm90_ordered_dq(D))
+    if constexpr (flashattn::cuda::tiles::backward_sm90_ordered_dq(D) && M == flashattn::cuda::tiles::kBackwardSm90BlockM)
         check_producer_copy<Element, typename Traits::SmemLayoutQ, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
             name, "Q/dO, ordered dQ's loaders");
     // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.
@@ -514,6 +515,7 @@ int main() {
     check_sm90_traits<Sm90BwdTraits<64, cutlass::bfloat16_t>>();
     check_sm90_traits<Sm90BwdTraits<128, cutlass::bfloat16_t>>();
     check_sm90_traits<Sm90BwdTraits<128, cutlass::half_t>>();
+    check_sm90_traits<Sm90BwdTraits<128, cutlass::bfloat16_t, 64>>(); // the ordered dQ's
     check_sm90_pds_traits<Sm90BwdPdSTraits<256, cutlass::bfloat16_t>>();
     check_sm90_pds_traits<Sm90BwdPdSTraits<256, cutlass::half_t>>();
     check_sm90_pds_traits<Sm90BwdPdSTraits<192, cutlass::bfloat16_t, 128>>();
@@ -521,11 +523,13 @@ int main() {
     std::mt19937 rng(7);
     check_q_block_range<128, 128>(rng);
     check_q_block_range<64, 128>(rng);
+    check_q_block_range<80, 128>(rng);
     check_q_block_range<64, 64>(rng);
     check_dq_key_blocks<64, 128>(rng); // the Hopper backward's blocks at d128
     check_dq_key_blocks<64, 64>(rng);  // and at d256
     check_sm90_key_mask<Sm90BwdTraits<64, cutlass::bfloat16_t>>("sm90 bwd d64 key mask", rng);
     check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t>>("sm90 bwd d128 key mask", rng);
+    check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t, 64>>("sm90 bwd d128 (64 queries) key mask", rng);
     std::printf(failures ? "%d FAILURES\n" : "all backward layout checks passed\n", failures);
     return failures ? 1 : 0;
 }

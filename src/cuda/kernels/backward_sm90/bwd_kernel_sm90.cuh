@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    Tensor acc_dq = partition_fragment_C(mma_dq, typename Traits::DqShape{});
     // P^T and dS^T in 16 bits: the register A operands of dV, dK (wgmma_ops.cuh).
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor ds_storage = make_tensor<Element>(acc_dp.layout());
@@ -131,11 +131,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     // dS^T registers -> shared: stmatrix, 16 bytes of neighbouring queries per thread and
     // instruction from a 32-bit shared address (4-byte stores came out as generic stores with the
     // swizzle computed on 64-bit addresses, ~6 instructions each).
-    auto copy_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
     auto copy_ds_thr = copy_ds.get_thread_slice(tid);
     Tensor tdSr = copy_ds_thr.retile_S(ds_storage);
     // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns.
-    Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    Tensor tdQc = dq_thr.partition_C(make_identity_tensor(typename Traits::DqShape{}));
     Tensor tdKVc = kv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
     float alibi_slope = 0.0f; // of the current query head
@@ -165,7 +165,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if constexpr (kHeadDim > 64 || kExtras || kGroupWalk) asm volatile("" : "+l"(k_base), "+l"(v_base));
         Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
         Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
-        Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+        // K^T: dQ's B, or transposed dQ's A (the head dim as M).
+        auto tdQrKt = [&]() {
+            Tensor kt = make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{});
+            if constexpr (Traits::kDqTransposed) return dq_thr.partition_fragment_A(kt);
+            else return dq_thr.partition_fragment_B(kt);
+        }();
         Element* const q_base = sm.q;
         Element* const do_base = sm.d_o;
         Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
@@ -240,9 +245,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
         cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
-        // dQ queues behind dK on the tensor cores (no wait in between).
-        Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
-        wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+        // dQ queues behind dK on the tensor cores (no wait in between); with dQ transposed (80-query
+        // blocks: dQ^T 40 fp32 a thread beside dK, dV 64 each) once dV is done, so that three
+        // products' accumulators and operands are not pinned at once (ptxas serialised every wgmma
+        // for that, C7512).
+        if constexpr (Traits::kDqTransposed) {
+            warpgroup_wait<1>();
+            warpgroup_fence_operand(acc_dv);
+        }
+        if constexpr (Traits::kDqTransposed) {
+            Tensor tdQrdS = dq_thr.partition_fragment_B(ds_buffer(ds_buf));
+            wgmma_issue<true>(mma_dq, tdQrKt, tdQrdS, acc_dq); // dQ^T = K^T dS^T
+        } else {
+            Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
+            wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+        }
         warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
         warpgroup_fence_operand(acc_dv);
         warpgroup_fence_operand(acc_dk);

@@ -26,11 +26,11 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
             fail(FA_ERROR_INTERNAL, "the sm90 backward of head dims ", kTileDim, " / ", kTileDimV, " got ",
                  args.fwd.head_dim, " / ", args.fwd.head_dim_v);
     }
+    // The ordered dQ's instances count query blocks of tiles::kBackwardSm90BlockM rows (its counters,
+    // the dsum kernel that zeroes them): their own traits where the head dim's blocks differ.
+    using OrderedTraits = std::conditional_t<Traits::kPdSSchedule, Traits,
+                                             kernels::Sm90BwdTraits<kTileDim, Element, tiles::kBackwardSm90BlockM>>;
     if (args.fwd.dropout) fail(FA_ERROR_INTERNAL, "the sm90 backward has no dropout (the planner routes it elsewhere)");
-    const Sm90BwdParams params = sm90_backward_params<Traits>(args, kDtype == FA_BFLOAT16);
-    auto launch = [&](auto kernel) {
-        launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, params, stream, "backward");
-    };
     // kGroupWalk (a grid over KV heads whose CTAs walk the group's query heads) only in the plain
     // kernel: the planner gives GQA with softcap or ALiBi the dK/dV scratch.
     const bool walk = args.group_heads > 1;
@@ -48,10 +48,15 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     auto run = [&](auto extras, auto group_walk, auto ordered_dq) {
         constexpr bool kExtras = decltype(extras)::value, kWalk = decltype(group_walk)::value;
         constexpr bool kOrdered = decltype(ordered_dq)::value;
+        using Launched = std::conditional_t<kOrdered, OrderedTraits, Traits>;
+        const Sm90BwdParams params = sm90_backward_params<Launched>(args, kDtype == FA_BFLOAT16);
+        auto launch = [&](auto kernel) {
+            launch_on_grid(kernel, ctas, Launched::kThreads, Launched::kSmemBytes, params, stream, "backward");
+        };
         if constexpr (Traits::kPdSSchedule) {
-            launch(kernels::bwd_kernel_sm90_pds<Traits, kExtras, kWalk, kOrdered>);
+            launch(kernels::bwd_kernel_sm90_pds<Launched, kExtras, kWalk, kOrdered>);
         } else {
-            launch(kernels::bwd_kernel_sm90<Traits, kExtras, kWalk, kOrdered>);
+            launch(kernels::bwd_kernel_sm90<Launched, kExtras, kWalk, kOrdered>);
         }
     };
     using std::false_type, std::true_type;

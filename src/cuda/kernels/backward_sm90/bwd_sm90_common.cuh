@@ -289,9 +289,10 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
     constexpr uint32_t kDoStageBytes = Traits::kSmemDoElems * sizeof(Element);
     // One lse or dsum value per producer thread and stage where a stage has half as many rows as the
-    // producer threads; else (a 128-row stage, or split roles) a loader takes both values of its row.
-    constexpr bool kBothStats = Roles::kSplit || kBlockM == Traits::kProducerThreads;
-    static_assert(kBothStats ? Roles::kLoaders == kBlockM : 2 * kBlockM == Traits::kProducerThreads,
+    // producer threads; else (80- or 128-row stages, or split roles) loader r < kBlockM takes both
+    // values of row r.
+    constexpr bool kBothStats = Roles::kSplit || 2 * kBlockM != Traits::kProducerThreads;
+    static_assert(kBothStats ? Roles::kLoaders >= kBlockM : 2 * kBlockM == Traits::kProducerThreads,
                   "a producer thread per lse / dsum value of a stage, or a loader per row of it");
     const bool loads_lse = ptid < kBlockM;
     const int stat_row = loads_lse ? ptid : ptid - kBlockM;
@@ -479,11 +480,13 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                         copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
                     }
                     const bool row_ok = m0 + stat_row < seq.q_len;
-                    cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
-                    if constexpr (kBothStats) { // and the dsum value of the same row
-                        const float* const dsum_rows = args.dsum + wh.row_stat0;
-                        cp_async_4_or_zero(sm.dsum + s * kBlockM + stat_row, row_ok ? dsum_rows + m0 + stat_row : dsum_rows,
-                                           row_ok);
+                    if (!kBothStats || loads_lse) {
+                        cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
+                        if constexpr (kBothStats) { // and the dsum value of the same row
+                            const float* const dsum_rows = args.dsum + wh.row_stat0;
+                            cp_async_4_or_zero(sm.dsum + s * kBlockM + stat_row,
+                                               row_ok ? dsum_rows + m0 + stat_row : dsum_rows, row_ok);
+                        }
                     }
                     cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
                 }
@@ -565,10 +568,16 @@ template <typename Traits, typename Smem, typename Acc, typename Coords>
 __device__ __forceinline__ void sm90_bwd_hand_off_dq(const Smem& sm, Acc const& acc_dq, Coords const& tdQc,
                                                      int q_uses) {
     if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
-    CUTE_UNROLL
-    for (int t = 0; t < size(acc_dq); t += 2) {
-        const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-        *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
+    if constexpr (Traits::kDqTransposed) { // (head dim, query) per register: one float each
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dq); ++t)
+            sm.dq[get<1>(tdQc(t)) * Traits::kDqRowStride + get<0>(tdQc(t))] = acc_dq(t);
+    } else {
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dq); t += 2) {
+            const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
+            *reinterpret_cast<float2*>(sm.dq + row * Traits::kDqRowStride + col) = make_float2(acc_dq(t), acc_dq(t + 1));
+        }
     }
     cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
     cutlass::arch::ClusterBarrier::arrive(sm.dq_full);

@@ -36,13 +36,13 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-template <int kHeadDim_, typename Element_>
+template <int kHeadDim_, typename Element_, int kBlockM_ = tiles::backward_sm90_block_m(kHeadDim_)>
 struct Sm90BwdTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWarpGroups = 2;
     static constexpr int kBlockN = 64 * kConsumerWarpGroups; // keys: 64 per consumer warpgroup
-    static constexpr int kBlockM = tiles::backward_sm90_block_m(kHeadDim); // queries per Q/dO stage
+    static constexpr int kBlockM = kBlockM_; // queries per Q/dO stage (a multiple of 16: dV's, dK's k steps)
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -59,22 +59,36 @@ struct Sm90BwdTraits {
     // S^T = K Q^T and dP^T = V dO^T.
     using TiledMmaSdP = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), AlongM{}));
+    static_assert(size<1>(typename TiledMmaSdP::AtomShape_MNK{}) == kBlockM,
+                  "one wgmma as wide as the query block (N = 80 needs CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, "
+                  "src/cuda/CMakeLists.txt)");
     // dV += P^T dO and dK += dS^T Q.
     using TiledMmaKV = decltype(make_tiled_mma(
         GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>, GMMA::Major::K,
                              GMMA::Major::MN>(),
         AlongM{}));
-    // dQ = dS K, reduced over all kBlockN keys: the warpgroups split it along the queries where the
-    // block has a 64-row half for each (d64: 128 queries, each warpgroup 64 x the whole head dim),
-    // else along the columns (64 queries x head dim / 2 each). Either way each wgmma is 64 wide.
-    static constexpr int kDqRowSplit = kBlockM / 64;
+    // dQ = dS K, reduced over all kBlockN keys, split between the warpgroups so that each wgmma is
+    // at least 64 wide: along the queries where the block has a 64-row part for each (d64: 128
+    // queries, each warpgroup 64 x the whole head dim), along the columns at 64 queries (64 x head
+    // dim / 2 each); and where the queries are no multiple of 64 (wgmma's M), transposed: dQ^T =
+    // K^T dS^T with the head dim as M, each warpgroup half of it x all the queries (d128's 80).
+    static constexpr bool kDqTransposed = kBlockM % 64 != 0;
+    static constexpr int kDqRowSplit = kDqTransposed ? 1 : kBlockM / 64;
     static constexpr int kDqColSplit = kConsumerWarpGroups / kDqRowSplit;
     static_assert(kDqRowSplit * kDqColSplit == kConsumerWarpGroups);
     static constexpr int kDqColsPerWarpGroup = kHeadDim / kDqColSplit;
-    using TiledMmaDq = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqColsPerWarpGroup>, Int<kBlockN>>,
-                             GMMA::Major::MN, GMMA::Major::MN>(),
-        Layout<Shape<Int<kDqRowSplit>, Int<kDqColSplit>, _1>>{}));
+    using TiledMmaDq = std::conditional_t<
+        kDqTransposed,
+        decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kBlockN>>,
+                                                     GMMA::Major::MN, GMMA::Major::K>(),
+                                Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>{})),
+        decltype(make_tiled_mma(
+            GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqColsPerWarpGroup>, Int<kBlockN>>,
+                                 GMMA::Major::MN, GMMA::Major::MN>(),
+            Layout<Shape<Int<kDqRowSplit>, Int<kDqColSplit>, _1>>{}))>;
+    // dQ's accumulator as (rows, columns) of the tile it computes: (queries, head dim), or (head dim,
+    // queries) transposed.
+    using DqShape = std::conditional_t<kDqTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>;
 
     // Shared memory in wgmma's canonical swizzled layouts, 128-byte rows. An MN-major operand that a
     // warpgroup reads only part of must be cut at whole swizzle atoms: K^T is cut into the two
@@ -95,9 +109,13 @@ struct Sm90BwdTraits {
     using SmemLayoutKt = decltype(composition(SmemLayoutKV{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
     // dS (queries x keys), queries contiguous: the consumers hold dS^T with neighbouring queries in
-    // register pairs, so the MN-major layout takes them as 4-byte stores; dQ reads it as an MN-major A.
-    using SmemLayoutdS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    // register pairs, so the MN-major layout takes them by stmatrix; dQ reads it as an MN-major A.
+    // Transposed dQ reads it as a K-major B, keys contiguous (an MN-major tile's queries would have to
+    // be whole 64-element atoms): stmatrix's transposing form writes it.
+    using SmemLayoutdS = decltype(tile_to_shape(
+        std::conditional_t<kDqTransposed, GMMA::Layout_K_SW128_Atom<Element>, GMMA::Layout_MN_SW128_Atom<Element>>{},
+        Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    using SmemCopyAtomdS = Copy_Atom<std::conditional_t<kDqTransposed, SM90_U16x8_STSM_T, SM90_U32x4_STSM_N>, Element>;
     // The (keys, queries) view the consumers write dS^T through.
     using SmemLayoutdSt = decltype(composition(SmemLayoutdS{},
                                                make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
@@ -128,7 +146,9 @@ struct Sm90BwdTraits {
     // float2 stores (8 rows x 4 column pairs per warp) then fill all 32 banks in two wavefronts; a
     // row stays contiguous and 16-byte aligned (544 bytes apart at d128), as a bulk copy needs.
     static constexpr bool kDqHandoff = true;
-    static constexpr int kDqRowStride = kHeadDim + 8;
+    // Transposed dQ's registers hold neighbouring queries, stored one float each: rows padded by 4
+    // floats put a warp's 32 stores on 32 banks (and leave room in shared memory at 80 queries).
+    static constexpr int kDqRowStride = kHeadDim + (kDqTransposed ? 4 : 8);
     static constexpr int kSmemDqBytes = kBlockM * kDqRowStride * int(sizeof(float));
     static constexpr int kDqChunksPerRow = kHeadDim / 4; // float4 chunks
     static_assert((kBlockM * kDqChunksPerRow) % kProducerThreads == 0);
@@ -150,7 +170,7 @@ struct Sm90BwdTraits {
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
-    static_assert(2 * kBlockM == kProducerThreads || kBlockM == kProducerThreads,
+    static_assert(2 * kBlockM == kProducerThreads || kBlockM <= kProducerThreads,
                   "a producer thread per lse / dsum value of a stage, or per row of it");
 };
 
@@ -296,6 +316,7 @@ struct Sm90BwdPdSTraits {
     // columns to the scratch itself (red.global).
     static constexpr int kDqRowStride = kHeadDim + 8;
     static constexpr int kSmemDqHandoffBytes = kBlockM * kDqRowStride * int(sizeof(float));
+    static constexpr bool kDqTransposed = false; // bwd_sm90_common.cuh's hand-off: (query, column) registers
     static constexpr bool kDqHandoff =
         kSmemTileBytes + kSmemRowStatsBytes + kSmemDqHandoffBytes + kBarriers * 8 <= 227 * 1024;
     static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : 0;
@@ -336,7 +357,7 @@ struct Sm90BwdProducerRoles {
     static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
     static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
     static_assert(!kSplit || kDqThreads >= Traits::kBlockM, "a dQ thread per row of a block");
-    static_assert(kLoaders % 32 == 0 && Traits::kBlockM % 32 == 0, "roles and counting warps are whole warps");
+    static_assert(kLoaders % 32 == 0 && (!kSplit || Traits::kBlockM % 32 == 0), "roles and counting warps are whole warps");
     static_assert(!kOrderedDq || Traits::kBlockM == tiles::kBackwardSm90BlockM,
                   "the ordered dQ's counters (and the dsum kernel that zeroes them) count blocks of kBackwardSm90BlockM rows");
 };
