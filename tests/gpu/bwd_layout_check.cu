@@ -287,23 +287,8 @@ void check_sm90_pds_traits() {
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T columns");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
     if constexpr (Traits::kDqHandoff) {
-        // The hand-off buffer's rows: 16-byte aligned for the bulk reductions; the producer's adds of a
-        // revisited block (bwd_sm90_common.cuh, add_dq) cover every float4 chunk once.
+        // The hand-off buffer's rows: 16-byte aligned for the bulk reductions (bwd_sm90_common.cuh, add_dq).
         CHECK(Traits::kDqRowStride * 4 % 16 == 0 && Traits::kDqRowStride >= D, "%s: dQ hand-off rows", name);
-        std::map<std::pair<int, int>, int> chunks;
-        constexpr int kChunks = Traits::kDqChunksPerRow, P = Traits::kProducerThreads;
-        for (int ptid = 0; ptid < P; ++ptid) {
-            if (P % kChunks == 0) {
-                for (int j = 0; j < M / (P / kChunks); ++j) chunks[{ptid / kChunks + j * (P / kChunks), ptid % kChunks}]++;
-            } else {
-                for (int j = 0; j < M / (P / 32); ++j)
-                    for (int c = 0; c < (kChunks + 31) / 32; ++c)
-                        if (ptid % 32 + 32 * c < kChunks) chunks[{ptid / 32 + j * (P / 32), ptid % 32 + 32 * c}]++;
-            }
-        }
-        CHECK(int(chunks.size()) == M * kChunks, "%s: dQ adds cover %d of %d chunks", name, int(chunks.size()),
-              M * kChunks);
-        for (auto& [rc, n] : chunks) CHECK(n == 1, "%s: dQ chunk (%d, %d) added %d times", name, rc.first, rc.second, n);
     }
 
     typename Traits::TiledMmaSdP mma_sdp;

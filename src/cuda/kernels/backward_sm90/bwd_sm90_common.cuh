@@ -11,7 +11,7 @@
 // A schedule's traits provide: Element, kHeadDim, kHeadDimV (of V, dO, dV; kHeadDim but in the
 // value-dim instance), kBlockM, kBlockN, kQStages, kProducerThreads, kConsumerThreads, kSmemQElems,
 // kSmemDoElems, kSmemKElems, kSmemVElems, kSmemScoreElems (the schedule's own P/dS buffers),
-// kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqChunksPerRow,
+// kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride,
 // kQBoxCols, kDoBoxCols, SmemLayoutQ, SmemLayoutQt, SmemLayoutDo, SmemLayoutDot, SmemLayoutK,
 // SmemLayoutV (the producer copies with SwizzledTileCopy).
 #pragma once
@@ -302,11 +302,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // belong to other sequences' rows (or to none) and are skipped. A CTA with one key block adds each
     // row once: dQ thread r < kBlockM adds row r (kHeadDim floats, contiguous in the scratch and in the
     // hand-off buffer) with one bulk reduction and releases the buffer once the reductions have read
-    // it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again
-    // later, and two bulk reductions in flight may land in either order: there a warp per row adds
-    // 16-byte chunks with red.global (one thread per address, in program order, so every address
-    // takes its additions in the walk's order).
+    // it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again,
+    // once per key block, and two bulk reductions in flight may land in either order: there each dQ
+    // thread waits, before the first reduction of a key block, until its reductions of the key
+    // block before have completed (bulk_wait_group 0; its rows are the same thread's in every key
+    // block), so every address takes its additions in the walk's order. Within a key block the
+    // query blocks' rows differ, and the wait is normally long over.
     const bool revisits_rows = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
+    int added_n = -1; // the key block of the last dQ added (revisits_rows)
     // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the two warps that
     // issue a block's reductions (a row per thread) each wait, before them, until the block's
     // counter shows the arrivals of every key block before this one in the order (two each, one
@@ -357,7 +360,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             add_release_gpu(head_counters() + m0 / kBlockM, 1);
         }
     };
-    auto add_dq = [&](int use, int m0, float* dq_rows) { // dq_rows: the scratch rows of that use's head
+    auto add_dq = [&](int use, int m0, float* dq_rows, int n) { // dq_rows: the scratch rows of that use's head
         if constexpr (Traits::kDqHandoff) {
             int turn = 0, seen = 0; // (lane 0 of the counting warps)
             if (counts && lane0) {
@@ -366,67 +369,26 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
             }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
-            if (!revisits_rows) {
-                if (counts) {
-                    if (lane0)
-                        while (seen < turn) seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
-                    __syncwarp();
-                    fence_proxy_async_global();
-                }
-                if (dq_tid < kBlockM && m0 + dq_tid < seq.q_len) {
-                    bulk_reduce_add_f32(dq_rows + int64_t(m0 + dq_tid) * kHeadDim,
-                                        sm.dq + dq_tid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
-                    bulk_commit_group();
-                    bulk_wait_group_read<0>();
-                }
-            } else {
-                constexpr int kDqChunksPerRow = Traits::kDqChunksPerRow;
-                if constexpr (Traits::kProducerThreads % kDqChunksPerRow == 0) {
-                    // Thread ptid adds chunk (ptid / kDqChunksPerRow + j * kDqRowsPerPass, ptid %
-                    // kDqChunksPerRow) of pass j: one base address and compile-time offsets per pass.
-                    constexpr int kDqRowsPerPass = Traits::kProducerThreads / kDqChunksPerRow;
-                    static_assert(kBlockM % kDqRowsPerPass == 0);
-                    const int dq_row = ptid / kDqChunksPerRow, dq_col = ptid % kDqChunksPerRow * 4;
-                    const int rows_left = seq.q_len - m0 - dq_row;
-                    const float* src = sm.dq + dq_row * Traits::kDqRowStride + dq_col;
-                    float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + dq_col;
-                    asm volatile("" : "+l"(dst)); // per-pass pointers stay inside the call (SwizzledTileCopy)
-                    CUTE_UNROLL
-                    for (int j = 0; j < kBlockM / kDqRowsPerPass; ++j) {
-                        if (j * kDqRowsPerPass < rows_left) {
-                            const float4 v = *reinterpret_cast<const float4*>(src + j * kDqRowsPerPass * Traits::kDqRowStride);
-                            red_add_quad(dst + j * kDqRowsPerPass * kHeadDim, v);
-                        }
-                    }
-                } else {
-                    // Rows that are not a whole number of the threads' chunks (192 columns: 48): a
-                    // warp per row, row warp + j * kWarps, lane l adding chunks l, l + 32, ... of it.
-                    constexpr int kWarps = Traits::kProducerThreads / 32;
-                    constexpr int kLaneChunks = (kDqChunksPerRow + 31) / 32;
-                    static_assert(kBlockM % kWarps == 0);
-                    const int dq_row = ptid / 32, lane = ptid % 32;
-                    const int rows_left = seq.q_len - m0 - dq_row;
-                    const float* src = sm.dq + dq_row * Traits::kDqRowStride + lane * 4;
-                    float* dst = dq_rows + int64_t(m0 + dq_row) * kHeadDim + lane * 4;
-                    asm volatile("" : "+l"(dst));
-                    CUTE_UNROLL
-                    for (int j = 0; j < kBlockM / kWarps; ++j) {
-                        CUTE_UNROLL
-                        for (int c = 0; c < kLaneChunks; ++c) {
-                            if (j * kWarps < rows_left && lane + 32 * c < kDqChunksPerRow) {
-                                const float4 v = *reinterpret_cast<const float4*>(src + j * kWarps * Traits::kDqRowStride + c * 128);
-                                red_add_quad(dst + j * kWarps * kHeadDim + c * 128, v);
-                            }
-                        }
-                    }
-                }
+            if (counts) {
+                if (lane0)
+                    while (seen < turn) seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
+                __syncwarp();
+                fence_proxy_async_global();
+            }
+            if (revisits_rows && n != added_n) bulk_wait_group<0>();
+            added_n = n;
+            if (dq_tid < kBlockM && m0 + dq_tid < seq.q_len) {
+                bulk_reduce_add_f32(dq_rows + int64_t(m0 + dq_tid) * kHeadDim, sm.dq + dq_tid * Traits::kDqRowStride,
+                                    kHeadDim * int(sizeof(float)));
+                bulk_commit_group();
+                bulk_wait_group_read<0>();
             }
             cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
         }
     };
 
     const int group_heads = kGroupWalk ? args.group_heads : 1;
-    int q_uses = 0, kv_uses = 0, last_m0 = 0;
+    int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0;
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -493,7 +455,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
                     if (adds) {
                         if constexpr (Traits::kDqHandoff) {
-                            add_dq(q_uses, m0, dq_rows);
+                            add_dq(q_uses, m0, dq_rows, n);
                             release_dq(m0 / kBlockM);
                         } else {
                             grant_turn(m0);
@@ -501,15 +463,16 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                         }
                     }
                 } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
-                    add_dq(q_uses - 1, last_m0, last_dq_rows);
+                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
                 }
                 last_m0 = m0;
+                last_n = n;
                 last_dq_rows = dq_rows;
             }
         }
     }
     if constexpr (!Roles::kSplit) {
-        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows);
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }

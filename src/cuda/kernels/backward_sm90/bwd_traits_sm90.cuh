@@ -141,8 +141,8 @@ struct Sm90BwdTraits {
         (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kDsBuffers * kSmemdSElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
     // dQ of one query block in fp32, handed from the consumers to the producer warpgroup, which adds
-    // it to the global scratch (a bulk reduction per row; red.global.add.v4 where a CTA revisits
-    // rows, bwd_sm90_common.cuh) while the consumers go on. Rows padded by 8 floats: the consumers'
+    // it to the global scratch (a bulk reduction per row, bwd_sm90_common.cuh) while the consumers
+    // go on. Rows padded by 8 floats: the consumers'
     // float2 stores (8 rows x 4 column pairs per warp) then fill all 32 banks in two wavefronts; a
     // row stays contiguous and 16-byte aligned (544 bytes apart at d128), as a bulk copy needs.
     static constexpr bool kDqHandoff = true;
@@ -150,8 +150,6 @@ struct Sm90BwdTraits {
     // floats put a warp's 32 stores on 32 banks (and leave room in shared memory at 80 queries).
     static constexpr int kDqRowStride = kHeadDim + (kDqTransposed ? 4 : 8);
     static constexpr int kSmemDqBytes = kBlockM * kDqRowStride * int(sizeof(float));
-    static constexpr int kDqChunksPerRow = kHeadDim / 4; // float4 chunks
-    static_assert((kBlockM * kDqChunksPerRow) % kProducerThreads == 0);
     // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty.
     static constexpr int kBarriers = 2 * kQStages + 4;
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
@@ -320,7 +318,6 @@ struct Sm90BwdPdSTraits {
     static constexpr bool kDqHandoff =
         kSmemTileBytes + kSmemRowStatsBytes + kSmemDqHandoffBytes + kBarriers * 8 <= 227 * 1024;
     static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : 0;
-    static constexpr int kDqChunksPerRow = kHeadDim / 4; // float4 chunks
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
     static_assert(kHeadDim != 256 || (kSmemBytes == 230464 && !kDqHandoff), "the budget written above");
