@@ -139,9 +139,11 @@ constexpr int backward_sm90_block_m(int tile_head_dim) {
 }
 // Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order (its own kernel
 // instance): d128, d256 and 192 / 128 (the P/dS schedule, whose chunked form at d256 measured
-// slower than the mma.sync kernel). At d64 the chunked dQ (a CTA per (sequence, head, chunk) walking
-// several key blocks) measured 0.89-1.01x the default mode on the H200 and the ordered one 0.71-0.80x,
-// so d64 has no ordered instance.
+// slower than the mma.sync kernel). d64 has none: its 128-query blocks would need a loader and a dQ
+// thread per row with the ordered dQ's split producer roles (bwd_traits_sm90.cuh), 256 threads where
+// the producer warpgroup has 128, so deterministic mode takes the chunked dQ there (a CTA per
+// (sequence, head, chunk) walking several key blocks; 0.70-0.88x the default on the H200, bound by
+// DRAM: docs/perf-log.md).
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim, int tile_head_dim_v) {
     return tile_head_dim_v == tile_head_dim ? tile_head_dim == 128 || tile_head_dim == 256
                                             : backward_sm90_has(tile_head_dim, tile_head_dim_v);
