@@ -125,8 +125,7 @@ constexpr bool backward_sm90_pds_schedule(int tile_head_dim, int tile_head_dim_v
 }
 constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return backward_sm90_pds_schedule(tile_head_dim, tile_head_dim); }
 // Query rows per block of the Hopper backward (its traits' default kBlockM). 64, also the unit of
-// deterministic mode's ordered dQ (one counter per (sequence, query head, query block), whose
-// instances keep 64-row traits at every head dim); at d64 128,
+// deterministic mode's ordered dQ (one counter per (sequence, query head, query block)); at d64 128,
 // as FlashAttention-3's: with 64 the S^T / dP^T products are 64 x 64 x 64 (each SS wgmma reads as
 // many shared-memory bytes per FLOP as an SM delivers) and dQ's is split into 32-column halves,
 // so the tensor cores wait on shared memory and each block's fixed cost (barriers, the dQ hand-off)

@@ -15,7 +15,7 @@
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns,
-//     or at d64 half the query rows, each) -> shared, for the producer to add to the fp32 scratch
+//     at d64 half the query rows, at d128's 80 rows transposed, half the head dim, each) -> shared, for the producer to add to the fp32 scratch
 //     with bulk reductions, a row each.
 //     Deterministic mode: either the ordered dQ (kOrderedDq, its own instance: one CTA per key
 //     block as by default, each query block's additions in a fixed key-block order under a counter,
@@ -252,8 +252,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if constexpr (Traits::kDqTransposed) {
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_dv);
-        }
-        if constexpr (Traits::kDqTransposed) {
             Tensor tdQrdS = dq_thr.partition_fragment_B(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrKt, tdQrdS, acc_dq); // dQ^T = K^T dS^T
         } else {

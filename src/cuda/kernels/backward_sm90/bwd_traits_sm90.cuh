@@ -13,11 +13,13 @@
 //   dQ   = dS K          (queries x head dim) SS: dS^T goes to shared memory (the only product that
 //                                               needs all keys of a query row); A = dS MN-major,
 //                                               B = K^T view MN-major; each consumer warpgroup
-//                                               computes half of dQ: its columns (d128) or its
-//                                               query rows (d64)
-// Per consumer thread at d128 (64-query blocks): dK, dV 64 + 64 fp32 registers, S^T, dP^T 32 + 32,
-// dQ 32; at d64 (128-query blocks, tiles::backward_sm90_block_m): dK, dV 32 + 32, S^T, dP^T 64 + 64,
-// dQ 32 (64 queries x the whole head dim per warpgroup).
+//                                               computes half of dQ: its columns (64 queries),
+//                                               its query rows (d64's 128), or, transposed
+//                                               (dQ^T = K^T dS^T), half the head dim (d128's 80)
+// Per consumer thread (query rows per block: tiles::backward_sm90_block_m): d128 at 80 queries dK,
+// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40 (at 64 queries, the ordered dQ's instance:
+// 32 each); d64 at 128 queries dK, dV 32 + 32, S^T, dP^T 64 + 64, dQ 32 (64 queries x the whole head
+// dim per warpgroup).
 //
 // Unlike the other traits (kernels/kernel_code.h), these derive their shared-memory sizes from the
 // layouts' cosize, so an instance unit's host pass still parses their CuTe types (a few seconds per
