@@ -30,7 +30,8 @@ timed as its own column ours_LABEL_tflops with those overrides set while it runs
 ours_LABEL_diff: its largest gradient difference to the library's own choice on the same tensors (a
 wrong kernel shows here; the dQ atomics make it nonzero even between two runs of one kernel). Each
 --lib NAME:PATH (a build of another commit: a before/after comparison in one process, interleaved)
-gets the same two columns, ours_NAME_tflops and ours_NAME_diff, and the table prints ours / NAME.
+gets the same two columns, ours_NAME_tflops and ours_NAME_diff, and its deterministic call
+ours_NAME_deterministic_tflops; the table prints ours / NAME and det / NAME's det.
 Each --det-variant LABEL:OVERRIDES times the deterministic call with those overrides set (e.g.
 `chunks:deterministic_dq=chunks`, the per-chunk dQ buffers instead of the ordered dQ): columns
 ours_LABEL_tflops and ours_LABEL_diff (against the library's non-deterministic gradients); the
@@ -132,6 +133,8 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
                             None))  # (called once: grads hold its result)
             row[f"ours_{name}_diff"] = max((g.float() - o.float()).abs().max().item()
                                            for g, o in zip(grads, ours_grads))
+            entries.append((f"ours_{name}_deterministic",
+                            ours_fn(q, k, v, out, lse, dout, grads, causal, True, library), None))
         hows = []
         for name, short, backend in BASELINES:
             got = baseline_or_nan(partial(sdpa_backward_fn, q, k, v, dout, causal, backend), hk != h, name, noted, row)
@@ -154,6 +157,7 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
               f"cudnn {row['cudnn_tflops']:6.1f}  (diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
               + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
                         for label, _ in variants + det_variants + libs)
+              + "".join(f"  {name} det {row[f'ours_{name}_deterministic_tflops']:6.1f}" for name, _ in libs)
               + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else ""), flush=True)
         del q, k, v, dout, out, lse, grads, ours_grads
         torch.cuda.empty_cache()
@@ -166,7 +170,8 @@ def plot(rows, path):
     plot_grid(rows, path, "Backward, bf16, H200 (batch x seqlen = 16k; MHA: hidden 2048; FLOPs = 2.5 x forward, "
                           "on the query heads)",
               [("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
-               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")], hide=("ours_deterministic_tflops",))
+               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")],
+              hide=tuple({k for r in rows for k in r if k.endswith("_deterministic_tflops")}))
 
 
 def main():
@@ -184,7 +189,8 @@ def main():
                     help="also time the deterministic call with these overrides set (column ours_LABEL_tflops; "
                          "e.g. chunks:deterministic_dq=chunks); repeatable")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
-                    help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
+                    help="also time the library at PATH (another build), interleaved (columns ours_NAME_tflops, "
+                         "ours_NAME_deterministic_tflops)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-backward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
@@ -205,6 +211,7 @@ def main():
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2", "baseline_gqa"]
     for label, _ in variants + det_variants + libs:
         fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
+    fields += [f"ours_{name}_deterministic_tflops" for name, _ in libs]
     with open(out / "h200-backward.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -233,7 +240,8 @@ def main():
                         f"{r['ours_deterministic_tflops'] / r[f'ours_{label}_tflops']:4.2f}, diff {r[f'ours_{label}_diff']:.2g})"
                         for label, _ in det_variants)
               + "".join(f" | {name} {r[f'ours_{name}_tflops']:6.1f} ours/{name} "
-                        f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f} (diff {r[f'ours_{name}_diff']:.2g})"
+                        f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f} (diff {r[f'ours_{name}_diff']:.2g}), "
+                        f"det/{name} {r['ours_deterministic_tflops'] / r[f'ours_{name}_deterministic_tflops']:4.2f}"
                         for name, _ in libs))
 
 
