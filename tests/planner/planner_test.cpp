@@ -753,6 +753,7 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_EQ(p.ctas, 8 * 2 * 16);
     EXPECT_EQ(p.dq_chunk_stride, 0);
     EXPECT_EQ(p.workspace.size(Piece::dq_accum), size_t(16) * 2 * 1024 * 128 * 4); // one buffer
+    EXPECT_EQ(p.dq_semaphore_rows, 64);                                         // d128's ordered instance
     EXPECT_EQ(p.dq_semaphore_blocks, 16);                                       // 1024 / 64 query rows
     EXPECT_EQ(p.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 16 * 4);
     EXPECT_EQ(p.workspace.at(Piece::dq_semaphore) % 256, 0u);
@@ -782,6 +783,8 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_TRUE(p256.ordered_dq);
     EXPECT_EQ(p256.num_chunks, 16);
     EXPECT_EQ(p256.dq_chunk_stride, 0);
+    EXPECT_EQ(p256.dq_semaphore_rows, 64);
+    EXPECT_EQ(p256.dq_semaphore_blocks, 16);
 
     Backward gqa = b; // GQA at d128: the walk over the group, ordered too; a pair is a (sequence, KV head)
     gqa.fwd.heads_k = 4;
@@ -826,8 +829,10 @@ TEST(PlannerBackward, DeterministicOrderedDqWhereItMeasuredFaster) {
     EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm90);
     Backward d64 = b;
     d64.fwd.head_dim = 64, d64.fwd.seqlen_k = 16384;
-    EXPECT_FALSE(plan(d64).ordered_dq);
-    EXPECT_FALSE(plan(d64, h200(), overrides("deterministic_dq=ordered")).ordered_dq);
+    EXPECT_TRUE(plan(d64).ordered_dq); // its chunks are bound by DRAM (one CTA rereads a head per key block)
+    EXPECT_EQ(plan(d64).dq_semaphore_rows, 128);
+    EXPECT_EQ(plan(d64).dq_semaphore_blocks, 8); // 1024 / 128
+    EXPECT_FALSE(plan(d64, h200(), overrides("deterministic_dq=chunks")).ordered_dq);
     EXPECT_EQ(plan(d64).kernel, Kernel::backward_sm90);
 }
 
