@@ -48,8 +48,8 @@ struct BwdArgs {
     // has; the grid runs them in that order (bwd_sm90_common.cuh, Sm90BwdWork).
     int* dq_semaphore;
     int32_t dq_semaphore_blocks; // query blocks per (sequence, head): ceil(seqlen_q / dq_semaphore_rows)
-    int32_t dq_semaphore_rows;   // query rows of a counted block: the ordered instance's block height
-                                 // (tiles::backward_sm90_ordered_block_m; the dsum kernel zeroes the counters)
+    int32_t dq_semaphore_rows;   // query rows of a counted block: the kernel's block height
+                                 // (tiles::backward_sm90_block_m; the dsum kernel zeroes the counters)
     int32_t dq_section_pairs;    // grid order: sections of this many (sequence, head) pairs, the
                                  // pairs fastest within a section, the key blocks in the order above
     bool dq_keys_descending;

@@ -136,20 +136,15 @@ constexpr int backward_sm90_block_m(int tile_head_dim) {
     return tile_head_dim <= 64 ? 128 : tile_head_dim == 128 ? 80 : kBackwardSm90BlockM;
 }
 // Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order (its own kernel
-// instance): d64, d128, d256 and 192 / 128 (the P/dS schedule, whose chunked form at d256 measured
-// slower than the mma.sync kernel). At d64 the chunked dQ (a CTA per (sequence, head, chunk) walking
-// several key blocks) is bound by DRAM: each key block rereads the head's Q and dO and adds to its dQ,
-// and the CTAs of 128 heads at once touch several times the L2 (0.70-0.88x the default on the H200).
+// instance, at the head dim's block height: the unit its counters count): d128, d256 and 192 / 128
+// (the P/dS schedule, whose chunked form at d256 measured slower than the mma.sync kernel). d64 has
+// none: there the ordered dQ measured 0.82-0.96x the chunked dQ (a CTA per (sequence, head, chunk)
+// walking several key blocks), which deterministic mode takes (docs/perf-log.md).
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim, int tile_head_dim_v) {
-    return tile_head_dim_v == tile_head_dim ? tile_head_dim == 64 || tile_head_dim == 128 || tile_head_dim == 256
+    return tile_head_dim_v == tile_head_dim ? tile_head_dim == 128 || tile_head_dim == 256
                                             : backward_sm90_has(tile_head_dim, tile_head_dim_v);
 }
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return backward_sm90_ordered_dq(tile_head_dim, tile_head_dim); }
-// Query rows per block of the ordered dQ's instance (the unit its counters count): the head dim's
-// own block height, but 64 at d128 (its 80-row ordered form is unmeasured: docs/perf-log.md).
-constexpr int backward_sm90_ordered_block_m(int tile_head_dim) {
-    return tile_head_dim == 128 ? kBackwardSm90BlockM : backward_sm90_block_m(tile_head_dim);
-}
 // ... and the ordered dQ on the GQA group walk (a CTA per KV head walking its group's query heads,
 // its own instance): d128, whose GQA rows the walk serves at short lengths.
 constexpr bool backward_sm90_ordered_walk(int tile_head_dim, int tile_head_dim_v) {

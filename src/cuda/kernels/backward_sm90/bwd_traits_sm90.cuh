@@ -17,8 +17,7 @@
 //                                               its query rows (d64's 128), or, transposed
 //                                               (dQ^T = K^T dS^T), half the head dim (d128's 80)
 // Per consumer thread (query rows per block: tiles::backward_sm90_block_m): d128 at 80 queries dK,
-// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40 (at 64 queries, the ordered dQ's instance:
-// 32 each); d64 at 128 queries dK, dV 32 + 32, S^T, dP^T 64 + 64, dQ 32 (64 queries x the whole head
+// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40; d64 at 128 queries dK, dV 32 + 32, S^T, dP^T 64 + 64, dQ 32 (64 queries x the whole head
 // dim per warpgroup).
 //
 // Unlike the other traits (kernels/kernel_code.h), these derive their shared-memory sizes from the
