@@ -158,7 +158,7 @@ void check_sm90_traits() {
     using Element = typename Traits::Element;
     check_producer_copy<Element, typename Traits::SmemLayoutQ, Traits::kProducerThreads>(name, "Q/dO");
     // The ordered dQ's loaders alone (Sm90BwdProducerRoles, split), where the head dim has it.
-    if constexpr (flashattn::cuda::tiles::backward_sm90_ordered_dq(D) && M == flashattn::cuda::tiles::kBackwardSm90BlockM)
+    if constexpr (flashattn::cuda::tiles::backward_sm90_ordered_dq(D) && M == flashattn::cuda::tiles::backward_sm90_block_m(D))
         check_producer_copy<Element, typename Traits::SmemLayoutQ, Sm90BwdProducerRoles<Traits, true>::kLoaders>(
             name, "Q/dO, ordered dQ's loaders");
     // Q and dO by TMA (bwd_params_sm90.cuh): boxes of kQBoxCols columns by kBlockM rows.

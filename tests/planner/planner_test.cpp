@@ -753,8 +753,9 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_EQ(p.ctas, 8 * 2 * 16);
     EXPECT_EQ(p.dq_chunk_stride, 0);
     EXPECT_EQ(p.workspace.size(Piece::dq_accum), size_t(16) * 2 * 1024 * 128 * 4); // one buffer
-    EXPECT_EQ(p.dq_semaphore_blocks, 16);                                       // 1024 / 64 query rows
-    EXPECT_EQ(p.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 16 * 4);
+    EXPECT_EQ(p.dq_semaphore_rows, 80);                                         // d128's block height
+    EXPECT_EQ(p.dq_semaphore_blocks, 13);                                       // 1024 / 80 query rows
+    EXPECT_EQ(p.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 13 * 4);
     EXPECT_EQ(p.workspace.at(Piece::dq_semaphore) % 256, 0u);
     EXPECT_FALSE(p.dq_keys_descending); // no right window edge: from the first key block up
     // Q, dO and dQ of a 1024-row head take 1 MB: all 32 pairs fit one 40 MB section.
@@ -774,7 +775,7 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     long_rows.fwd.seqlen_q = long_rows.fwd.seqlen_k = 16384;
     const BackwardPlan l = plan_ordered(long_rows);
     EXPECT_EQ(l.dq_section_pairs, 2);
-    EXPECT_EQ(l.dq_semaphore_blocks, 256);
+    EXPECT_EQ(l.dq_semaphore_blocks, 205); // 16384 / 80, the last block ragged
     Backward d256 = b; // the d256 schedule too (key blocks of 64: 16 CTAs per pair)
     d256.fwd.head_dim = 256;
     const BackwardPlan p256 = plan_ordered(d256);
@@ -782,6 +783,8 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_TRUE(p256.ordered_dq);
     EXPECT_EQ(p256.num_chunks, 16);
     EXPECT_EQ(p256.dq_chunk_stride, 0);
+    EXPECT_EQ(p256.dq_semaphore_rows, 64);
+    EXPECT_EQ(p256.dq_semaphore_blocks, 16);
 
     Backward gqa = b; // GQA at d128: the walk over the group, ordered too; a pair is a (sequence, KV head)
     gqa.fwd.heads_k = 4;
@@ -791,8 +794,8 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_FALSE(g.dkv_scratch);
     EXPECT_EQ(g.ctas, 8 * 2 * 4);           // key blocks x batch x KV heads
     EXPECT_EQ(g.dq_section_pairs, 8);       // 2 x 4 pairs of 4 heads' rows (4 MB each): one section
-    EXPECT_EQ(g.dq_semaphore_blocks, 16);   // counters per query head, as without the walk
-    EXPECT_EQ(g.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 16 * 4);
+    EXPECT_EQ(g.dq_semaphore_blocks, 13);   // counters per query head, as without the walk
+    EXPECT_EQ(g.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 13 * 4);
     Backward long_gqa = long_rows; // 64 MB per (sequence, KV head) of 4 heads at 16k: one pair a section
     long_gqa.fwd.heads_k = 8;
     const BackwardPlan lg = plan(long_gqa, h200(), overrides("deterministic_dq=ordered,backward_gqa=kv_major"));
@@ -826,7 +829,7 @@ TEST(PlannerBackward, DeterministicOrderedDqWhereItMeasuredFaster) {
     EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm90);
     Backward d64 = b;
     d64.fwd.head_dim = 64, d64.fwd.seqlen_k = 16384;
-    EXPECT_FALSE(plan(d64).ordered_dq);
+    EXPECT_FALSE(plan(d64).ordered_dq); // no ordered instance: it measured slower than the chunks
     EXPECT_FALSE(plan(d64, h200(), overrides("deterministic_dq=ordered")).ordered_dq);
     EXPECT_EQ(plan(d64).kernel, Kernel::backward_sm90);
 }

@@ -376,6 +376,7 @@ void backward(const BwdProblem& problem) {
     if (plan.ordered_dq) { // the counters are zeroed by the dsum pass, which runs first
         args.dq_semaphore = static_cast<int*>(workspace.at(Piece::dq_semaphore));
         args.dq_semaphore_blocks = plan.dq_semaphore_blocks;
+        args.dq_semaphore_rows = plan.dq_semaphore_rows;
         args.dq_section_pairs = plan.dq_section_pairs;
         args.dq_keys_descending = plan.dq_keys_descending;
     }

@@ -465,8 +465,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
 
     // Automatic wherever the tile head dim has the ordered instance: d256 and 192 / 128 (their chunked
-    // dQ runs the mma.sync kernel at a third of the speed) and d128 (H200, ordered / chunks: 0.99-1.09x
-    // at 1k, MHA and GQA, causal or not, 1.05-1.21x at 4k-16k).
+    // dQ runs the mma.sync kernel at a third of the speed) and d128 (H200, ordered / chunks 1.08-1.30x).
     const bool ordered_wanted = deterministic && !extras && ordered_allowed &&
                                 tiles::backward_sm90_ordered_dq(plan.tile_dim, plan.tile_dim_v);
 
@@ -563,7 +562,8 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
             std::max(1.0, rows * heads_per_pair * double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
         const double fit = std::floor(kSectionBytes / pair_bytes);
         plan.dq_section_pairs = int(std::clamp<double>(fit, 1.0, double(pairs)));
-        plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, tiles::kBackwardSm90BlockM));
+        plan.dq_semaphore_rows = tiles::backward_sm90_block_m(plan.tile_dim);
+        plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, plan.dq_semaphore_rows));
     }
 
     if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");

@@ -146,6 +146,7 @@ struct BackwardPlan {
                                      // ranges start later down the rows: causal, local), else up
     int dq_section_pairs = 0;        // the grid: sections of this many (sequence, head) pairs
     int dq_semaphore_blocks = 0;     // counters per (sequence, head): query blocks of the longest sequence
+    int dq_semaphore_rows = 0;       // query rows of a counted block (tiles::backward_sm90_block_m)
     bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
                                  // group's query heads; dK/dV written once, no scratch

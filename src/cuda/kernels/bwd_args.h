@@ -42,12 +42,14 @@ struct BwdArgs {
     int32_t num_n_blocks;    // key blocks of the longest sequence; set by the launcher
     // Deterministic mode's ordered dQ on the Hopper kernel (planner: BackwardPlan::ordered_dq; null:
     // not this call): one CTA per key block, one dQ buffer, and per (sequence, query head, query
-    // block of tiles::kBackwardSm90BlockM rows) a counter of the additions made to that block's dQ.
+    // block of dq_semaphore_rows rows) a counter of the additions made to that block's dQ.
     // The key blocks that meet a query block add to it in a fixed order (from the first up, or with
     // dq_keys_descending from the last down), each once the counter says that every earlier one
     // has; the grid runs them in that order (bwd_sm90_common.cuh, Sm90BwdWork).
     int* dq_semaphore;
-    int32_t dq_semaphore_blocks; // query blocks per (sequence, head): ceil(seqlen_q / kBackwardSm90BlockM)
+    int32_t dq_semaphore_blocks; // query blocks per (sequence, head): ceil(seqlen_q / dq_semaphore_rows)
+    int32_t dq_semaphore_rows;   // query rows of a counted block: the kernel's block height
+                                 // (tiles::backward_sm90_block_m; the dsum kernel zeroes the counters)
     int32_t dq_section_pairs;    // grid order: sections of this many (sequence, head) pairs, the
                                  // pairs fastest within a section, the key blocks in the order above
     bool dq_keys_descending;

@@ -124,25 +124,22 @@ constexpr bool backward_sm90_pds_schedule(int tile_head_dim, int tile_head_dim_v
     return tile_head_dim == 256 || (tile_head_dim_v != tile_head_dim && backward_sm90_has(tile_head_dim, tile_head_dim_v));
 }
 constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return backward_sm90_pds_schedule(tile_head_dim, tile_head_dim); }
-// Query rows per block of the Hopper backward (its traits' default kBlockM). 64, also the unit of
-// deterministic mode's ordered dQ (one counter per (sequence, query head, query block)); at d64 128,
+// Query rows per block of the Hopper backward (its traits' default kBlockM). 64; at d64 128,
 // as FlashAttention-3's: with 64 the S^T / dP^T products are 64 x 64 x 64 (each SS wgmma reads as
 // many shared-memory bytes per FLOP as an SM delivers) and dQ's is split into 32-column halves,
 // so the tensor cores wait on shared memory and each block's fixed cost (barriers, the dQ hand-off)
-// falls on half the work. d64 has no ordered dQ (below), so its counters never see 128-row blocks.
+// falls on half the work.
 constexpr int kBackwardSm90BlockM = 64;
 // At d128 80, as FlashAttention-3's non-causal tile: S^T / dP^T 64 x 80 per consumer (a shared-memory
-// feed of 36 FLOP/B against 32 at 64 wide); the ordered dQ's instances keep 64 (their own traits).
+// feed of 36 FLOP/B against 32 at 64 wide).
 constexpr int backward_sm90_block_m(int tile_head_dim) {
     return tile_head_dim <= 64 ? 128 : tile_head_dim == 128 ? 80 : kBackwardSm90BlockM;
 }
 // Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order (its own kernel
-// instance): d128, d256 and 192 / 128 (the P/dS schedule, whose chunked form at d256 measured
-// slower than the mma.sync kernel). d64 has none: its 128-query blocks would need a loader and a dQ
-// thread per row with the ordered dQ's split producer roles (bwd_traits_sm90.cuh), 256 threads where
-// the producer warpgroup has 128, so deterministic mode takes the chunked dQ there (a CTA per
-// (sequence, head, chunk) walking several key blocks; 0.70-0.88x the default on the H200, bound by
-// DRAM: docs/perf-log.md).
+// instance, at the head dim's block height: the unit its counters count): d128, d256 and 192 / 128
+// (the P/dS schedule, whose chunked form at d256 measured slower than the mma.sync kernel). d64 has
+// none: there the ordered dQ measured 0.82-0.96x the chunked dQ (a CTA per (sequence, head, chunk)
+// walking several key blocks), which deterministic mode takes (docs/perf-log.md).
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim, int tile_head_dim_v) {
     return tile_head_dim_v == tile_head_dim ? tile_head_dim == 128 || tile_head_dim == 256
                                             : backward_sm90_has(tile_head_dim, tile_head_dim_v);

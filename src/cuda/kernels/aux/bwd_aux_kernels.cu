@@ -125,9 +125,9 @@ __global__ void __launch_bounds__(kThreads) dsum_kernel(const BwdArgs args, int 
         }
         // Ordered dQ: the counter of the row's query block, by its first row (the main kernel's
         // CTAs only count on blocks with rows, exactly the blocks whose first row is visited here).
-        constexpr int kBlockM = tiles::kBackwardSm90BlockM;
-        if (args.dq_semaphore && it.lane == 0 && it.i % kBlockM == 0)
-            args.dq_semaphore[(int64_t(it.b) * fa.num_heads + it.h) * args.dq_semaphore_blocks + it.i / kBlockM] = 0;
+        if (args.dq_semaphore && it.lane == 0 && it.i % args.dq_semaphore_rows == 0)
+            args.dq_semaphore[(int64_t(it.b) * fa.num_heads + it.h) * args.dq_semaphore_blocks +
+                              it.i / args.dq_semaphore_rows] = 0;
         const Element* out = row(fa.out);
         const Element* dout = row(args.dout);
         float sum = 0.0f;

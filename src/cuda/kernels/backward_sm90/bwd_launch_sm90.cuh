@@ -26,10 +26,6 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
             fail(FA_ERROR_INTERNAL, "the sm90 backward of head dims ", kTileDim, " / ", kTileDimV, " got ",
                  args.fwd.head_dim, " / ", args.fwd.head_dim_v);
     }
-    // The ordered dQ's instances count query blocks of tiles::kBackwardSm90BlockM rows (its counters,
-    // the dsum kernel that zeroes them): their own traits where the head dim's blocks differ.
-    using OrderedTraits = std::conditional_t<Traits::kPdSSchedule, Traits,
-                                             kernels::Sm90BwdTraits<kTileDim, Element, tiles::kBackwardSm90BlockM>>;
     if (args.fwd.dropout) fail(FA_ERROR_INTERNAL, "the sm90 backward has no dropout (the planner routes it elsewhere)");
     // kGroupWalk (a grid over KV heads whose CTAs walk the group's query heads) only in the plain
     // kernel: the planner gives GQA with softcap or ALiBi the dK/dV scratch.
@@ -38,25 +34,28 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     // The ordered dQ (deterministic mode): its own instances of the plain kernel, one key block per
     // CTA, and at d128 also on the group walk.
     const bool ordered = args.dq_semaphore != nullptr;
+    // Its counters count the kernel's query blocks (the dsum kernel zeroes them by the same height).
+    if (ordered && args.dq_semaphore_rows != Traits::kBlockM)
+        fail(FA_ERROR_INTERNAL, "the ordered dQ's counters count blocks of ", args.dq_semaphore_rows,
+             " query rows, its kernel's blocks have ", Traits::kBlockM);
     if (ordered && (args.fwd.transform_scores || args.num_chunks != args.num_n_blocks ||
                     !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV) ||
                     (walk && !tiles::backward_sm90_ordered_walk(kTileDim, kTileDimV))))
-        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128, 256 and 192 / 128 (on the GQA "
-                                "walk at 128), without softcap/ALiBi, one key block per CTA");
+        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 64, 128, 256 and 192 / 128 (on the "
+                                "GQA walk at 128), without softcap/ALiBi, one key block per CTA");
     // One kernel per (extras, group walk, ordered dQ) in the head dim's schedule; the ordered
     // instance exists only where tiles.h names it.
     auto run = [&](auto extras, auto group_walk, auto ordered_dq) {
         constexpr bool kExtras = decltype(extras)::value, kWalk = decltype(group_walk)::value;
         constexpr bool kOrdered = decltype(ordered_dq)::value;
-        using Launched = std::conditional_t<kOrdered, OrderedTraits, Traits>;
-        const Sm90BwdParams params = sm90_backward_params<Launched>(args, kDtype == FA_BFLOAT16);
+        const Sm90BwdParams params = sm90_backward_params<Traits>(args, kDtype == FA_BFLOAT16);
         auto launch = [&](auto kernel) {
-            launch_on_grid(kernel, ctas, Launched::kThreads, Launched::kSmemBytes, params, stream, "backward");
+            launch_on_grid(kernel, ctas, Traits::kThreads, Traits::kSmemBytes, params, stream, "backward");
         };
         if constexpr (Traits::kPdSSchedule) {
-            launch(kernels::bwd_kernel_sm90_pds<Launched, kExtras, kWalk, kOrdered>);
+            launch(kernels::bwd_kernel_sm90_pds<Traits, kExtras, kWalk, kOrdered>);
         } else {
-            launch(kernels::bwd_kernel_sm90<Launched, kExtras, kWalk, kOrdered>);
+            launch(kernels::bwd_kernel_sm90<Traits, kExtras, kWalk, kOrdered>);
         }
     };
     using std::false_type, std::true_type;

@@ -289,20 +289,21 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
     constexpr uint32_t kDoStageBytes = Traits::kSmemDoElems * sizeof(Element);
     // One lse or dsum value per producer thread and stage where a stage has half as many rows as the
-    // producer threads; else (80- or 128-row stages, or split roles) loader r < kBlockM takes both
-    // values of row r.
+    // producer threads; else (80- or 128-row stages, or split roles) loader r takes both values of
+    // row r, and where the loaders are fewer than the rows (split roles at 80 or 128) of rows r,
+    // r + loaders, ... too.
     constexpr bool kBothStats = Roles::kSplit || 2 * kBlockM != Traits::kProducerThreads;
-    static_assert(kBothStats ? Roles::kLoaders >= kBlockM : 2 * kBlockM == Traits::kProducerThreads,
-                  "a producer thread per lse / dsum value of a stage, or a loader per row of it");
+    constexpr bool kStatLoop = kBothStats && Roles::kLoaders < kBlockM;
+    static_assert(kBothStats || 2 * kBlockM == Traits::kProducerThreads, "a producer thread per lse / dsum value");
     const bool loads_lse = ptid < kBlockM;
     const int stat_row = loads_lse ? ptid : ptid - kBlockM;
     float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
 
     // The dQ of query-block use `use` (first row m0) to the fp32 scratch; rows past the sequence
     // belong to other sequences' rows (or to none) and are skipped. A CTA with one key block adds each
-    // row once: dQ thread r < kBlockM adds row r (kHeadDim floats, contiguous in the scratch and in the
-    // hand-off buffer) with one bulk reduction and releases the buffer once the reductions have read
-    // it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again,
+    // row once: dQ thread r adds row r (and r + dQ threads, ..., where the dQ threads are fewer than
+    // the rows), kHeadDim floats contiguous in the scratch and in the hand-off buffer, with one bulk
+    // reduction each, and releases the buffer once the reductions have read it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again,
     // once per key block, and two bulk reductions in flight may land in either order: there each dQ
     // thread waits, before the first reduction of a key block, until its reductions of the key
     // block before have completed (bulk_wait_group 0; its rows are the same thread's in every key
@@ -311,7 +312,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const bool revisits_rows = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
     int added_n = -1; // the key block of the last dQ added (revisits_rows)
     // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the two warps that
-    // issue a block's reductions (a row per thread) each wait, before them, until the block's
+    // issue a block's reductions (its rows dealt to their threads) each wait, before them, until the block's
     // counter shows the arrivals of every key block before this one in the order (two each, one
     // per warp: dq_key_blocks says which key blocks add to the block at all), and after them, once
     // their writes are performed (not only their reads of the buffer), add their own arrival. The
@@ -329,7 +330,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if constexpr (kGroupWalk) return args.dq_semaphore + (int64_t(wh.b) * fa.num_heads + wh.h) * args.dq_semaphore_blocks;
         else return dq_counters;
     };
-    constexpr int kDqWarps = kBlockM / 32;
+    constexpr int kDqWarps = Roles::kDqWarps;
     auto release_dq = [&](int m) {
         if (counts) {
             bulk_wait_group<0>();
@@ -377,9 +378,19 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             }
             if (revisits_rows && n != added_n) bulk_wait_group<0>();
             added_n = n;
-            if (dq_tid < kBlockM && m0 + dq_tid < seq.q_len) {
-                bulk_reduce_add_f32(dq_rows + int64_t(m0 + dq_tid) * kHeadDim, sm.dq + dq_tid * Traits::kDqRowStride,
-                                    kHeadDim * int(sizeof(float)));
+            if constexpr (Roles::kDqThreads >= kBlockM) {
+                if (dq_tid < kBlockM && m0 + dq_tid < seq.q_len) {
+                    bulk_reduce_add_f32(dq_rows + int64_t(m0 + dq_tid) * kHeadDim, sm.dq + dq_tid * Traits::kDqRowStride,
+                                        kHeadDim * int(sizeof(float)));
+                    bulk_commit_group();
+                    bulk_wait_group_read<0>();
+                }
+            } else { // fewer dQ threads than rows (split roles at 80 or 128): rows r, r + dQ threads, ...
+                for (int r = dq_tid; r < kBlockM; r += Roles::kDqThreads) {
+                    if (m0 + r < seq.q_len)
+                        bulk_reduce_add_f32(dq_rows + int64_t(m0 + r) * kHeadDim, sm.dq + r * Traits::kDqRowStride,
+                                            kHeadDim * int(sizeof(float)));
+                }
                 bulk_commit_group();
                 bulk_wait_group_read<0>();
             }
@@ -441,8 +452,16 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                         copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
                         copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
                     }
-                    const bool row_ok = m0 + stat_row < seq.q_len;
-                    if (!kBothStats || loads_lse) {
+                    if constexpr (kStatLoop) {
+                        const float* const lse_rows = fa.lse + wh.row_stat0;
+                        const float* const dsum_rows = args.dsum + wh.row_stat0;
+                        for (int r = ptid; r < kBlockM; r += Roles::kLoaders) {
+                            const bool ok = m0 + r < seq.q_len;
+                            cp_async_4_or_zero(sm.lse + s * kBlockM + r, ok ? lse_rows + m0 + r : lse_rows, ok);
+                            cp_async_4_or_zero(sm.dsum + s * kBlockM + r, ok ? dsum_rows + m0 + r : dsum_rows, ok);
+                        }
+                    } else if (!kBothStats || loads_lse) {
+                        const bool row_ok = m0 + stat_row < seq.q_len;
                         cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
                         if constexpr (kBothStats) { // and the dsum value of the same row
                             const float* const dsum_rows = args.dsum + wh.row_stat0;

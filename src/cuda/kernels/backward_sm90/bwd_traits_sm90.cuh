@@ -17,8 +17,7 @@
 //                                               its query rows (d64's 128), or, transposed
 //                                               (dQ^T = K^T dS^T), half the head dim (d128's 80)
 // Per consumer thread (query rows per block: tiles::backward_sm90_block_m): d128 at 80 queries dK,
-// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40 (at 64 queries, the ordered dQ's instance:
-// 32 each); d64 at 128 queries dK, dV 32 + 32, S^T, dP^T 64 + 64, dQ 32 (64 queries x the whole head
+// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40; d64 at 128 queries dK, dV 32 + 32, S^T, dP^T 64 + 64, dQ 32 (64 queries x the whole head
 // dim per warpgroup).
 //
 // Unlike the other traits (kernels/kernel_code.h), these derive their shared-memory sizes from the
@@ -342,9 +341,9 @@ struct Sm90BwdPdSTraits {
 };
 
 // The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
-// 0 issues the TMA copies, every one of them an lse and a dsum value of each stage) and the second
-// adds dQ in its order (thread r of it row r; at d256, its thread 0 grants the turns and publishes
-// the consumers' adds). In one loop that does both, the adds of block u-1, which wait for the
+// 0 issues the TMA copies, loader r the lse and dsum values of rows r, r + 64, ... of each stage) and
+// the second adds dQ in its order (thread r of it rows r, r + 64, ...; at d256, its thread 0 grants
+// the turns and publishes the consumers' adds). In one loop that does both, the adds of block u-1, which wait for the
 // block's turn and then for their writes to land, held back the loads of block u+1, and the
 // consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp samples at a stage's
 // q_full, 1% without the order; the kernel 1.41x the default's time). Without the order every
@@ -355,10 +354,8 @@ struct Sm90BwdProducerRoles {
     static constexpr bool kSplit = kOrderedDq;
     static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
     static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
-    static_assert(!kSplit || kDqThreads >= Traits::kBlockM, "a dQ thread per row of a block");
-    static_assert(kLoaders % 32 == 0 && (!kSplit || Traits::kBlockM % 32 == 0), "roles and counting warps are whole warps");
-    static_assert(!kOrderedDq || Traits::kBlockM == tiles::kBackwardSm90BlockM,
-                  "the ordered dQ's counters (and the dsum kernel that zeroes them) count blocks of kBackwardSm90BlockM rows");
+    static_assert(kLoaders % 32 == 0 && kDqThreads % 32 == 0, "roles and counting warps are whole warps");
+    static constexpr int kDqWarps = kDqThreads / 32; // arrivals per block on an ordered dQ counter
 };
 
 // The Hopper backward of a tile head dim and value head dim (tiles.h's backward_sm90_pds_schedule
