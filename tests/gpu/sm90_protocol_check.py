@@ -103,16 +103,18 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
             g = bar.gen; bar.arrive(c)
             while bar.gen == g: yield
 
-        for t, num_blocks in enumerate(tiles):
-            steps = num_blocks - 1
+        def take_turn():  # every issue: a tile's first S, each step's S and P V, its last P V
+            yield from sync(turn[c])
 
+        def pass_turn():
+            turn[(c + 1) % W].arrive(c)
+
+        if c == W - 1: turn[0].arrive(c)  # the ring opens once, and runs on across tiles
+        for t, num_blocks in enumerate(tiles):
             def wait_full(bars, idx, stage):
                 r = ring_base + idx
                 while not bars[r % S].done((r // S) & 1): yield
                 assert stage[r % S] == (t, idx), (c, t, idx, stage)
-
-            def pass_turn(k):
-                if c != W - 1 or k + 1 < steps: turn[(c + 1) % W].arrive(c)
 
             def release_q_after_s(last_s):
                 if own_o and last_s: q_empty.arrive()
@@ -120,9 +122,10 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
             while not q_full.done(t & 1): yield
             release_q_after_s(num_blocks == 0)
             if num_blocks > 0:
-                if c == W - 1 and steps > 0: turn[0].arrive(c)
                 yield from wait_full(k_full, 0, kstage)
+                yield from take_turn()
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
+                pass_turn()
                 yield
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[ring_base % S].arrive()
@@ -131,10 +134,10 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
                 r = ring_base + idx
                 yield from wait_full(k_full, idx, kstage)
                 yield from wait_full(v_full, idx - 1, vstage)
-                yield from sync(turn[c])
+                yield from take_turn()
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
                 yield
-                pass_turn(idx - 1)
+                pass_turn()
                 yield
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[r % S].arrive()
@@ -143,6 +146,9 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
                 v_empty[(r - 1) % S].arrive()
             if num_blocks > 0:
                 yield from wait_full(v_full, num_blocks - 1, vstage)
+                yield from take_turn()
+                pass_turn()
+                yield
                 v_empty[(ring_base + num_blocks - 1) % S].arrive()
             part = c if own_o else 0       # own_o: a consumer stages and stores its own rows alone
             if not own_o: yield from sync(epilogue)  # all are done with Q's buffer
@@ -153,6 +159,7 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
             if not own_o: q_empty.arrive()
             ring_base += num_blocks
             yield from next_tile(t, False)
+        if c == 0: yield from take_turn()  # the turn the last consumer's last pass left open
 
     procs = [producer()] + [consumer(c) for c in range(W)]
     alive = list(procs); stall = 0

@@ -331,6 +331,20 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     const bool o_tma = Traits::kOwnOBuffer && params.o_tma;
     const bool store_leader = tid % 128 == 0;
 
+    // Ping-pong: the consumers issue their products in turn, 0, 1, (2,) 0, ...: consumer c after
+    // consumer c - 1 has issued its own (barrier kTurnBarrier0 + c: c's 128 threads wait, those of
+    // the consumer before it in the ring arrive). Every issue takes a turn: a tile's first S, each
+    // step's S and P V, its last P V; the ring runs on across tiles, so the consumers keep their
+    // offset through a tile's edges (one's epilogue under the other's products). Every consumer
+    // sees the same tiles and so takes as many turns: the last consumer opens the ring once, and
+    // consumer 0 takes the turn its last pass leaves open after the last tile.
+    constexpr int kLastConsumer = kConsumers - 1;
+    auto take_turn = [&]() { cutlass::arch::NamedBarrier::sync(2 * 128, kTurnBarrier0 + consumer); };
+    auto pass_turn = [&]() {
+        cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + (consumer + 1) % kConsumers);
+    };
+    if (consumer == kLastConsumer) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
+
     int ring_base = 0, tiles_done = 0;
     int published = 0;
     for (unsigned index = blockIdx.x; index < unsigned(total_tiles); index = next_tile(index, published++)) {
@@ -367,18 +381,6 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             }
         };
 
-        // Ping-pong: the consumers issue their products in turn, 0, 1, (2,) 0, ...: consumer c after
-        // consumer c - 1 has issued its own (barrier kTurnBarrier0 + c: c's 128 threads wait, those
-        // of the consumer before it in the ring arrive). Every wait is matched by exactly one arrive
-        // within the tile: the last consumer opens the first turn and skips its last arrive.
-        const int steps = num_blocks - 1; // loop iterations, each with one turn per consumer
-        constexpr int kLastConsumer = kConsumers - 1;
-        auto take_turn = [&]() { cutlass::arch::NamedBarrier::sync(2 * 128, kTurnBarrier0 + consumer); };
-        auto pass_turn = [&](int step) {
-            if (consumer != kLastConsumer || step + 1 < steps)
-                cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + (consumer + 1) % kConsumers);
-        };
-
         // Every tile waits for its Q and releases it once, also one without K/V blocks: that keeps
         // q_full and q_empty in step with the producer. With O in a buffer of its own, Q is released
         // when this thread's last S = Q K^T of the tile is done (after the wait that follows it).
@@ -389,9 +391,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
         release_q_after_s(num_blocks == 0);
         if (num_blocks > 0) {
-            if (consumer == kLastConsumer && steps > 0) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
             wait_full(k_full, ring_base);
+            take_turn();
             issue_s(ring_base % kStages);
+            pass_turn();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_s);
             release(k_empty, ring_base);
@@ -419,7 +422,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             take_turn();
             issue_s(r % kStages);
             issue_pv((r - 1) % kStages, idx == 1);
-            pass_turn(idx - 1);
+            pass_turn();
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
             release(k_empty, r);
@@ -442,7 +445,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         if (num_blocks > 0) { // the last block's P V
             const int r = ring_base + num_blocks - 1;
             wait_full(v_full, r);
+            take_turn();
             issue_pv(r % kStages, num_blocks == 1);
+            pass_turn();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             release(v_empty, r);
@@ -521,6 +526,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         ++tiles_done;
         if constexpr (!kPersistent) break;
     }
+    if (consumer == 0) take_turn(); // the ring's last open turn
     if (o_tma && store_leader) tma_store_wait<0>(); // the buffer stays until the last store has read it
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
