@@ -16,7 +16,9 @@ torch runs the SDPA backwards on its autograd thread, outside the NVTX ranges pu
 are per thread): the NVTX filter catches ours only. $FLASHATTN_PROFILE_BWD_ONLY=fa2 runs just the
 named implementations (comma-separated), for a second Nsight pass that selects by kernel name
 (`--kernel-name regex:flash_bwd`: FA2's dot_do_o, main and convert_dq kernels; warm-up and timed
-call both appear). `scripts/gpu.py profile backward` runs both passes.
+call both appear), or =cudnn for a pass that profiles every kernel (the set-up's forwards, then
+cuDNN's backward kernels, warm-up and timed call). `scripts/gpu.py profile backward` runs the
+passes that its --impls name.
 """
 import os
 import sys

@@ -349,11 +349,14 @@ def cmd_profile(args):
     nvtx = [a for s in shapes for i in impls for a in ("--nvtx-include", f"{s}.{i}/")]
     name = f"profile-{args.which}"
     rc, seconds = run(args, name, [*ncu, "--nvtx", *nvtx, *script], args.timeout, env)
-    if args.which == "backward" and "fa2" in impls:
-        # torch runs its backward on the autograd thread, outside the NVTX ranges: FA2 alone, by kernel name.
-        rc2, more = run(args, name, [*ncu, "--kernel-name", "regex:flash_bwd", *script], args.timeout,
-                        {**env, "FLASHATTN_PROFILE_BWD_ONLY": "fa2"})
-        rc, seconds = rc or rc2, seconds + more
+    # torch runs its backward on the autograd thread, outside the NVTX ranges: each torch backend
+    # alone, FA2's kernels by name; cuDNN's every kernel of the pass (its names vary by version: the
+    # forwards that set the problem up show too, before its two backward calls).
+    for impl, kernels in (("fa2", ["--kernel-name", "regex:flash_bwd"]), ("cudnn", [])):
+        if args.which == "backward" and impl in impls:
+            rc2, more = run(args, name, [*ncu, *kernels, *script], args.timeout,
+                            {**env, "FLASHATTN_PROFILE_BWD_ONLY": impl})
+            rc, seconds = rc or rc2, seconds + more
     report(args, f"{name} ({' '.join(shapes)}; {' '.join(impls)}): rc={rc} {seconds:.0f} s")
     return rc
 
