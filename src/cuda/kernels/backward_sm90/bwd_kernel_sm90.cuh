@@ -15,8 +15,8 @@
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
 //     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns,
-//     at d64 half the query rows, at d128's 80 rows transposed, half the head dim, each) -> shared, for the producer to add to the fp32 scratch
-//     with bulk reductions, a row each.
+//     at d64 half the query rows, at d128's 80 rows transposed, half the head dim, each) -> shared,
+//     for the producer to add to the fp32 scratch with bulk reductions, a row each.
 //     Deterministic mode: either the ordered dQ (kOrderedDq, its own instance: one CTA per key
 //     block as by default, each query block's additions in a fixed key-block order under a counter,
 //     bwd_sm90_common.cuh), or per-chunk buffers as bwd_kernel.cuh (a CTA walks several key blocks,

@@ -300,26 +300,28 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     float* const smem_stat = (loads_lse ? sm.lse : sm.dsum) + stat_row;
 
     // The dQ of query-block use `use` (first row m0) to the fp32 scratch; rows past the sequence
-    // belong to other sequences' rows (or to none) and are skipped. A CTA with one key block adds each
-    // row once: dQ thread r adds row r (and r + dQ threads, ..., where the dQ threads are fewer than
-    // the rows), kHeadDim floats contiguous in the scratch and in the hand-off buffer, with one bulk
-    // reduction each, and releases the buffer once the reductions have read it. A CTA that walks several key blocks (deterministic chunks) adds to the same rows again,
-    // once per key block, and two bulk reductions in flight may land in either order: there each dQ
-    // thread waits, before the first reduction of a key block, until its reductions of the key
-    // block before have completed (bulk_wait_group 0; its rows are the same thread's in every key
-    // block), so every address takes its additions in the walk's order. Within a key block the
-    // query blocks' rows differ, and the wait is normally long over.
+    // belong to other sequences' rows (or to none) and are skipped. A CTA with one key block adds
+    // each row once: dQ thread r adds row r (and r + dQ threads, ..., where the dQ threads are
+    // fewer than the rows), kHeadDim floats contiguous in the scratch and in the hand-off buffer,
+    // with one bulk reduction each, and releases the buffer once the reductions have read it. A CTA
+    // that walks several key blocks (deterministic chunks) adds to the same rows again, once per
+    // key block, and two bulk reductions in flight may land in either order: there each dQ thread
+    // waits, before the first reduction of a key block, until its reductions of the key block
+    // before have completed (bulk_wait_group 0; its rows are the same thread's in every key block),
+    // so every address takes its additions in the walk's order. Within a key block the query
+    // blocks' rows differ, and the wait is normally long over.
     const bool revisits_rows = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
     int added_n = -1; // the key block of the last dQ added (revisits_rows)
     // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the two warps that
-    // issue a block's reductions (its rows dealt to their threads) each wait, before them, until the block's
-    // counter shows the arrivals of every key block before this one in the order (two each, one
-    // per warp: dq_key_blocks says which key blocks add to the block at all), and after them, once
-    // their writes are performed (not only their reads of the buffer), add their own arrival. The
-    // wait's first read is issued before the wait for the consumers' dQ, where it normally costs
-    // nothing; the arrival (release_dq) follows at once: these warps load nothing (split roles).
-    // A separate kernel instance (kOrderedDq): in the others this code, though never run, cost the
-    // 24-register producer (d128) 72-96 B more of spills, some on its copies' addresses.
+    // issue a block's reductions (its rows dealt to their threads) each wait, before them, until
+    // the block's counter shows the arrivals of every key block before this one in the order (two
+    // each, one per warp: dq_key_blocks says which key blocks add to the block at all), and after
+    // them, once their writes are performed (not only their reads of the buffer), add their own
+    // arrival. The wait's first read is issued before the wait for the consumers' dQ, where it
+    // normally costs nothing; the arrival (release_dq) follows at once: these warps load nothing
+    // (split roles). A separate kernel instance (kOrderedDq): in the others this code, though never
+    // run, cost the 24-register producer (d128) 72-96 B more of spills, some on its copies'
+    // addresses.
     constexpr bool ordered = kOrderedDq;
     const bool counts = ordered && Traits::kDqHandoff && adds && dq_tid < kBlockM; // whole warps
     const bool lane0 = ptid % 32 == 0;

@@ -17,8 +17,8 @@
 //                                               its query rows (d64's 128), or, transposed
 //                                               (dQ^T = K^T dS^T), half the head dim (d128's 80)
 // Per consumer thread (query rows per block: tiles::backward_sm90_block_m): d128 at 80 queries dK,
-// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40; d64 at 128 queries dK, dV 32 + 32, S^T, dP^T 64 + 64, dQ 32 (64 queries x the whole head
-// dim per warpgroup).
+// dV 64 + 64 fp32 registers, S^T, dP^T 40 + 40, dQ^T 40; d64 at 128 queries dK, dV 32 + 32, S^T,
+// dP^T 64 + 64, dQ 32 (64 queries x the whole head dim per warpgroup).
 //
 // Unlike the other traits (kernels/kernel_code.h), these derive their shared-memory sizes from the
 // layouts' cosize, so an instance unit's host pass still parses their CuTe types (a few seconds per
@@ -341,14 +341,14 @@ struct Sm90BwdPdSTraits {
 };
 
 // The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
-// 0 issues the TMA copies, loader r the lse and dsum values of rows r, r + 64, ... of each stage) and
-// the second adds dQ in its order (thread r of it rows r, r + 64, ...; at d256, its thread 0 grants
-// the turns and publishes the consumers' adds). In one loop that does both, the adds of block u-1, which wait for the
-// block's turn and then for their writes to land, held back the loads of block u+1, and the
-// consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp samples at a stage's
-// q_full, 1% without the order; the kernel 1.41x the default's time). Without the order every
-// producer thread does both: its adds never wait for another CTA. K and V, loaded once (the ordered
-// dQ's CTA has one key block), come from every producer thread either way.
+// 0 issues the TMA copies, loader r the lse and dsum values of rows r, r + 64, ... of each stage)
+// and the second adds dQ in its order (thread r of it rows r, r + 64, ...; at d256, its thread 0
+// grants the turns and publishes the consumers' adds). In one loop that does both, the adds of
+// block u-1, which wait for the block's turn and then for their writes to land, held back the loads
+// of block u+1, and the consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp
+// samples at a stage's q_full, 1% without the order; the kernel 1.41x the default's time). Without
+// the order every producer thread does both: its adds never wait for another CTA. K and V, loaded
+// once (the ordered dQ's CTA has one key block), come from every producer thread either way.
 template <typename Traits, bool kOrderedDq>
 struct Sm90BwdProducerRoles {
     static constexpr bool kSplit = kOrderedDq;
