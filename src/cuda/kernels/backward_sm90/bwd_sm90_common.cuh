@@ -174,8 +174,8 @@ struct Sm90BwdSmem {
     uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
     uint64_t* kv_full;
     uint64_t* kv_empty;
-    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq` (d256: their adds of it are issued)
-    uint64_t* dq_empty; // the producer has read it (d256, ordered dQ: the block's turn has come)
+    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
+    uint64_t* dq_empty; // the producer has read it
 
     __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
         q = reinterpret_cast<Element*>(smem);
@@ -247,8 +247,10 @@ __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
 // by cp.async from every loading thread. With the dQ hand-off (Traits::kDqHandoff) it adds the
 // consumers' dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and
 // the last one after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the
-// block. With the ordered dQ (kOrderedDq) the roles split (Sm90BwdProducerRoles): the loaders load,
-// and the dQ threads add each block's dQ as soon as its turn comes, then count it (below).
+// block. With the ordered dQ (kOrderedDq) through the hand-off the roles split
+// (Sm90BwdProducerRoles): the loaders load, and the dQ threads add each block's dQ as soon as its
+// turn comes, then count it (below). Without the hand-off the consumers add their own dQ
+// (bwd_kernel_sm90_pds.cuh) and the producer only loads.
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
@@ -339,28 +341,6 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             fence_proxy_async_global();
             __syncwarp();
             if (lane0) add_release_gpu(head_counters() + m, 1);
-        }
-    };
-    // Without the hand-off (the d256 schedule) the consumers add their own dQ, straight from their
-    // registers: the first dQ thread grants each block's turn (dq_empty, one arrival) once the
-    // counter shows it, the consumers wait for it before their adds and arrive on dq_full after
-    // issuing them, and the same thread then publishes the CTA's one arrival (release at GPU scope
-    // after the mbarrier's acquire: the consumers' adds, ordered before their arrivals, are ordered
-    // before it). Block by block, grant then publish: the turn of block u is granted after the
-    // arrival of block u - 1, so neither mbarrier runs a phase ahead, and each arrival is published
-    // as soon as the consumers' adds are issued (the thread loads nothing: split roles).
-    auto grant_turn = [&](int m0) {
-        if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
-            const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
-            const int turn = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
-            while (load_acquire_gpu(head_counters() + m0 / kBlockM) < turn) {}
-            cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
-        }
-    };
-    auto publish_adds = [&](int use, int m0) {
-        if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
-            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
-            add_release_gpu(head_counters() + m0 / kBlockM, 1);
         }
     };
     auto add_dq = [&](int use, int m0, float* dq_rows, int n) { // dq_rows: the scratch rows of that use's head
@@ -475,13 +455,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 }
                 if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
                     if (adds) {
-                        if constexpr (Traits::kDqHandoff) {
-                            add_dq(q_uses, m0, dq_rows, n);
-                            release_dq(m0 / kBlockM);
-                        } else {
-                            grant_turn(m0);
-                            publish_adds(q_uses, m0);
-                        }
+                        add_dq(q_uses, m0, dq_rows, n);
+                        release_dq(m0 / kBlockM);
                     }
                 } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
                     add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
@@ -510,6 +485,7 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.do_map));
         }
+        if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
     }
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
