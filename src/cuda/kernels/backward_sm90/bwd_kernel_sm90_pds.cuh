@@ -137,49 +137,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         if constexpr (Traits::kDqStaged) dq_head = w.h_first + head;
     };
 
-    // dQ staged in the stage (Traits::kDqStaged; without the hand-off). Consumer c's 64 x 128 fp32
-    // of a block go, once its dV and dK of the block have completed (the only readers of its halves
-    // of the stage's dO and Q after the P/dS barrier), to kDqBoxes boxes of 32 columns in the
-    // 128-byte swizzle, the first half over its dO half, the rest over its Q half; its first thread
-    // (the issuer) adds each box to the scratch with a bulk tensor reduction (params.dq_map). The
-    // issuer releases the stage (its q_empty arrival; the other threads arrive at once) only once
-    // the reductions have read it, and waits for that after issuing the next block's S and dP, so
-    // that the read runs under them. Where the order of additions matters (the ordered dQ, or
-    // deterministic chunks whose CTA adds to the same rows once per key block) it waits there for
-    // the reductions to complete instead; with the ordered dQ it then fences the async proxy and
-    // adds this consumer's arrival to the block's counter (release at GPU scope; two arrivals per
-    // key block, one per consumer), and before issuing it waits for the block's turn (acquire).
-    // Blocks that end past their sequence (varlen: a box would reach into the next sequence's rows)
-    // and launches without the map stage dQ the same way and add its rows from shared memory
-    // (add_staged_dq; one thread per address, so deterministic chunks keep their order), with the
-    // ordered dQ between two consumer barriers, turn and arrival by the issuer.
+    // dQ staged in the stage (Traits::kDqStaged; without the hand-off). Consumer c's 64 x 128 fp32 of
+    // a block go, once its dV and dK of the block have completed (the only readers of its halves of
+    // the stage's dO and Q after the P/dS barrier), to kDqBoxes boxes of 32 columns in the 128-byte
+    // swizzle, the first half over its dO half, the rest over its Q half; then it arrives on
+    // dq_staged[s] and q_empty and goes on. The producer adds the boxes with bulk tensor reductions and releases
+    // the stage once they have read it (its own q_empty arrival), ordering them where deterministic
+    // mode asks for it (bwd_sm90_common.cuh). Blocks that end past their sequence (varlen: a box
+    // would reach into the next sequence's rows) and launches without the map add their rows from
+    // the stage here (add_staged_dq; one thread per address, so deterministic chunks keep their
+    // order); with the ordered dQ each consumer's first thread waits for the turn before and counts
+    // the consumer's adds after them (one arrival each; two per key block, as the producer's).
     const int consumer = tid / 128;
     const bool dq_issuer = tid % 128 == 0;
     const uint32_t staged_barrier = 2 + consumer; // one per consumer (0: P/dS ready, 1: the epilogue)
-    const bool dq_revisits = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
-    int pending_stage = -1, pending_m = 0; // the issuer's reductions not yet retired
     int* const dq_counters =
         kOrderedDq ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
-    auto wait_turn = [&](int m) { // the issuer, before its adds to query block m
+    auto wait_turn = [&](int m) { // the issuer, before its consumer's adds to query block m
         const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m);
-        const int turn = Traits::kConsumerWarpGroups *
-                         (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+        const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
         while (load_acquire_gpu(dq_counters + m) < turn) {}
-        fence_proxy_async_global(); // the predecessors' adds before this thread's bulk reductions
-    };
-    auto retire_staged_dq = [&]() {
-        if (pending_stage < 0) return;
-        if (kOrderedDq || dq_revisits) {
-            bulk_wait_group<0>();
-        } else {
-            bulk_wait_group_read<0>();
-        }
-        if constexpr (kOrderedDq) {
-            fence_proxy_async_global();
-            add_release_gpu(dq_counters + pending_m, 1);
-        }
-        cutlass::arch::ClusterBarrier::arrive(sm.q_empty + pending_stage);
-        pending_stage = -1;
     };
     // acc_dq -> consumer's boxes of stage s. wgmma's accumulator layout: register v = v0 + 2 h + 4 j
     // holds row row0 + 8 h, column col0 + v0 + 8 j (col0 even, below 8 in the consumer's columns), so
@@ -228,20 +205,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             red_add_quad(dq_block + int64_t(row) * kHeadDim, v);
         }
     };
-    auto issue_staged_dq = [&](int s, int m0) { // the issuer
-        constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
-        constexpr int kBoxElems = Traits::kDqBoxBytes / int(sizeof(Element));
-        constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
-        Element* const do_half = sm.d_o + s * Traits::kSmemDoElems + consumer * kHalfElems;
-        Element* const q_half = sm.q + s * Traits::kSmemQElems + consumer * kHalfElems;
-        const int row = int(w.q_global_row0 + m0), buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
-        CUTE_UNROLL
-        for (int box = 0; box < Traits::kDqBoxes; ++box)
-            SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, (box < kHalfBoxes ? do_half : q_half) + (box % kHalfBoxes) * kBoxElems,
-                                         consumer * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols, row, dq_head,
-                                         buffer);
-        bulk_commit_group();
-    };
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
 
@@ -267,7 +230,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
         wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
         wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
-        if constexpr (Traits::kDqStaged) retire_staged_dq(); // the previous block's, under S and dP
 
         float lse_log2[kRows];
         sm90_bwd_lse_log2(lse_log2, Sm90BwdStageLse<decltype(coords_qk)>{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len});
@@ -320,35 +282,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             warpgroup_fence_operand(acc_dk);
             cutlass::arch::NamedBarrier::sync(128, staged_barrier); // every warp's dV, dK read the halves
             store_staged_dq(s);
-            if (params.dq_tma && m0 + kBlockM <= seq.q_len) {
-                cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the bulk reductions
-                cutlass::arch::NamedBarrier::sync(128, staged_barrier);
-                if (dq_issuer) {
-                    if constexpr (kOrderedDq) wait_turn(m);
-                    issue_staged_dq(s, m0);
-                    pending_stage = s;
-                    pending_m = m;
-                } else {
-                    cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
-                }
-            } else {
+            if (!params.dq_tma || m0 + kBlockM > seq.q_len) {
                 if constexpr (kOrderedDq) {
                     if (dq_issuer) wait_turn(m);
                 }
                 cutlass::arch::NamedBarrier::sync(128, staged_barrier); // the stores (and the turn)
                 add_staged_dq(s, m0);
                 if constexpr (kOrderedDq) {
-                    cutlass::arch::NamedBarrier::sync(128, staged_barrier); // the consumer's adds before its arrival
+                    cutlass::arch::NamedBarrier::sync(128, staged_barrier); // the consumer's adds before its count
                     if (dq_issuer) add_release_gpu(dq_counters + m, 1);
                 }
-                cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
             }
+            cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_staged + s);
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         }
         ++q_uses;
     };
 
     sm90_bwd_consume<Traits, kGroupWalk>(args, w, sm, acc_dk, acc_dv, tdKc, tdVc, process_block, on_head);
-    if constexpr (Traits::kDqStaged) retire_staged_dq(); // the stage read before the CTA's shared memory goes
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
