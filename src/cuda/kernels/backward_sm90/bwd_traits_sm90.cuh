@@ -354,10 +354,12 @@ struct Sm90BwdPdSTraits {
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
-// The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
-// 0 issues the TMA copies, loader r the lse and dsum values of rows r, r + 64, ... of each stage)
-// and the second adds dQ in its order (thread r of it rows r, r + 64, ... from the hand-off; the
-// first thread of it the staged boxes, kDqStaged). In one loop that does both, the adds of
+// The producer warpgroup's roles. With the ordered dQ, and wherever dQ is staged in the Q/dO stage
+// (kDqStaged), its warps split: the first half loads (thread 0 issues the TMA copies, loader r the
+// lse and dsum values of rows r, r + 64, ... of each stage) and the second adds dQ in its order
+// (thread r of it rows r, r + 64, ... from the hand-off; the first thread of it the staged boxes).
+// Staged, a stage is refilled only after its reductions have read it, so in one loop the load of
+// block u+1 would wait behind the adds of block u-1 (MEASURE). In one loop that does both, the adds of
 // block u-1, which wait for the block's turn and then for their writes to land, held back the loads
 // of block u+1, and the consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp
 // samples at a stage's q_full, 1% without the order; the kernel 1.41x the default's time). Without
@@ -365,7 +367,7 @@ struct Sm90BwdPdSTraits {
 // once (the ordered dQ's CTA has one key block), come from every producer thread either way.
 template <typename Traits, bool kOrderedDq>
 struct Sm90BwdProducerRoles {
-    static constexpr bool kSplit = kOrderedDq;
+    static constexpr bool kSplit = kOrderedDq || Traits::kDqStaged;
     static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
     static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
     static_assert(kLoaders % 32 == 0 && kDqThreads % 32 == 0, "roles and counting warps are whole warps");
