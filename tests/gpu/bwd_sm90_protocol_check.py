@@ -15,14 +15,16 @@ buffer that holds both consumers' halves of that block and is not overwritten wh
 run_pds models the d256 schedule (bwd_kernel_sm90_pds.cuh): the same producer and rings without
 the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
 u % 2, one named barrier, then its dQ, dV, dK wgmmas read both halves, K and its own halves of
-the stage until their wait; then it stages its dQ over those halves of the stage, and a bulk
-reduction reads it from there and later completes; the stage is released once the reduction has
-read it (completed, where the CTA walks several key blocks and so adds to the same rows again),
-after the next block's S / dP issue or after the walk. Checks: no deadlock; every product reads
-the blocks it expects, and no product reads staged dQ; no stage is refilled while a reduction
-reads it; no reduction is issued while an earlier one of the consumer to the same rows runs;
-P/dS buffers hold both consumers' halves of the reader's block while read; every (block, half) of
-dQ is added once, in walk order per consumer.
+the stage until their wait; then it stages its dQ over those halves of the stage and arrives on
+dq_staged[stage] and q_empty. The producer's dQ thread (split roles) waits for dq_staged, issues
+the block's bulk reductions, which read the stage and later complete, and releases the stage (a
+third q_empty arrival) once they have read it; where the CTA walks several key blocks (and so
+adds to the same rows again) it waits, before a key block's first reductions, for the last key
+block's to complete. Checks: no deadlock; every product reads the blocks it expects, and none
+reads staged dQ; no reduction before both consumers staged the block; no stage refilled while a
+reduction reads it; no reduction issued while an earlier one to the same rows runs; P/dS buffers
+hold both consumers' halves of the reader's block while read; every block staged by both
+consumers and reduced once, in walk order.
 
 Both schedules end with the dK/dV epilogue of the CTA's last key block (sm90_bwd_store_dkdv): a
 named barrier (every consumer's wgmmas on K and V complete), each consumer's dK/dV halves into K's
@@ -35,10 +37,10 @@ producer has read the previous block's dQ (dq_empty), writes its half and arrive
 producer adds block u-1's after loading block u, as in run. Checks as run's for dQ, and run_pds's
 for the rest.
 
-run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA): each
-consumer's issuer waits for the block's turn (a random wait for the counter) before issuing and
-counts the block once its reduction has completed. Checks as run_pds's, and every block counted
-twice (one per consumer), none before its reduction completed.
+run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA): the dQ
+thread waits for each block's turn (a random wait for the counter) before issuing its reductions
+and counts the block once they have completed, then releases the stage. Checks as run_pds's, and
+every block counted once, in order, none before its reductions completed.
 run(split=True) and run_pds(ordered=True, handoff=True) model the split at d128 and 192 / 128: the
 dQ warps take each block's hand-off in turn (after a random wait for the counter) while the loader
 runs on. (The order between CTAs, and the counters: tests/gpu/bwd_dq_order_check.py.)
@@ -50,8 +52,9 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
            barrier), "early_q_release" (the stage released before the dV/dK wait)
   run_pds(handoff=True), run(split=True), run_pds(ordered=True, handoff=True): "no_dq_empty_wait"
   run_pds: "stage_before_wait" (dQ staged before the dV / dK reads end), "release_before_read"
-           (the stage released as the reduction is issued), "retire_after_read" (with several key
-           blocks, or ordered: the reduction's read waited for, not its completion)
+           (the stage released as the reductions are issued), "retire_after_read" (with several
+           key blocks, or ordered: the reductions' read waited for, not their completion),
+           "no_staged_wait" (reduced without waiting for both consumers' staging)
   both:    "no_epilogue_barrier" (the staging without the first barrier), "stage_every_block"
            (staging after every key block, while the producer refills K and V)
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
@@ -199,15 +202,18 @@ def run(walk, S, seed, broken=None, split=False):
 def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). Without the hand-off each
     consumer stages its dQ of a block over its halves of the block's stage (after its dV / dK
-    reads), and a bulk reduction reads it from there (random delay) and completes later (another);
-    the stage is released after the next block's S / dP issue, or after the walk, once the read has
-    completed (with ordered, or with several key blocks, once the reduction has). ordered:
-    deterministic mode's ordered dQ (the walk is then one key block): the issuer waits for the turn
-    (a random wait for the counter) before issuing, and publishes (counts) the block once the
-    reduction has completed. With the hand-off (192 / 128) the producer's dQ threads take each
-    block's dQ in turn, as run's split adder."""
+    reads) and arrives on dq_staged[stage] and q_empty; the producer's dQ thread (split roles: the
+    loader runs on) waits for dq_staged, issues the block's bulk reductions, which read the stage
+    (random delay) and complete later (another), and arrives on q_empty once they have read it (or,
+    where the CTA walks several key blocks and so adds to the same rows again, before issuing the
+    next key block's, waits for completion); so q_empty counts three arrivals. ordered:
+    deterministic mode's ordered dQ (the walk is then one key block): the dQ thread waits for the
+    turn (a random wait for the counter) before issuing, and counts the block once the reductions
+    have completed, then releases the stage. With the hand-off (192 / 128) the producer's dQ
+    threads take each block's dQ in turn, as run's split adder."""
     rnd = random.Random(seed)
-    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
+    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2 if handoff else 3) for _ in range(S)]
+    dq_staged = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
     pds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; kv_stage = [None]
@@ -219,7 +225,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     dq_full = MBar(2); dq_empty = MBar(1)  # the hand-off
     dq = [None, None]  # [consumer half] -> use whose dQ is in the hand-off buffer
     reduced = []  # uses the producer added from the hand-off buffer
-    reductions = []  # staged: [consumer, stage, use, query block, ticks to read, ticks to complete]
+    reductions = []  # staged: [stage, use, (key block, query block), ticks to read, ticks to complete]
     published = []  # ordered, staged: uses counted, in order
 
     def add_dq(use):
@@ -248,25 +254,44 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 yield
         if handoff and not ordered and q_uses > 0: yield from add_dq(q_uses - 1)
 
+    revisits = sum(1 for _, blocks in walk if blocks) > 1
+
+    def staged_adds():  # the dQ thread of the split roles, block by block (walk order)
+        use, last_n = 0, None
+        for n, blocks in walk:
+            for m in range(blocks):
+                s = use % S
+                if broken != "no_staged_wait":
+                    while not dq_staged[s].done((use // S) & 1): yield
+                if ordered:
+                    for _ in range(rnd.randint(0, 6)): yield  # the counter reaches the block's turn
+                whole = (ordered or revisits) and broken != "retire_after_read"
+                if revisits and n != last_n and whole:  # the key block before completed
+                    while reductions: yield
+                last_n = n
+                same = [r for r in reductions if r[2][1] == m]
+                assert not same, ("a reduction issued while an earlier one to its rows runs", n, m, same)
+                assert halves[s] == [use, use], ("reduced before both consumers staged", use, halves[s])
+                r = [s, use, (n, m), rnd.randint(1, 6), rnd.choice([rnd.randint(1, 12), rnd.randint(1, 80)])]
+                reductions.append(r)
+                added_staged.append(use)
+                if broken != "release_before_read":
+                    while r[3] > 0: yield
+                if ordered:
+                    while r[4] > 0 and broken != "retire_after_read": yield
+                    assert r[4] == 0, ("counted before its reductions completed", use, r)
+                    published.append(use)
+                q_empty[s].arrive()
+                use += 1
+                yield
+
     def dq_threads():  # ordered with the hand-off: the split roles' dQ side, block by block
         for use in range(sum(blocks for _, blocks in walk)):
             for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
             yield from add_dq(use)
 
-    revisits = sum(1 for _, blocks in walk if blocks) > 1
-
-    def retire(c, r):
-        """The issuer's wait for its reduction r (read, or completed), its publication, the release."""
-        whole = (ordered or revisits) and broken != "retire_after_read"
-        while (r[5] if whole else r[4]) > 0: yield
-        if ordered:
-            assert r[5] == 0, ("published before its reduction completed", c, r)
-            published.append(r[2])
-        q_empty[r[1]].arrive()
-
     def consumer(c):
         q_uses = kv_uses = 0
-        mine = None  # the reduction not yet retired
         for index, (n, blocks) in enumerate(walk):
             if blocks == 0:  # the epilogue only
                 if stages_epilogue(walk, index, broken):
@@ -279,8 +304,6 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 for step in range(rnd.randint(1, 3)):  # S, dP read the stage (both halves) and K, V
                     assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
                     assert handoff or halves[s] == [None, None], ("S / dP read staged dQ", c, q_uses, halves[s])
-                    if step == 0 and mine is not None:  # the previous block's, under S and dP
-                        yield from retire(c, mine); mine = None
                     yield
                 buf = q_uses % buffers
                 pds[buf][c] = q_uses  # this consumer's keys of P, then of dS
@@ -309,33 +332,24 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 if handoff:
                     if broken != "early_q_release": q_empty[s].arrive()
                 else:
-                    halves[s][c] = q_uses  # its dQ over its halves, then the consumer's barrier
+                    halves[s][c] = q_uses  # its dQ over its halves (after the consumer's barrier)
                     yield
-                    if ordered:
-                        for _ in range(rnd.randint(0, 6)): yield  # the counter reaches the turn
-                    if revisits:
-                        same = [r for r in reductions if r[0] == c and r[3] == m]
-                        assert not same, ("a reduction issued while an earlier one to its rows runs", c, n, m)
-                    r = [c, s, q_uses, m, rnd.randint(1, 6), rnd.choice([rnd.randint(1, 12), rnd.randint(1, 80)])]
-                    reductions.append(r)
+                    dq_staged[s].arrive()
+                    q_empty[s].arrive()
                     added[c].append(q_uses)
-                    if broken == "release_before_read":
-                        q_empty[s].arrive()
-                    else:
-                        mine = r
                 q_uses += 1
             kv_empty.arrive()
             kv_uses += 1
             if stages_epilogue(walk, index, broken):
                 yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
-        if mine is not None:
-            yield from retire(c, mine)
 
     def landed(stage, s):  # a stage's copy lands: its halves hold Q and dO again
         if stage is q_stage: halves[s] = [None, None]
 
     uses = sum(blocks for _, blocks in walk)
-    live = [producer(), consumer(0), consumer(1)] + ([dq_threads()] if ordered and handoff else [])
+    added_staged = []  # staged: uses whose reductions the dQ thread issued
+    live = [producer(), consumer(0), consumer(1)] + ([dq_threads()] if ordered and handoff else []) + \
+        ([] if handoff else [staged_adds()])
     for _ in range(200000):
         for p in list(pending):
             p[0] -= 1
@@ -344,11 +358,11 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 landed(p[1], p[2])
                 p[4].arrive(); pending.remove(p)
         for r in list(reductions):  # staged dQ: read from the stage, then completed
-            if r[4] > 0:
-                assert halves[r[1]][r[0]] == r[2], ("the stage refilled under a reduction", r, halves)
+            if r[3] > 0:
+                assert halves[r[0]] == [r[1], r[1]], ("the stage refilled under a reduction", r, halves)
+                r[3] -= 1
+            elif r[4] > 0:
                 r[4] -= 1
-            elif r[5] > 0:
-                r[5] -= 1
             else:
                 reductions.remove(r)
         if not live and not pending: break
@@ -361,8 +375,10 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     assert added == [list(range(uses))] * 2, (walk, added)
     if handoff:
         assert reduced == list(range(uses)), (walk, reduced)
+    if not handoff:
+        assert added_staged == list(range(uses)), (walk, added_staged)
     if ordered and not handoff:
-        assert sorted(published) == sorted(list(range(uses)) * 2), (walk, published)
+        assert published == list(range(uses)), (walk, published)
 
 
 def random_walk(seed):
@@ -417,7 +433,7 @@ if __name__ == "__main__":
         hits = caught(model, "no_dq_empty_wait", seeds=100, **kw)
         assert hits > 0, f"{model.__name__} {kw} broken=no_dq_empty_wait: not caught by any walk"
         print(f"  broken variant {model.__name__}({kw})/no_dq_empty_wait: caught on {hits} of 100 walks")
-    for broken in ("stage_before_wait", "release_before_read", "retire_after_read"):
+    for broken in ("stage_before_wait", "release_before_read", "retire_after_read", "no_staged_wait"):
         hits = caught(run_pds, broken)
         assert hits > 0, f"run_pds broken={broken}: not caught by any walk"
         print(f"  broken variant run_pds/{broken}: caught on {hits} of 400 walks")
