@@ -42,8 +42,9 @@
 // buffer) completed. The dQ hand-off buffer is single, as in bwd_kernel_sm90.cuh: block u's dQ is
 // written once the producer has read block u-1's (dq_empty). Staged dQ is written with ordinary
 // stores over stage halves that wgmma read (a consumer barrier after every warp's wait for them),
-// fenced to the async proxy before the barrier after which the issuer reduces from them; the stage
-// is refilled only after the issuer's q_empty arrival, which follows the reductions' read.
+// fenced to the async proxy before the arrival on dq_staged[s] after which the producer reduces
+// from them; the stage is refilled only after the producer's own q_empty arrival, which follows
+// the reductions' read.
 // tests/gpu/bwd_sm90_protocol_check.py models it (run_pds).
 #pragma once
 
@@ -141,9 +142,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     // a block go, once its dV and dK of the block have completed (the only readers of its halves of
     // the stage's dO and Q after the P/dS barrier), to kDqBoxes boxes of 32 columns in the 128-byte
     // swizzle, the first half over its dO half, the rest over its Q half; then it arrives on
-    // dq_staged[s] and q_empty and goes on. The producer adds the boxes with bulk tensor reductions and releases
-    // the stage once they have read it (its own q_empty arrival), ordering them where deterministic
-    // mode asks for it (bwd_sm90_common.cuh). Blocks that end past their sequence (varlen: a box
+    // dq_staged[s] and q_empty and goes on. The producer's dQ thread adds the boxes with bulk tensor
+    // reductions and releases the stage once they have read it (its own q_empty arrival), ordering
+    // them where deterministic mode asks for it (bwd_sm90_common.cuh). Blocks that end past their sequence (varlen: a box
     // would reach into the next sequence's rows) and launches without the map add their rows from
     // the stage here (add_staged_dq; one thread per address, so deterministic chunks keep their
     // order); with the ordered dQ each consumer's first thread waits for the turn before and counts
