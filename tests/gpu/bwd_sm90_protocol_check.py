@@ -14,11 +14,17 @@ buffer that holds both consumers' halves of that block and is not overwritten wh
 
 run_pds models the d256 schedule (bwd_kernel_sm90_pds.cuh): the same producer and rings without
 the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
-u % 2, one named barrier, then its dQ, dV, dK wgmmas read both halves (and the stage, K/V) until
-their wait; each consumer adds its own dQ half of every block to the scratch, in order, before
-releasing the stage. Checks: no deadlock; every product reads the blocks it expects; P/dS buffers
-hold both consumers' halves of the reader's block while read; every (block, half) of dQ is added
-once, in walk order per consumer.
+u % 2, one named barrier, then its dQ, dV, dK wgmmas read both halves, K and its own halves of
+the stage until their wait; then it stages its dQ over those halves of the stage and arrives on
+dq_staged[stage] and q_empty. The producer's dQ thread (split roles) waits for dq_staged, issues
+the block's bulk reductions, which read the stage and later complete, and releases the stage (a
+third q_empty arrival) once they have read it; where the CTA walks several key blocks (and so
+adds to the same rows again) it waits, before a key block's first reductions, for the last key
+block's to complete. Checks: no deadlock; every product reads the blocks it expects, and none
+reads staged dQ; no reduction before both consumers staged the block; no stage refilled while a
+reduction reads it; no reduction issued while an earlier one to the same rows runs; P/dS buffers
+hold both consumers' halves of the reader's block while read; every block staged by both
+consumers and reduced once, in walk order.
 
 Both schedules end with the dK/dV epilogue of the CTA's last key block (sm90_bwd_store_dkdv): a
 named barrier (every consumer's wgmmas on K and V complete), each consumer's dK/dV halves into K's
@@ -31,11 +37,10 @@ producer has read the previous block's dQ (dq_empty), writes its half and arrive
 producer adds block u-1's after loading block u, as in run. Checks as run's for dQ, and run_pds's
 for the rest.
 
-run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA), with the
-producer's roles split as in the kernel (Sm90BwdProducerRoles): a loader, and a dQ thread that
-grants each block's turn and then publishes the consumers' adds of it, block by block. Checks: no
-deadlock; no consumer adds before its block's turn; no publication before both consumers' adds;
-every block granted and published once, in order (neither mbarrier runs a phase ahead).
+run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key block per CTA): the dQ
+thread waits for each block's turn (a random wait for the counter) before issuing its reductions
+and counts the block once they have completed, then releases the stage. Checks as run_pds's, and
+every block counted once, in order, none before its reductions completed.
 run(split=True) and run_pds(ordered=True, handoff=True) model the split at d128 and 192 / 128: the
 dQ warps take each block's hand-off in turn (after a random wait for the counter) while the loader
 runs on. (The order between CTAs, and the counters: tests/gpu/bwd_dq_order_check.py.)
@@ -46,9 +51,10 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
   run_pds(handoff=True), run(split=True), run_pds(ordered=True, handoff=True): "no_dq_empty_wait"
-  run_pds(ordered=True): "ordered_no_publish_wait" (published without waiting for the adds),
-           "ordered_grant_first" (each block's turn granted as it is loaded, nothing published:
-           the turn mbarrier runs phases ahead of the consumers)
+  run_pds: "stage_before_wait" (dQ staged before the dV / dK reads end), "release_before_read"
+           (the stage released as the reductions are issued), "retire_after_read" (with several
+           key blocks, or ordered: the reductions' read waited for, not their completion),
+           "no_staged_wait" (reduced without waiting for both consumers' staging)
   both:    "no_epilogue_barrier" (the staging without the first barrier), "stage_every_block"
            (staging after every key block, while the producer refills K and V)
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
@@ -194,27 +200,33 @@ def run(walk, S, seed, broken=None, split=False):
 
 
 def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
-    """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). ordered: deterministic
-    mode's ordered dQ (the walk is then one key block), with the producer's roles split: the loader
-    loads; without the hand-off the first dQ thread, block by block, grants the block's turn
-    (dq_empty, after a random wait for the counter) and then publishes its adds (waits dq_full: both
-    consumers issued them); each consumer waits for the turn before its adds and arrives on dq_full
-    after them. With the hand-off (192 / 128) the dQ threads take each block's dQ in turn, as run's
-    split adder."""
+    """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). Without the hand-off each
+    consumer stages its dQ of a block over its halves of the block's stage (after its dV / dK
+    reads) and arrives on dq_staged[stage] and q_empty; the producer's dQ thread (split roles: the
+    loader runs on) waits for dq_staged, issues the block's bulk reductions, which read the stage
+    (random delay) and complete later (another), and arrives on q_empty once they have read it (or,
+    where the CTA walks several key blocks and so adds to the same rows again, before issuing the
+    next key block's, waits for completion); so q_empty counts three arrivals. ordered:
+    deterministic mode's ordered dQ (the walk is then one key block): the dQ thread waits for the
+    turn (a random wait for the counter) before issuing, and counts the block once the reductions
+    have completed, then releases the stage. With the hand-off (192 / 128) the producer's dQ
+    threads take each block's dQ in turn, as run's split adder."""
     rnd = random.Random(seed)
-    turn = MBar(1); adds_issued = MBar(2)  # dq_empty, dq_full
-    granted, published = [], []
-    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
+    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2 if handoff else 3) for _ in range(S)]
+    dq_staged = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
     pds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; kv_stage = [None]
+    halves = [[None, None] for _ in range(S)]  # [stage][consumer] -> use whose dQ is staged there
     buffers = 1 if broken == "single_pds" else 2
     pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
-    added = [[], []]  # [consumer] -> uses whose dQ half was added (handed off), in order
+    added = [[], []]  # [consumer] -> uses whose dQ half was added (handed off, or its reduction issued)
     pending = []
     dq_full = MBar(2); dq_empty = MBar(1)  # the hand-off
     dq = [None, None]  # [consumer half] -> use whose dQ is in the hand-off buffer
     reduced = []  # uses the producer added from the hand-off buffer
+    reductions = []  # staged: [stage, use, (key block, query block), ticks to read, ticks to complete]
+    published = []  # ordered, staged: uses counted, in order
 
     def add_dq(use):
         while not dq_full.done(use & 1): yield
@@ -223,17 +235,6 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
             yield
         reduced.append(use)
         dq_empty.arrive()
-
-    def publish(use):
-        if broken != "ordered_no_publish_wait":
-            while not adds_issued.done(use & 1): yield
-        assert all(use in added[c] for c in (0, 1)), ("published before both consumers' adds", use, added)
-        published.append(use)
-
-    def grant(use):
-        for _ in range(rnd.randint(0, 6)): yield  # the counter reaches the turn
-        granted.append(use)
-        turn.arrive()
 
     def producer():
         q_uses = kv_uses = 0
@@ -253,14 +254,41 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 yield
         if handoff and not ordered and q_uses > 0: yield from add_dq(q_uses - 1)
 
-    def dq_threads():  # ordered: the split roles' dQ side, block by block
+    revisits = sum(1 for _, blocks in walk if blocks) > 1
+
+    def staged_adds():  # the dQ thread of the split roles, block by block (walk order)
+        use, last_n = 0, None
+        for n, blocks in walk:
+            for m in range(blocks):
+                s = use % S
+                if broken != "no_staged_wait":
+                    while not dq_staged[s].done((use // S) & 1): yield
+                if ordered:
+                    for _ in range(rnd.randint(0, 6)): yield  # the counter reaches the block's turn
+                whole = (ordered or revisits) and broken != "retire_after_read"
+                if revisits and n != last_n and whole:  # the key block before completed
+                    while reductions: yield
+                last_n = n
+                same = [r for r in reductions if r[2][1] == m]
+                assert not same, ("a reduction issued while an earlier one to its rows runs", n, m, same)
+                assert halves[s] == [use, use], ("reduced before both consumers staged", use, halves[s])
+                r = [s, use, (n, m), rnd.randint(1, 6), rnd.choice([rnd.randint(1, 12), rnd.randint(1, 80)])]
+                reductions.append(r)
+                added_staged.append(use)
+                if broken != "release_before_read":
+                    while r[3] > 0: yield
+                if ordered:
+                    while r[4] > 0 and broken != "retire_after_read": yield
+                    assert r[4] == 0, ("counted before its reductions completed", use, r)
+                    published.append(use)
+                q_empty[s].arrive()
+                use += 1
+                yield
+
+    def dq_threads():  # ordered with the hand-off: the split roles' dQ side, block by block
         for use in range(sum(blocks for _, blocks in walk)):
-            if handoff:
-                for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
-                yield from add_dq(use)
-            else:
-                yield from grant(use)
-                if broken != "ordered_grant_first": yield from publish(use)
+            for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
+            yield from add_dq(use)
 
     def consumer(c):
         q_uses = kv_uses = 0
@@ -273,8 +301,9 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
             for m in range(blocks):
                 s = q_uses % S
                 while not q_full[s].done((q_uses // S) & 1): yield
-                for _ in range(rnd.randint(1, 3)):  # S, dP read the stage and K, V
+                for step in range(rnd.randint(1, 3)):  # S, dP read the stage (both halves) and K, V
                     assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
+                    assert handoff or halves[s] == [None, None], ("S / dP read staged dQ", c, q_uses, halves[s])
                     yield
                 buf = q_uses % buffers
                 pds[buf][c] = q_uses  # this consumer's keys of P, then of dS
@@ -282,39 +311,60 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                 if broken != "no_pds_barrier":
                     g = pds_ready.gen; pds_ready.arrive()
                     while pds_ready.gen == g: yield
-                # dQ, dV, dK read both halves of P / dS, the stage and K until their waits; dQ's
-                # wait comes first, its adds are issued while dV / dK still run.
+                # dQ, dV, dK read both halves of P / dS, K and (dV, dK) this consumer's halves of the
+                # stage until their waits; with the hand-off dQ's wait comes first and its dQ is
+                # handed over while dV / dK still run.
                 reads = rnd.randint(1, 5)
                 for step in range(reads):
                     assert pds[buf] == [q_uses, q_uses], (c, q_uses, pds[buf])
                     assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
-                    if step == 0 and ordered and not handoff:
-                        while not turn.done(q_uses & 1): yield
-                        assert granted and granted[-1] == q_uses, ("adds without their turn", c, q_uses, granted)
+                    assert handoff or halves[s][c] is None, ("dV / dK read staged dQ", c, q_uses, halves[s])
                     if step == 0 and handoff:
                         if q_uses > 0 and broken != "no_dq_empty_wait":
                             while not dq_empty.done((q_uses - 1) & 1): yield
                         dq[c] = q_uses
                         dq_full.arrive()
-                    if step == 0: added[c].append(q_uses)
-                    if step == 0 and ordered and not handoff: adds_issued.arrive()
+                        added[c].append(q_uses)
+                    if step == 0 and not handoff and broken == "stage_before_wait":
+                        halves[s][c] = q_uses
                     if broken == "early_q_release" and step == 0: q_empty[s].arrive()
                     yield
-                if broken != "early_q_release": q_empty[s].arrive()
+                if handoff:
+                    if broken != "early_q_release": q_empty[s].arrive()
+                else:
+                    halves[s][c] = q_uses  # its dQ over its halves (after the consumer's barrier)
+                    yield
+                    dq_staged[s].arrive()
+                    q_empty[s].arrive()
+                    added[c].append(q_uses)
                 q_uses += 1
             kv_empty.arrive()
             kv_uses += 1
             if stages_epilogue(walk, index, broken):
                 yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
 
+    def landed(stage, s):  # a stage's copy lands: its halves hold Q and dO again
+        if stage is q_stage: halves[s] = [None, None]
+
     uses = sum(blocks for _, blocks in walk)
-    live = [producer(), consumer(0), consumer(1)] + ([dq_threads()] if ordered else [])
+    added_staged = []  # staged: uses whose reductions the dQ thread issued
+    live = [producer(), consumer(0), consumer(1)] + ([dq_threads()] if ordered and handoff else []) + \
+        ([] if handoff else [staged_adds()])
     for _ in range(200000):
         for p in list(pending):
             p[0] -= 1
             if p[0] <= 0:
                 p[1][p[2]] = p[3]
+                landed(p[1], p[2])
                 p[4].arrive(); pending.remove(p)
+        for r in list(reductions):  # staged dQ: read from the stage, then completed
+            if r[3] > 0:
+                assert halves[r[0]] == [r[1], r[1]], ("the stage refilled under a reduction", r, halves)
+                r[3] -= 1
+            elif r[4] > 0:
+                r[4] -= 1
+            else:
+                reductions.remove(r)
         if not live and not pending: break
         if live:
             a = rnd.choice(live)
@@ -325,8 +375,10 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     assert added == [list(range(uses))] * 2, (walk, added)
     if handoff:
         assert reduced == list(range(uses)), (walk, reduced)
+    if not handoff:
+        assert added_staged == list(range(uses)), (walk, added_staged)
     if ordered and not handoff:
-        assert granted == list(range(uses)) and published == list(range(uses)), (walk, granted, published)
+        assert published == list(range(uses)), (walk, published)
 
 
 def random_walk(seed):
@@ -365,8 +417,8 @@ if __name__ == "__main__":
                 run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True)
             cases += 1
     print(f"bwd ws protocol: {cases} random walks x 2 schedules (the P/dS one also with the dQ hand-off; 2000 "
-          "of each also with the ordered dQ's split producer roles), no deadlock, every stage, dS, P/dS and dQ "
-          "buffer and the staged dK/dV epilogue as expected")
+          "of each also with the ordered dQ), no deadlock, every stage, dS, P/dS, dQ buffer and staged dQ and "
+          "the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
                           (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
                           (run, "no_epilogue_barrier"), (run_pds, "no_epilogue_barrier"),
@@ -381,7 +433,10 @@ if __name__ == "__main__":
         hits = caught(model, "no_dq_empty_wait", seeds=100, **kw)
         assert hits > 0, f"{model.__name__} {kw} broken=no_dq_empty_wait: not caught by any walk"
         print(f"  broken variant {model.__name__}({kw})/no_dq_empty_wait: caught on {hits} of 100 walks")
-    for broken in ("ordered_no_publish_wait", "ordered_grant_first"):
-        hits = caught(run_pds, broken, seeds=20, ordered=True)
-        assert hits > 0, f"run_pds ordered broken={broken}: not caught by any walk"
-        print(f"  broken variant run_pds(ordered)/{broken}: caught on {hits} of 20 walks")
+    for broken in ("stage_before_wait", "release_before_read", "retire_after_read", "no_staged_wait"):
+        hits = caught(run_pds, broken)
+        assert hits > 0, f"run_pds broken={broken}: not caught by any walk"
+        print(f"  broken variant run_pds/{broken}: caught on {hits} of 400 walks")
+    hits = caught(run_pds, "retire_after_read", seeds=100, ordered=True)
+    assert hits > 0, "run_pds ordered broken=retire_after_read: not caught by any walk"
+    print(f"  broken variant run_pds(ordered)/retire_after_read: caught on {hits} of 100 walks")

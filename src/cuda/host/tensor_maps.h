@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 namespace flashattn::cuda {
@@ -59,6 +60,37 @@ inline bool encode_rows_map(CUtensorMap& map, const fa_tensor& x, bool bf16, int
     return encode(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, x.data, dims,
                   byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The map of the backward's fp32 dQ scratch (bwd_args.h: dq_accum [chunk][head][row][tile_dim]) as
+// (tile_dim, rows, heads, chunks) for bulk tensor reductions from shared memory: boxes of 32 floats
+// (one 128-byte swizzle row) x box_rows rows. A box may cross from one sequence's rows into the
+// next, so the kernel adds only blocks that end inside their sequence this way (the others with
+// per-thread reductions). chunk_stride 0: one buffer. False where TMA cannot address it (a
+// coordinate past int32, a stride past 2^40 bytes).
+inline bool encode_dq_accum_map(CUtensorMap& map, float* data, int tile_dim, int64_t rows, int heads,
+                                int chunks, int64_t chunk_stride, int box_rows) {
+    constexpr int64_t kElem = 4;
+    constexpr int kBoxCols = 128 / kElem;
+    const TensorMapEncodeTiled encode = tensor_map_encoder();
+    if (!encode || reinterpret_cast<uintptr_t>(data) % 16 != 0 || rows <= 0 || rows > INT32_MAX ||
+        tile_dim % kBoxCols != 0)
+        return false;
+    const int buffers = chunk_stride > 0 ? chunks : 1;
+    const int64_t head_stride = rows * tile_dim;
+    const cuuint64_t dims[4] = {cuuint64_t(tile_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(buffers)};
+    const int64_t strides[3] = {tile_dim * kElem, head_stride * kElem,
+                                (chunk_stride > 0 ? chunk_stride : head_stride * heads) * kElem};
+    cuuint64_t byte_strides[3];
+    for (int i = 0; i < 3; ++i) {
+        if (strides[i] <= 0 || strides[i] % 16 != 0 || strides[i] >= (int64_t(1) << 40)) return false;
+        byte_strides[i] = cuuint64_t(strides[i]);
+    }
+    const cuuint32_t box[4] = {cuuint32_t(kBoxCols), cuuint32_t(box_rows), 1, 1};
+    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, data, dims, byte_strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 } // namespace flashattn::cuda

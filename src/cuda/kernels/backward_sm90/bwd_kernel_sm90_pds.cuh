@@ -8,9 +8,7 @@
 //   warpgroup 0 (producer)      as bwd_kernel_sm90.cuh's: K, V once per key block (kv_full /
 //                               kv_empty), Q, dO, lse, dsum per query block into a ring of two
 //                               stages (q_full / q_empty); with the dQ hand-off (kDqHandoff) it adds
-//                               the consumers' dQ to the scratch (dq_full / dq_empty); without it,
-//                               with the ordered dQ, it grants each block's turn (dq_empty) and
-//                               publishes the adds (dq_full)
+//                               the consumers' dQ to the scratch (dq_full / dq_empty)
 //   warpgroups 1, 2 (consumer)  per query block, consumer c:
 //     S = Q K^T, dP = dO V^T         keys [32c, 32c + 32), issued together; the softmax under dP
 //     P = exp2(S * scale_log2 - lse_log2[query])          [transform] [mask]
@@ -18,8 +16,8 @@
 //     named barrier: both consumers' P and dS of the block are in shared memory
 //     dQ = dS K, dK += dS^T Q        columns [c d/2, (c+1) d/2) of d
 //     dV += P^T dO                   columns [c d_v/2, (c+1) d_v/2) of d_v
-//     dQ first, so that it leaves (to the hand-off buffer, or added to the fp32 scratch with
-//     red.global.add, one consumer thread per address) while dV and dK still run
+//     dQ to the hand-off buffer once it completes (dV and dK still run), or staged (below) once all
+//     three have
 //   epilogue: bwd_sm90_store_dkdv (each consumer its columns of the 64 keys).
 //
 // Dropout is not compiled here (the planner runs the mma.sync kernel for it). Unlike the d128
@@ -30,13 +28,10 @@
 // the producer adds each row with a bulk reduction) where the traits find room for its buffer beside
 // two Q/dO stages: at 192 / 128, not at d256, where the 64 KB buffer fits beside one Q and one dO
 // stage only (traits, kSmemBytes), and one stage would stall the consumers on every block's 64 KB
-// copy. There each consumer adds its own dQ. Deterministic mode then: with the ordered dQ
-// (kOrderedDq, its own instance) the consumers wait for each block's turn before their adds (an
-// mbarrier the producer completes once the block's counter shows it; normally long before) and
-// report them issued, the producer publishes the CTA's arrival; with chunks, each address of a
-// chunk's dQ buffer is owned by one consumer thread (the dQ partition covers the tile once, the
-// same thread for every query block of the walk) and its adds are in that thread's program order.
-// With the hand-off, both are the producer's (bwd_sm90_common.cuh), as in bwd_kernel_sm90.cuh.
+// copy. There each consumer stages its dQ over its own halves of the block's Q/dO stage and adds
+// it with bulk tensor reductions (kDqStaged; the kernel body says how, and how deterministic mode
+// orders them). With the hand-off, the ordered dQ and the chunks are the producer's
+// (bwd_sm90_common.cuh), as in bwd_kernel_sm90.cuh.
 //
 // Memory model (as bwd_kernel_sm90.cuh): the producer writes shared memory only with cp.async,
 // tracked by cp.async.mbarrier.arrive, and TMA, tracked by the stage's byte count; consumers run
@@ -45,7 +40,11 @@
 // wgmmas. P and dS are double-buffered: a consumer writes buffer m % 2 only after passing block
 // m-1's barrier, which the other consumer reaches only after its wgmmas of block m-2 (the same
 // buffer) completed. The dQ hand-off buffer is single, as in bwd_kernel_sm90.cuh: block u's dQ is
-// written once the producer has read block u-1's (dq_empty).
+// written once the producer has read block u-1's (dq_empty). Staged dQ is written with ordinary
+// stores over stage halves that wgmma read (a consumer barrier after every warp's wait for them),
+// fenced to the async proxy before the arrival on dq_staged[s] after which the producer reduces
+// from them; the stage is refilled only after the producer's own q_empty arrival, which follows
+// the reductions' read.
 // tests/gpu/bwd_sm90_protocol_check.py models it (run_pds).
 #pragma once
 
@@ -129,14 +128,83 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     Tensor tdKc = dk_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
     Tensor tdVc = dv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));
 
-    // The current query head's ALiBi slope and dQ scratch rows.
+    // The current query head's ALiBi slope and index.
     float alibi_slope = 0.0f;
-    float* dq_rows = nullptr;
+    int dq_head = w.h_first;
     auto on_head = [&](int head) { // query head w.h_first + head (sm90_bwd_consume)
         if constexpr (kExtras) {
             if (fa.alibi_slopes) alibi_slope = fa.alibi_slopes[int64_t(w.b) * fa.alibi_batch_stride + w.h_first + head];
         }
-        if constexpr (!Traits::kDqHandoff) dq_rows = w.template dq_rows_of_head<kHeadDim>(args, w.h_first + head);
+        if constexpr (Traits::kDqStaged) dq_head = w.h_first + head;
+    };
+
+    // dQ staged in the stage (Traits::kDqStaged; without the hand-off). Consumer c's 64 x 128 fp32 of
+    // a block go, once its dV and dK of the block have completed (the only readers of its halves of
+    // the stage's dO and Q after the P/dS barrier), to kDqBoxes boxes of 32 columns in the 128-byte
+    // swizzle, the first half over its dO half, the rest over its Q half; then it arrives on
+    // dq_staged[s] and q_empty and goes on. The producer's dQ thread adds the boxes with bulk tensor
+    // reductions and releases the stage once they have read it (its own q_empty arrival), ordering
+    // them where deterministic mode asks for it (bwd_sm90_common.cuh). Blocks that end past their sequence (varlen: a box
+    // would reach into the next sequence's rows) and launches without the map add their rows from
+    // the stage here (add_staged_dq; one thread per address, so deterministic chunks keep their
+    // order); with the ordered dQ each consumer's first thread waits for the turn before and counts
+    // the consumer's adds after them (one arrival each; two per key block, as the producer's).
+    const int consumer = tid / 128;
+    const bool dq_issuer = tid % 128 == 0;
+    const uint32_t staged_barrier = 2 + consumer; // one per consumer (0: P/dS ready, 1: the epilogue)
+    int* const dq_counters =
+        kOrderedDq ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
+    auto wait_turn = [&](int m) { // the issuer, before its consumer's adds to query block m
+        const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m);
+        const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+        while (load_acquire_gpu(dq_counters + m) < turn) {}
+    };
+    // acc_dq -> consumer's boxes of stage s. wgmma's accumulator layout: register v = v0 + 2 h + 4 j
+    // holds row row0 + 8 h, column col0 + v0 + 8 j (col0 even, below 8 in the consumer's columns), so
+    // a thread's rows share row % 8 and its 16-byte chunk of a 32-column row is (col % 32) / 4 =
+    // col0 / 4 + 2 (j % 4): the swizzled chunk (XOR row % 8) is 2 (j % 4) XOR a thread constant.
+    auto store_staged_dq = [&](int s) {
+        int row0 = get<0>(tdQc(0)), col0 = get<1>(tdQc(0)) % Traits::kColsPerWarpGroup;
+        asm volatile("" : "+r"(row0), "+r"(col0)); // computed here, not held across the main loop
+        const int chunk_xor = (col0 / 4) ^ (row0 % 8);
+        const uint32_t thread_offset = row0 * 128 + (col0 % 4) * 4 + consumer * Traits::kStageHalfBytes;
+        const uint32_t do_half = cast_smem_ptr_to_uint(sm.d_o + s * Traits::kSmemDoElems) + thread_offset;
+        const uint32_t q_half = cast_smem_ptr_to_uint(sm.q + s * Traits::kSmemQElems) + thread_offset;
+        constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
+        static_assert(size(decltype(acc_dq){}) == 4 * (Traits::kColsPerWarpGroup / 8), "(2, 2, columns / 8) per thread");
+        CUTE_UNROLL
+        for (int j = 0; j < Traits::kColsPerWarpGroup / 8; ++j) {
+            const int box = j / 4;
+            const uint32_t at = (box < kHalfBoxes ? do_half : q_half) + (box % kHalfBoxes) * Traits::kDqBoxBytes +
+                                uint32_t(((2 * (j % 4)) ^ chunk_xor) * 16);
+            CUTE_UNROLL
+            for (int h = 0; h < 2; ++h)
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at + h * 8 * 128), "f"(acc_dq(4 * j + 2 * h)),
+                             "f"(acc_dq(4 * j + 2 * h + 1))
+                             : "memory");
+        }
+    };
+    // The fallback: the consumer's threads add the staged boxes' rows of the sequence themselves, a
+    // warp a row at a time (lane l: columns 4 l .. 4 l + 3, one 16-byte chunk of box l / 8).
+    auto add_staged_dq = [&](int s, int m0) {
+        constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
+        int ctid = tid;
+        asm volatile("" : "+r"(ctid)); // its addresses computed here, not held across the main loop
+        const int lane = ctid % 32, box = lane / 8, chunk = lane % 8, consumer = ctid / 128;
+        const uint32_t half = box < kHalfBoxes ? cast_smem_ptr_to_uint(sm.d_o + s * Traits::kSmemDoElems)
+                                               : cast_smem_ptr_to_uint(sm.q + s * Traits::kSmemQElems);
+        const uint32_t box_at = half + consumer * Traits::kStageHalfBytes + (box % kHalfBoxes) * Traits::kDqBoxBytes;
+        const int rows_valid = min(seq.q_len - m0, kBlockM);
+        float* const dq_block = w.template dq_rows_of_head<kHeadDim>(args, dq_head) + int64_t(m0) * kHeadDim +
+                                consumer * Traits::kColsPerWarpGroup + 4 * lane;
+        static_assert(Traits::kColsPerWarpGroup == 4 * 32, "a warp's 32 lanes cover a row of the consumer's columns");
+        for (int row = (ctid % 128) / 32; row < rows_valid; row += 4) {
+            float4 v;
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                         : "r"(box_at + row * 128 + ((chunk ^ (row % 8)) * 16)));
+            red_add_quad(dq_block + int64_t(row) * kHeadDim, v);
+        }
     };
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
@@ -200,29 +268,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         Tensor tdKrQt = dk_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
         wgmma_issue<false>(mma_dk, tdKrdSt, tdKrQt, acc_dk);
 
-        warpgroup_wait<2>(); // dQ (dV, dK may still run)
-        warpgroup_fence_operand(acc_dq);
         if constexpr (Traits::kDqHandoff) {
+            warpgroup_wait<2>(); // dQ (dV, dK may still run)
+            warpgroup_fence_operand(acc_dq);
             sm90_bwd_hand_off_dq<Traits>(sm, acc_dq, tdQc, q_uses);
+            warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         } else {
-            // Ordered dQ: the adds wait for the block's turn (granted by the producer) and are
-            // reported issued (dq_full), for the producer to publish (bwd_sm90_common.cuh).
-            if constexpr (kOrderedDq) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, q_uses & 1);
-            // Rows past the sequence belong to other sequences' rows (or to none).
-            const int rows_valid = seq.q_len - m0;
-            float* const dq_block = dq_rows + int64_t(m0) * kHeadDim;
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dq); t += 2) {
-                const int row = get<0>(tdQc(t)), col = get<1>(tdQc(t));
-                if (row < rows_valid) red_add_pair_v2(dq_block + row * kHeadDim + col, acc_dq(t), acc_dq(t + 1));
+            warpgroup_wait<0>(); // dQ, dV, dK
+            warpgroup_fence_operand(acc_dq);
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
+            cutlass::arch::NamedBarrier::sync(128, staged_barrier); // every warp's dV, dK read the halves
+            store_staged_dq(s);
+            if (!params.dq_tma || m0 + kBlockM > seq.q_len) {
+                if constexpr (kOrderedDq) {
+                    if (dq_issuer) wait_turn(m);
+                }
+                cutlass::arch::NamedBarrier::sync(128, staged_barrier); // the stores (and the turn)
+                add_staged_dq(s, m0);
+                if constexpr (kOrderedDq) {
+                    cutlass::arch::NamedBarrier::sync(128, staged_barrier); // the consumer's adds before its count
+                    if (dq_issuer) add_release_gpu(dq_counters + m, 1);
+                }
             }
-            if constexpr (kOrderedDq) cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+            cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
+            cutlass::arch::ClusterBarrier::arrive(sm.dq_staged + s);
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         }
-
-        warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
-        warpgroup_fence_operand(acc_dv);
-        warpgroup_fence_operand(acc_dk);
-        cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         ++q_uses;
     };
 

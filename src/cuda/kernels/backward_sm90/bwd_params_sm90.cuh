@@ -6,6 +6,9 @@
 // 128-byte rows, or 32 of 64-byte rows) by kBlockM rows in the swizzle of SmemLayoutQ / SmemLayoutDo,
 // rows past seqlen_q and columns past head_dim zero-filled by the hardware. Varlen and unaligned
 // layouts keep the per-lane cp.async path.
+//
+// Where the consumers stage dQ in shared memory (Traits::kDqStaged), the map of the fp32 dQ scratch
+// that their bulk tensor reductions add it through (dq_map; host/tensor_maps.h).
 #pragma once
 
 #include "host/tensor_maps.h"
@@ -16,7 +19,8 @@ namespace flashattn::cuda {
 struct Sm90BwdParams {
     BwdArgs args;
     CUtensorMap q_map, do_map; // valid when q_tma
-    bool q_tma;
+    CUtensorMap dq_map;        // valid when dq_tma
+    bool q_tma, dq_tma;
 };
 
 template <typename Traits>
@@ -32,6 +36,9 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
                   encode_rows_map(p.do_map, args.dout, bf16, do_cols, fa.seqlen_q, fa.num_heads, fa.batch,
                                   Traits::kDoBoxCols, Traits::kBlockM);
     }
+    if constexpr (Traits::kDqStaged)
+        p.dq_tma = encode_dq_accum_map(p.dq_map, args.dq_accum, Traits::kHeadDim, args.q_rows_total, fa.num_heads,
+                                       args.num_chunks, args.dq_chunk_stride, Traits::kBlockM);
     return p;
 }
 

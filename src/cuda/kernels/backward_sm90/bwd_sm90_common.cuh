@@ -174,8 +174,14 @@ struct Sm90BwdSmem {
     uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
     uint64_t* kv_full;
     uint64_t* kv_empty;
-    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq` (d256: their adds of it are issued)
-    uint64_t* dq_empty; // the producer has read it (d256, ordered dQ: the block's turn has come)
+    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
+    uint64_t* dq_empty; // the producer has read it
+    // Staged dQ (Traits::kDqStaged, no hand-off): dq_staged[s] (the same two mbarriers, one per
+    // stage): both consumers' dQ of the stage's block is staged in it. One per stage, so that the
+    // consumers, which may stage block u+1 before the producer waits for block u, never complete
+    // a barrier's phase twice before its wait (block u+2, the next on the same barrier, needs the
+    // stage released after that wait).
+    uint64_t* dq_staged;
 
     __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
         q = reinterpret_cast<Element*>(smem);
@@ -194,6 +200,8 @@ struct Sm90BwdSmem {
         kv_empty = bar + 2 * kQStages + 1;
         dq_full = bar + 2 * kQStages + 2;
         dq_empty = bar + 2 * kQStages + 3;
+        dq_staged = dq_full;
+        static_assert(!Traits::kDqStaged || kQStages == 2, "dq_staged: dq_full and dq_empty, one per stage");
     }
 
     // By thread 0, before the CTA's one __syncthreads. Roles: Sm90BwdProducerRoles (the producer
@@ -202,12 +210,14 @@ struct Sm90BwdSmem {
     __device__ __forceinline__ void init_barriers() const {
         for (int s = 0; s < kQStages; ++s) {
             cutlass::arch::ClusterBarrier::init(q_full + s, Roles::kLoaders);
-            cutlass::arch::ClusterBarrier::init(q_empty + s, Traits::kConsumerThreads);
+            // (With staged dQ, also the producer thread that reduces from the stage, once it has.)
+            cutlass::arch::ClusterBarrier::init(q_empty + s, Traits::kConsumerThreads + (Traits::kDqStaged ? 1 : 0));
         }
         cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
         cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
-        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Roles::kDqThreads : 1);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Roles::kDqThreads
+                                                      : Traits::kDqStaged ? Traits::kConsumerThreads : 1);
         cutlass::arch::fence_barrier_init();
     }
 
@@ -247,8 +257,11 @@ __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
 // by cp.async from every loading thread. With the dQ hand-off (Traits::kDqHandoff) it adds the
 // consumers' dQ of block u-1 to the fp32 scratch after loading block u (dq_full / dq_empty), and
 // the last one after the loop: a bulk reduction (cp.reduce.async.bulk .add.f32) per row of the
-// block. With the ordered dQ (kOrderedDq) the roles split (Sm90BwdProducerRoles): the loaders load,
-// and the dQ threads add each block's dQ as soon as its turn comes, then count it (below).
+// block. With the dQ staged in the Q/dO stage (Traits::kDqStaged, bwd_kernel_sm90_pds.cuh) it adds
+// block u-1's the same way, with bulk tensor reductions of the consumers' boxes from one thread,
+// and releases the stage once they have read it. With the ordered dQ (kOrderedDq) the roles split
+// (Sm90BwdProducerRoles): the loaders load, and the dQ threads add each block's dQ as soon as its
+// turn comes, then count it (below).
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
@@ -341,29 +354,58 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             if (lane0) add_release_gpu(head_counters() + m, 1);
         }
     };
-    // Without the hand-off (the d256 schedule) the consumers add their own dQ, straight from their
-    // registers: the first dQ thread grants each block's turn (dq_empty, one arrival) once the
-    // counter shows it, the consumers wait for it before their adds and arrive on dq_full after
-    // issuing them, and the same thread then publishes the CTA's one arrival (release at GPU scope
-    // after the mbarrier's acquire: the consumers' adds, ordered before their arrivals, are ordered
-    // before it). Block by block, grant then publish: the turn of block u is granted after the
-    // arrival of block u - 1, so neither mbarrier runs a phase ahead, and each arrival is published
-    // as soon as the consumers' adds are issued (the thread loads nothing: split roles).
-    auto grant_turn = [&](int m0) {
-        if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
-            const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
-            const int turn = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
-            while (load_acquire_gpu(head_counters() + m0 / kBlockM) < turn) {}
-            cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
+    // Staged dQ (Traits::kDqStaged): the first dQ thread waits until both consumers have staged the
+    // block (dq_staged), adds each consumer's boxes (kDqBoxes, over its halves of the stage's dO and Q)
+    // with a bulk tensor reduction (params.dq_map) and releases the stage (its q_empty arrival) once
+    // they have read it. Where the order of additions matters it waits, as above, for the key block
+    // before to complete (chunks), or for the block's turn before and the completion after, then
+    // counts the block (the ordered dQ: two arrivals per key block, as the consumers' own adds of
+    // the blocks that end past the sequence count, one per consumer). Those blocks (their boxes
+    // would reach into the next sequence's rows) and launches without the map the consumers add
+    // from the stage themselves; then it only releases the stage.
+    auto add_staged_dq = [&](int use, int m0, int head, int n) {
+        if (dq_tid != 0) return;
+        const int s = use % kQStages;
+        cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
+        if (params.dq_tma && m0 + kBlockM <= seq.q_len) {
+            int* const counter = ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + head) *
+                                                                   args.dq_semaphore_blocks + m0 / kBlockM
+                                         : nullptr;
+            if constexpr (ordered) {
+                const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
+                const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+                while (load_acquire_gpu(counter) < turn) {}
+                fence_proxy_async_global();
+            }
+            if (revisits_rows && n != added_n) bulk_wait_group<0>();
+            added_n = n;
+            constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
+            constexpr int kBoxElems = Traits::kDqBoxBytes / int(sizeof(Element));
+            constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
+            const int row = int(w.q_global_row0 + m0), buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
+            CUTE_UNROLL
+            for (int c = 0; c < 2; ++c) {
+                CUTE_UNROLL
+                for (int box = 0; box < Traits::kDqBoxes; ++box) {
+                    const Element* const half = (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems
+                                                                  : sm.q + s * Traits::kSmemQElems) + c * kHalfElems;
+                    SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, half + (box % kHalfBoxes) * kBoxElems,
+                                                 c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols, row, head, buffer);
+                }
+            }
+            bulk_commit_group();
+            if constexpr (ordered) {
+                bulk_wait_group<0>();
+                fence_proxy_async_global();
+                add_release_gpu(counter, 2);
+            } else {
+                bulk_wait_group_read<0>();
+            }
         }
+        cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
     };
-    auto publish_adds = [&](int use, int m0) {
-        if (ordered && !Traits::kDqHandoff && adds && dq_tid == 0) {
-            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
-            add_release_gpu(head_counters() + m0 / kBlockM, 1);
-        }
-    };
-    auto add_dq = [&](int use, int m0, float* dq_rows, int n) { // dq_rows: the scratch rows of that use's head
+    auto add_dq = [&](int use, int m0, float* dq_rows, int head, int n) { // dq_rows, head: of that use's head
+        if constexpr (Traits::kDqStaged) add_staged_dq(use, m0, head, n);
         if constexpr (Traits::kDqHandoff) {
             int turn = 0, seen = 0; // (lane 0 of the counting warps)
             if (counts && lane0) {
@@ -403,6 +445,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0;
     float* last_dq_rows = nullptr;
+    int last_head = 0;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
         const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
@@ -475,25 +518,21 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 }
                 if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
                     if (adds) {
-                        if constexpr (Traits::kDqHandoff) {
-                            add_dq(q_uses, m0, dq_rows, n);
-                            release_dq(m0 / kBlockM);
-                        } else {
-                            grant_turn(m0);
-                            publish_adds(q_uses, m0);
-                        }
+                        add_dq(q_uses, m0, dq_rows, wh.h, n);
+                        release_dq(m0 / kBlockM);
                     }
                 } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
-                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
+                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_head, last_n);
                 }
                 last_m0 = m0;
                 last_n = n;
                 last_dq_rows = dq_rows;
+                last_head = wh.h;
             }
         }
     }
     if constexpr (!Roles::kSplit) {
-        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_head, last_n);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
@@ -510,6 +549,7 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.do_map));
         }
+        if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
     }
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {

@@ -147,6 +147,7 @@ struct Sm90BwdTraits {
     // float2 stores (8 rows x 4 column pairs per warp) then fill all 32 banks in two wavefronts; a
     // row stays contiguous and 16-byte aligned (544 bytes apart at d128), as a bulk copy needs.
     static constexpr bool kDqHandoff = true;
+    static constexpr bool kDqStaged = false; // (Sm90BwdPdSTraits)
     // Transposed dQ's registers hold neighbouring queries, stored one float each: rows padded by 4
     // floats put a warp's 32 stores on 32 banks (and leave room in shared memory at 80 queries).
     static constexpr int kDqRowStride = kHeadDim + (kDqTransposed ? 4 : 8);
@@ -311,14 +312,28 @@ struct Sm90BwdPdSTraits {
     // P, dS 4 x 8 KB + lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 64 B = 207,936 B. At d256 (Q 2 x 32 KB
     // + dO 2 x 32 KB + K 32 KB + V 32 KB + P, dS 32 KB + 1 KB + 64 B = 230,464 B of the 232,448 an
     // sm_90 CTA may use) the 64 KB buffer would only fit with one Q and one dO stage (210 KB): the
-    // alternative that schedule did not take (see kQStages), so there each consumer adds its dQ
-    // columns to the scratch itself (red.global).
+    // alternative that schedule did not take (see kQStages). There the consumers stage dQ in the
+    // stage instead (kDqStaged): once a consumer's dV and dK of the block have completed, its column
+    // half of the stage's dO and of its Q (16 KB each: only its own dV and dK read them after the
+    // block's P/dS barrier) hold its 64 x 128 fp32 of dQ, which it adds to the scratch with bulk
+    // tensor reductions (bwd_kernel_sm90_pds.cuh).
     static constexpr int kDqRowStride = kHeadDim + 8;
     static constexpr int kSmemDqHandoffBytes = kBlockM * kDqRowStride * int(sizeof(float));
     static constexpr bool kDqTransposed = false; // bwd_sm90_common.cuh's hand-off: (query, column) registers
     static constexpr bool kDqHandoff =
         kSmemTileBytes + kSmemRowStatsBytes + kSmemDqHandoffBytes + kBarriers * 8 <= 227 * 1024;
     static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : 0;
+    static constexpr bool kDqStaged = !kDqHandoff;
+    // A staged box: 32 fp32 columns (one 128-byte swizzle row: TMA's widest box row in that swizzle)
+    // x kBlockM rows, 8 KB; a consumer's dQ is kDqBoxes of them, the first half in its dO half of the
+    // stage, the second in its Q half.
+    static constexpr int kDqBoxCols = 32;
+    static constexpr int kDqBoxBytes = kDqBoxCols * kBlockM * int(sizeof(float));
+    static constexpr int kDqBoxes = kColsPerWarpGroup / kDqBoxCols;
+    static constexpr int kStageHalfBytes = kBlockM * kColsPerWarpGroup * int(sizeof(Element));
+    static_assert(!kDqStaged || (kHeadDimV == kHeadDim && kColsPerWarpGroup % kAtomColsQK == 0 &&
+                                 kDqBoxes * kDqBoxBytes == 2 * kStageHalfBytes && kStageHalfBytes % kDqBoxBytes == 0),
+                  "a consumer's dQ fills its halves of the stage's dO and Q, whole boxes in each");
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
     static_assert(kHeadDim != 256 || (kSmemBytes == 230464 && !kDqHandoff), "the budget written above");
@@ -333,17 +348,19 @@ struct Sm90BwdPdSTraits {
     static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
     static constexpr int kProducerRegs = kDqHandoff ? 56 : 24;
     static constexpr int kConsumerRegs = kDqHandoff ? 224 : 240;
-    static_assert(kHeadDim != 256 || kProducerRegs == 24, "d256's split");
     static_assert(kProducerThreads * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kLaunchRegs,
                   "setmaxnreg cannot hand out more registers than the CTA launched with");
 
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
-// The producer warpgroup's roles. With the ordered dQ its warps split: the first half loads (thread
-// 0 issues the TMA copies, loader r the lse and dsum values of rows r, r + 64, ... of each stage)
-// and the second adds dQ in its order (thread r of it rows r, r + 64, ...; at d256, its thread 0
-// grants the turns and publishes the consumers' adds). In one loop that does both, the adds of
+// The producer warpgroup's roles. With the ordered dQ, and wherever dQ is staged in the Q/dO stage
+// (kDqStaged), its warps split: the first half loads (thread 0 issues the TMA copies, loader r the
+// lse and dsum values of rows r, r + 64, ... of each stage) and the second adds dQ in its order
+// (thread r of it rows r, r + 64, ... from the hand-off; the first thread of it the staged boxes).
+// Staged, a stage is refilled only after its reductions have read it, so in one loop the load of
+// block u+1 waited behind the adds of block u-1 (H200, d256, against per-thread adds from the
+// registers: 1.00-1.05x in one loop, 1.16-1.26x split). In one loop that does both, the adds of
 // block u-1, which wait for the block's turn and then for their writes to land, held back the loads
 // of block u+1, and the consumers starved on them (H200, d128 1k: 12% of the ordered kernel's warp
 // samples at a stage's q_full, 1% without the order; the kernel 1.41x the default's time). Without
@@ -351,7 +368,7 @@ struct Sm90BwdPdSTraits {
 // once (the ordered dQ's CTA has one key block), come from every producer thread either way.
 template <typename Traits, bool kOrderedDq>
 struct Sm90BwdProducerRoles {
-    static constexpr bool kSplit = kOrderedDq;
+    static constexpr bool kSplit = kOrderedDq || Traits::kDqStaged;
     static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
     static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
     static_assert(kLoaders % 32 == 0 && kDqThreads % 32 == 0, "roles and counting warps are whole warps");
