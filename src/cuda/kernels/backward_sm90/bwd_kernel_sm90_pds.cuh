@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         const int rows_valid = min(seq.q_len - m0, kBlockM);
         float* const dq_block = w.template dq_rows_of_head<kHeadDim>(args, dq_head) + int64_t(m0) * kHeadDim +
                                 consumer * Traits::kColsPerWarpGroup + 4 * lane;
-        static_assert(Traits::kColsPerWarpGroup == 4 * 32, "a warp's 32 lanes cover a row of the consumer's columns");
+        static_assert(!Traits::kDqStaged || Traits::kColsPerWarpGroup == 4 * 32,
+                      "a warp's 32 lanes cover a row of the consumer's columns");
         for (int row = (ctid % 128) / 32; row < rows_valid; row += 4) {
             float4 v;
             asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"

@@ -364,45 +364,47 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // would reach into the next sequence's rows) and launches without the map the consumers add
     // from the stage themselves; then it only releases the stage.
     auto add_staged_dq = [&](int use, int m0, int head, int n) {
-        if (dq_tid != 0) return;
-        const int s = use % kQStages;
-        cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
-        if (params.dq_tma && m0 + kBlockM <= seq.q_len) {
-            int* const counter = ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + head) *
-                                                                   args.dq_semaphore_blocks + m0 / kBlockM
-                                         : nullptr;
-            if constexpr (ordered) {
-                const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
-                const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
-                while (load_acquire_gpu(counter) < turn) {}
-                fence_proxy_async_global();
-            }
-            if (revisits_rows && n != added_n) bulk_wait_group<0>();
-            added_n = n;
-            constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
-            constexpr int kBoxElems = Traits::kDqBoxBytes / int(sizeof(Element));
-            constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
-            const int row = int(w.q_global_row0 + m0), buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
-            CUTE_UNROLL
-            for (int c = 0; c < 2; ++c) {
+        if constexpr (Traits::kDqStaged) {
+            if (dq_tid != 0) return;
+            const int s = use % kQStages;
+            cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
+            if (params.dq_tma && m0 + kBlockM <= seq.q_len) {
+                int* const counter = ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + head) *
+                                                                       args.dq_semaphore_blocks + m0 / kBlockM
+                                             : nullptr;
+                if constexpr (ordered) {
+                    const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
+                    const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+                    while (load_acquire_gpu(counter) < turn) {}
+                    fence_proxy_async_global();
+                }
+                if (revisits_rows && n != added_n) bulk_wait_group<0>();
+                added_n = n;
+                constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
+                constexpr int kBoxElems = Traits::kDqBoxBytes / int(sizeof(Element));
+                constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
+                const int row = int(w.q_global_row0 + m0), buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
                 CUTE_UNROLL
-                for (int box = 0; box < Traits::kDqBoxes; ++box) {
-                    const Element* const half = (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems
-                                                                  : sm.q + s * Traits::kSmemQElems) + c * kHalfElems;
-                    SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, half + (box % kHalfBoxes) * kBoxElems,
-                                                 c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols, row, head, buffer);
+                for (int c = 0; c < 2; ++c) {
+                    CUTE_UNROLL
+                    for (int box = 0; box < Traits::kDqBoxes; ++box) {
+                        const Element* const half = (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems
+                                                                      : sm.q + s * Traits::kSmemQElems) + c * kHalfElems;
+                        SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, half + (box % kHalfBoxes) * kBoxElems,
+                                                     c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols, row, head, buffer);
+                    }
+                }
+                bulk_commit_group();
+                if constexpr (ordered) {
+                    bulk_wait_group<0>();
+                    fence_proxy_async_global();
+                    add_release_gpu(counter, 2);
+                } else {
+                    bulk_wait_group_read<0>();
                 }
             }
-            bulk_commit_group();
-            if constexpr (ordered) {
-                bulk_wait_group<0>();
-                fence_proxy_async_global();
-                add_release_gpu(counter, 2);
-            } else {
-                bulk_wait_group_read<0>();
-            }
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         }
-        cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
     };
     auto add_dq = [&](int use, int m0, float* dq_rows, int head, int n) { // dq_rows, head: of that use's head
         if constexpr (Traits::kDqStaged) add_staged_dq(use, m0, head, n);
