@@ -144,11 +144,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     // swizzle, the first half over its dO half, the rest over its Q half; then it arrives on
     // dq_staged[s] and q_empty and goes on. The producer's dQ thread adds the boxes with bulk tensor
     // reductions and releases the stage once they have read it (its own q_empty arrival), ordering
-    // them where deterministic mode asks for it (bwd_sm90_common.cuh). Blocks that end past their sequence (varlen: a box
-    // would reach into the next sequence's rows) and launches without the map add their rows from
-    // the stage here (add_staged_dq; one thread per address, so deterministic chunks keep their
-    // order); with the ordered dQ each consumer's first thread waits for the turn before and counts
-    // the consumer's adds after them (one arrival each; two per key block, as the producer's).
+    // them where deterministic mode asks for it (bwd_sm90_common.cuh). Blocks that end past their
+    // sequence (varlen: a box would reach into the next sequence's rows) and launches without the
+    // map add their rows from the stage here (add_staged_dq; one thread per address, so
+    // deterministic chunks keep their order); with the ordered dQ each consumer's first thread waits
+    // for the turn before and counts the consumer's adds after them (one arrival each; two per key
+    // block, as the producer's).
     const int consumer = tid / 128;
     const bool dq_issuer = tid % 128 == 0;
     const uint32_t staged_barrier = 2 + consumer; // one per consumer (0: P/dS ready, 1: the epilogue)
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         kOrderedDq ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
     auto wait_turn = [&](int m) { // the issuer, before its consumer's adds to query block m
         const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m);
-        const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+        const int rank = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
+        const int turn = Traits::kConsumerWarpGroups * rank;
         while (load_acquire_gpu(dq_counters + m) < turn) {}
     };
     // acc_dq -> consumer's boxes of stage s. wgmma's accumulator layout: register v = v0 + 2 h + 4 j
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         const uint32_t do_half = cast_smem_ptr_to_uint(sm.d_o + s * Traits::kSmemDoElems) + thread_offset;
         const uint32_t q_half = cast_smem_ptr_to_uint(sm.q + s * Traits::kSmemQElems) + thread_offset;
         constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
-        static_assert(size(decltype(acc_dq){}) == 4 * (Traits::kColsPerWarpGroup / 8), "(2, 2, columns / 8) per thread");
+        static_assert(size(decltype(acc_dq){}) == 4 * (Traits::kColsPerWarpGroup / 8),
+                      "(2, 2, columns / 8) per thread");
         CUTE_UNROLL
         for (int j = 0; j < Traits::kColsPerWarpGroup / 8; ++j) {
             const int box = j / 4;

@@ -374,7 +374,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                                              : nullptr;
                 if constexpr (ordered) {
                     const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
-                    const int turn = 2 * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+                    const int rank = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
+                    const int turn = Traits::kConsumerWarpGroups * rank; // an arrival per consumer and key block
                     while (load_acquire_gpu(counter) < turn) {}
                     fence_proxy_async_global();
                 }
@@ -385,20 +386,22 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
                 const int row = int(w.q_global_row0 + m0), buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
                 CUTE_UNROLL
-                for (int c = 0; c < 2; ++c) {
+                for (int c = 0; c < Traits::kConsumerWarpGroups; ++c) {
                     CUTE_UNROLL
                     for (int box = 0; box < Traits::kDqBoxes; ++box) {
-                        const Element* const half = (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems
-                                                                      : sm.q + s * Traits::kSmemQElems) + c * kHalfElems;
-                        SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, half + (box % kHalfBoxes) * kBoxElems,
-                                                     c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols, row, head, buffer);
+                        const Element* const stage_half =
+                            (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems : sm.q + s * Traits::kSmemQElems) +
+                            c * kHalfElems;
+                        const int col = c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols;
+                        SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, stage_half + (box % kHalfBoxes) * kBoxElems, col,
+                                                     row, head, buffer);
                     }
                 }
                 bulk_commit_group();
                 if constexpr (ordered) {
                     bulk_wait_group<0>();
                     fence_proxy_async_global();
-                    add_release_gpu(counter, 2);
+                    add_release_gpu(counter, Traits::kConsumerWarpGroups);
                 } else {
                     bulk_wait_group_read<0>();
                 }
