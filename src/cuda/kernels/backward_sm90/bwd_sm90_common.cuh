@@ -554,7 +554,9 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.do_map));
         }
-        if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
+        if constexpr (Traits::kDqStaged) {
+            if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
+        }
     }
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
