@@ -37,6 +37,16 @@ inline TensorMapEncodeTiled tensor_map_encoder() {
     return encode;
 }
 
+// The byte strides of a 4D map's outer dimensions as cuTensorMapEncodeTiled takes them: false where
+// one is not positive, not a multiple of 16 or not below 2^40 (TMA's limits).
+inline bool tma_byte_strides(const int64_t (&strides)[3], cuuint64_t (&byte_strides)[3]) {
+    for (int i = 0; i < 3; ++i) {
+        if (strides[i] <= 0 || strides[i] % 16 != 0 || strides[i] >= (int64_t(1) << 40)) return false;
+        byte_strides[i] = cuuint64_t(strides[i]);
+    }
+    return true;
+}
+
 // The map of x's (head_dim, rows, heads, batch) in 16-bit elements with boxes of box_cols x box_rows
 // (box_cols x 2 bytes: 128 or 64, the swizzle's row); false where TMA cannot address x (a base or a
 // stride not a multiple of 16 bytes, a zero stride): the caller then loads with cp.async.
@@ -48,12 +58,8 @@ inline bool encode_rows_map(CUtensorMap& map, const fa_tensor& x, bool bf16, int
     const int64_t batch_stride = batch > 1 ? x.batch_stride : int64_t(rows) * x.row_stride;
     const int64_t head_stride = heads > 1 ? x.head_stride : int64_t(head_dim);
     const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
-    const int64_t strides[3] = {x.row_stride * kElem, head_stride * kElem, batch_stride * kElem};
     cuuint64_t byte_strides[3];
-    for (int i = 0; i < 3; ++i) {
-        if (strides[i] <= 0 || strides[i] % 16 != 0 || strides[i] >= (int64_t(1) << 40)) return false;
-        byte_strides[i] = cuuint64_t(strides[i]);
-    }
+    if (!tma_byte_strides({x.row_stride * kElem, head_stride * kElem, batch_stride * kElem}, byte_strides)) return false;
     const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
     const cuuint32_t element_strides[4] = {1, 1, 1, 1};
     const CUtensorMapSwizzle swizzle = box_cols * kElem == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
@@ -79,13 +85,11 @@ inline bool encode_dq_accum_map(CUtensorMap& map, float* data, int tile_dim, int
     const int buffers = chunk_stride > 0 ? chunks : 1;
     const int64_t head_stride = rows * tile_dim;
     const cuuint64_t dims[4] = {cuuint64_t(tile_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(buffers)};
-    const int64_t strides[3] = {tile_dim * kElem, head_stride * kElem,
-                                (chunk_stride > 0 ? chunk_stride : head_stride * heads) * kElem};
     cuuint64_t byte_strides[3];
-    for (int i = 0; i < 3; ++i) {
-        if (strides[i] <= 0 || strides[i] % 16 != 0 || strides[i] >= (int64_t(1) << 40)) return false;
-        byte_strides[i] = cuuint64_t(strides[i]);
-    }
+    if (!tma_byte_strides({tile_dim * kElem, head_stride * kElem,
+                           (chunk_stride > 0 ? chunk_stride : head_stride * heads) * kElem},
+                          byte_strides))
+        return false;
     const cuuint32_t box[4] = {cuuint32_t(kBoxCols), cuuint32_t(box_rows), 1, 1};
     const cuuint32_t element_strides[4] = {1, 1, 1, 1};
     return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, data, dims, byte_strides, box, element_strides,
