@@ -253,6 +253,21 @@ def test_deterministic_ordered_dq(hdim, case, scheme, overrides):
     run_and_check(q, k, v, name=f"deterministic {scheme} {case}", deterministic=True, **kw)
 
 
+def test_deterministic_chunks_on_the_hopper_kernel_d256(overrides):
+    """d256's chunked dQ forced onto the Hopper kernel (automatic runs the mma.sync kernel for it): 8
+    (sequence, head) items make 16 chunks of 24 key blocks, so CTAs walk two key blocks and add to
+    the same rows once per key block (the staged dQ's reductions of a key block complete before the
+    next key block's), and 700 queries end in a partial block (added from the stage by the
+    consumers)."""
+    if not ON_CUDA:
+        pytest.skip("the Hopper kernel's scheme; the CPU backend's chunks are test_deterministic_ordered_dq's")
+    torch.manual_seed(77)
+    overrides("deterministic_dq=chunks,backward_kernel=sm90")
+    q, k, v = ordered_inputs(256, (1, 700, 1500, 8, 8))
+    assert_bitwise_over_runs(q, k, v, 10)
+    run_and_check(q, k, v, name="deterministic chunks, Hopper kernel, d256", deterministic=True)
+
+
 SM90_BWD_INSTANCE = (re.compile(r"bwd_kernel_sm90<.*>,\s*(false|true),\s*(false|true),\s*(false|true)\s*>"),  # demangled
                      re.compile(r"bwd_kernel_sm90I.*?ELb([01])ELb([01])ELb([01])EEEv"))  # mangled
 
