@@ -156,9 +156,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     int* const dq_counters =
         kOrderedDq ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
     auto wait_turn = [&](int m) { // the issuer, before its consumer's adds to query block m
-        const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m);
-        const int rank = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
-        const int turn = Traits::kConsumerWarpGroups * rank;
+        const int turn = Traits::kConsumerWarpGroups * w.template dq_rank<kBlockM, kBlockN>(args, m);
         while (load_acquire_gpu(dq_counters + m) < turn) {}
     };
     // acc_dq -> consumer's boxes of stage s. wgmma's accumulator layout: register v = v0 + 2 h + 4 j

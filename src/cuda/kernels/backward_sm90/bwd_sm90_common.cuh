@@ -122,6 +122,14 @@ struct Sm90BwdWork {
     __device__ __forceinline__ float* dq_rows_of_head(const BwdArgs& args, int head) const {
         return args.dq_accum + chunk * args.dq_chunk_stride + (int64_t(head) * args.q_rows_total + q_global_row0) * kHeadDim;
     }
+
+    // The ordered dQ: how many key blocks add to query block m's dQ before this CTA's (the key block
+    // order of dq_keys_descending, among those dq_key_blocks says meet the block at all).
+    template <int kBlockM, int kBlockN>
+    __device__ __forceinline__ int dq_rank(const BwdArgs& args, int m) const {
+        const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(args.fwd.mask, seq, m);
+        return args.dq_keys_descending ? adders.n_end - 1 - chunk : chunk - adders.n_begin;
+    }
 };
 
 // The ordered dQ's counters (bwd_args.h, dq_semaphore): read with acquire and added to with release
@@ -373,8 +381,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                                                                        args.dq_semaphore_blocks + m0 / kBlockM
                                              : nullptr;
                 if constexpr (ordered) {
-                    const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
-                    const int rank = args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin;
+                    const int rank = w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
                     const int turn = Traits::kConsumerWarpGroups * rank; // an arrival per consumer and key block
                     while (load_acquire_gpu(counter) < turn) {}
                     fence_proxy_async_global();
@@ -409,13 +416,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         }
     };
-    auto add_dq = [&](int use, int m0, float* dq_rows, int head, int n) { // dq_rows, head: of that use's head
+    static_assert(!Traits::kDqStaged || Roles::kSplit, "staged dQ is added by the split roles' dQ thread");
+    // dq_rows, head: of that use's head (head: staged dQ only, so the split roles' call only).
+    auto add_dq = [&](int use, int m0, float* dq_rows, int n, int head = 0) {
         if constexpr (Traits::kDqStaged) add_staged_dq(use, m0, head, n);
         if constexpr (Traits::kDqHandoff) {
             int turn = 0, seen = 0; // (lane 0 of the counting warps)
             if (counts && lane0) {
-                const KeyBlockRange adders = dq_key_blocks<kBlockM, kBlockN>(fa.mask, seq, m0 / kBlockM);
-                turn = kDqWarps * (args.dq_keys_descending ? adders.n_end - 1 - w.chunk : w.chunk - adders.n_begin);
+                turn = kDqWarps * w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
                 seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
             }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
@@ -450,7 +458,6 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const int group_heads = kGroupWalk ? args.group_heads : 1;
     int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0;
     float* last_dq_rows = nullptr;
-    int last_head = 0;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
         const QBlockRange range = q_block_range<kBlockM, kBlockN>(fa.mask, seq, n0);
@@ -523,21 +530,20 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 }
                 if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
                     if (adds) {
-                        add_dq(q_uses, m0, dq_rows, wh.h, n);
+                        add_dq(q_uses, m0, dq_rows, n, wh.h);
                         release_dq(m0 / kBlockM);
                     }
                 } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
-                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_head, last_n);
+                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
                 }
                 last_m0 = m0;
                 last_n = n;
                 last_dq_rows = dq_rows;
-                last_head = wh.h;
             }
         }
     }
     if constexpr (!Roles::kSplit) {
-        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_head, last_n);
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
