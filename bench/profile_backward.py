@@ -3,7 +3,9 @@
     ncu --clock-control none --section ... python3 bench/profile_backward.py [SHAPE ...]
 
 A shape is "d128n16k" style (as bench/profile_forward.py: head dim, 'c' causal or 'n' not, seqlen
-in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py). Each shape runs our
+in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py), or with a value
+head dim of its own "d192v128c4k" (16 heads, as bench/gpu_features.py; FA2 has no such shape and is
+left out there). Each shape runs our
 backward with each main kernel forced (overrides backward_kernel=sm80 / sm90; the library's
 finishing kernels run too), deterministic mode as the planner picks it (ours_det: the ordered dQ where the
 head dim has it, else chunks) and torch SDPA's FA2 and cuDNN backwards, once each after an
@@ -21,6 +23,7 @@ cuDNN's backward kernels, warm-up and timed call). `scripts/gpu.py profile backw
 passes that its --impls name.
 """
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -41,10 +44,17 @@ class BackwardProblem:
     and lse, gradient buffers and the fa_bwd_params over them (`params`; `abi.lib.backward`)."""
 
     def __init__(self, shape):
-        self.d, self.causal, self.s = parse(shape)
-        self.b, self.h = 16384 // self.s, 2048 // self.d
-        self.q, self.k, self.v, self.dout = (
-            torch.randn(self.b, self.s, self.h, self.d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        value_dim = re.fullmatch(r"d(\d+)v(\d+)([cn]\d+k)", shape)
+        if value_dim:
+            self.d, self.causal, self.s = parse(f"d{value_dim.group(1)}{value_dim.group(3)}")
+            self.dv, self.h = int(value_dim.group(2)), 16
+        else:
+            self.d, self.causal, self.s = parse(shape)
+            self.dv, self.h = self.d, 2048 // self.d
+        self.b = 16384 // self.s
+        qk = lambda: torch.randn(self.b, self.s, self.h, self.d, device="cuda", dtype=torch.bfloat16)
+        vo = lambda: torch.randn(self.b, self.s, self.h, self.dv, device="cuda", dtype=torch.bfloat16)
+        self.q, self.k, self.v, self.dout = qk(), qk(), vo(), vo()
         self.out, self.lse, _ = abi.forward(self.q, self.k, self.v, causal=self.causal)
         self.grads = [torch.empty_like(t) for t in (self.q, self.k, self.v)]
         kw = dict(causal=self.causal, backend=abi.BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
@@ -72,7 +82,8 @@ def main():
         runs["ours_det"] = ours_det
         leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
         dout_t = dout.transpose(1, 2)
-        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        sdpa_backends = (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
+        for name, backend in sdpa_backends if problem.dv == d else sdpa_backends[1:]:
             with sdpa_kernel([backend]):
                 sdpa_out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
 
@@ -83,7 +94,7 @@ def main():
         if only:  # e.g. "fa2": a pass that filters by kernel name instead of NVTX (see the docstring)
             runs = {name: fn for name, fn in runs.items() if name in only.split(",")}
         run_in_nvtx_ranges(shape, runs)
-        print(f"{shape}: b={b} s={s} h={h} d={d} causal={causal}: ran {', '.join(runs)}", flush=True)
+        print(f"{shape}: b={b} s={s} h={h} d={d} d_v={problem.dv} causal={causal}: ran {', '.join(runs)}", flush=True)
 
 
 if __name__ == "__main__":
