@@ -182,7 +182,7 @@ def main():
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="time every implementation this many times, round-robin, and keep each one's best")
+                    help="time every implementation this many times, round-robin (each round starting one place later), and keep each one's best")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                     help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
     ap.add_argument("--det-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",

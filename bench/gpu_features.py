@@ -355,7 +355,7 @@ def main():
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: value_dim, sink (default both)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default 4096,8192,16384; batch = 16384 / seqlen)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="time every implementation this many times, round-robin, and keep each one's best")
+                    help="time every implementation this many times, round-robin (each round starting one place later), and keep each one's best")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the package on the library at PATH (another build), interleaved "
                          "(column ours_NAME_tflops)")

@@ -163,7 +163,7 @@ def main():
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="time every implementation this many times, round-robin, and keep each one's best")
+                    help="time every implementation this many times, round-robin (each round starting one place later), and keep each one's best")
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")
