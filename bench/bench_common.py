@@ -156,6 +156,11 @@ def baseline_or_nan(make, gqa, name, noted, row):
         return None
 
 
+# --rounds' help, for every benchmark that times through best_of_rounds.
+ROUNDS_HELP = ("time every implementation this many times, round-robin (each round starting one place later), "
+               "and keep each one's best")
+
+
 def best_of_rounds(entries, rounds, bench_ms, work):
     """Times each (column, fn, context) once per round, round-robin, inside `context()` (a context
     manager factory, e.g. overrides set and put back; None: nothing); returns {column: best work / ms}.

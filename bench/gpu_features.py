@@ -75,7 +75,7 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
     os.environ["FLASHATTN_LIBRARY"] = str(REPO / "build-gpu" / "src" / "libflashattn.so")
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
-from bench_common import EXTRA_COLORS, SCRATCH, TOKENS, best_of_rounds, commit, parse_lib, pyplot  # noqa: E402
+from bench_common import EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, best_of_rounds, commit, parse_lib, pyplot  # noqa: E402
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
@@ -355,7 +355,7 @@ def main():
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: value_dim, sink (default both)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default 4096,8192,16384; batch = 16384 / seqlen)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="time every implementation this many times, round-robin (each round starting one place later), and keep each one's best")
+                    help=ROUNDS_HELP)
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the package on the library at PATH (another build), interleaved "
                          "(column ours_NAME_tflops)")

@@ -49,7 +49,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
-from bench_common import FAMILIES, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import FAMILIES, ROUNDS_HELP, best_of_rounds, commit, parse_variant  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
 from bench_common import shape_label  # noqa: E402
 
@@ -163,7 +163,7 @@ def main():
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="time every implementation this many times, round-robin (each round starting one place later), and keep each one's best")
+                    help=ROUNDS_HELP)
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")

@@ -52,9 +52,9 @@ class BackwardProblem:
             self.d, self.causal, self.s = parse(shape)
             self.dv, self.h = self.d, 2048 // self.d
         self.b = 16384 // self.s
-        qk = lambda: torch.randn(self.b, self.s, self.h, self.d, device="cuda", dtype=torch.bfloat16)
-        vo = lambda: torch.randn(self.b, self.s, self.h, self.dv, device="cuda", dtype=torch.bfloat16)
-        self.q, self.k, self.v, self.dout = qk(), qk(), vo(), vo()
+        def rows(width):
+            return torch.randn(self.b, self.s, self.h, width, device="cuda", dtype=torch.bfloat16)
+        self.q, self.k, self.v, self.dout = rows(self.d), rows(self.d), rows(self.dv), rows(self.dv)
         self.out, self.lse, _ = abi.forward(self.q, self.k, self.v, causal=self.causal)
         self.grads = [torch.empty_like(t) for t in (self.q, self.k, self.v)]
         kw = dict(causal=self.causal, backend=abi.BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
