@@ -343,19 +343,35 @@ def cmd_profile(args):
     env = library_env(args.lib)
     if args.which == "decode":  # our implementations: the overrides profile_decode.py sets
         env["FLASHATTN_PROFILE_DECODE_VARIANTS"] = " ".join(i for i in impls if i != "cudnn")
-    ncu = ["ncu", "--clock-control", "none", *[a for s in sections.split() for a in ("--section", s)],
+    sections = [*sections.split(), *(["SourceCounters"] if args.export else [])]
+    ncu = ["ncu", "--clock-control", "none", *[a for s in sections for a in ("--section", s)],
            *shlex.split(args.ncu_args)]
     script = [sys.executable, f"bench/profile_{args.which}.py", *shapes]
     nvtx = [a for s in shapes for i in impls for a in ("--nvtx-include", f"{s}.{i}/")]
     name = f"profile-{args.which}"
-    rc, seconds = run(args, name, [*ncu, "--nvtx", *nvtx, *script], args.timeout, env)
+
+    def profile(part, command, env):
+        """One ncu pass; with --export its report is kept as OUT/<export>-<part>.ncu-rep and printed
+        into the log (the details page) and beside it (the source page: stall samples per SASS
+        instruction with its CUDA line, csv)."""
+        if not args.export:
+            return run(args, name, [*ncu, *command], args.timeout, env)
+        report_path = out_dir(args) / f"{args.export}-{part}"
+        rc, seconds = run(args, name, [*ncu, "-f", "-o", str(report_path), *command], args.timeout, env)
+        imported = ["ncu", "-i", f"{report_path}.ncu-rep"]
+        run(args, name, [*imported, "--page", "details"], 120)
+        with open(out_dir(args) / f"{args.export}-{part}-source.csv", "w") as f:
+            subprocess.run([*imported, "--page", "source", "--csv", "--print-source", "cuda,sass"],
+                           stdout=f, stderr=subprocess.STDOUT, timeout=time_limit(args, 300))
+        return rc, seconds
+
+    rc, seconds = profile("ours", ["--nvtx", *nvtx, *script], env)
     # torch runs its backward on the autograd thread, outside the NVTX ranges: each torch backend
     # alone, FA2's kernels by name; cuDNN's every kernel of the pass (its names vary by version: the
     # forwards that set the problem up show too, before its two backward calls).
     for impl, kernels in (("fa2", ["--kernel-name", "regex:flash_bwd"]), ("cudnn", [])):
         if args.which == "backward" and impl in impls:
-            rc2, more = run(args, name, [*ncu, *kernels, *script], args.timeout,
-                            {**env, "FLASHATTN_PROFILE_BWD_ONLY": impl})
+            rc2, more = profile(impl, [*kernels, *script], {**env, "FLASHATTN_PROFILE_BWD_ONLY": impl})
             rc, seconds = rc or rc2, seconds + more
     report(args, f"{name} ({' '.join(shapes)}; {' '.join(impls)}): rc={rc} {seconds:.0f} s")
     return rc
@@ -444,6 +460,8 @@ def main():
     p.add_argument("--shapes", help="space-separated shapes of the script (default: its PROFILES entry)")
     p.add_argument("--impls", help="space-separated implementations (NVTX range names; default: all)")
     p.add_argument("--ncu-args", default="", help="more ncu arguments, e.g. '--metrics dram__bytes_read.sum'")
+    p.add_argument("--export", help="keep each pass's report as OUT/EXPORT-<pass>.ncu-rep, with SourceCounters "
+                                    "and the source page (stall samples per SASS line) as EXPORT-<pass>-source.csv")
 
     p = command("pip-install", cmd_pip_install, "pip install . offline (wheels in .whl/), then tests/python on it", 420)
     p.add_argument("--headdims", type=cmake_list, default="64;128;256",
