@@ -224,6 +224,9 @@ SANITIZE_PROBLEMS = [
     "--seqlen 300 --head-dim 128 --heads 4 --kv-heads 2 --causal --backward",
     "--kvcache --paged --page-size 16 --batch 3 --seqlen-q 2 --seqlen-k 300 --heads 8 --kv-heads 2 --head-dim 128",
     "--kvcache --batch 2 --seqlen-k 1000 --heads 8 --kv-heads 2 --head-dim 128",
+    # The Hopper backward at 192 / 128: ragged 96-key blocks, varlen, GQA's scratch; the ordered dQ.
+    "--varlen --seqlen 300 --heads 4 --kv-heads 2 --head-dim 192 --head-dim-v 128 --causal --backward",
+    "--seqlen 250 --heads 2 --head-dim 192 --head-dim-v 128 --backward --deterministic",
 ]
 # Checked problems for `smoke` (the Hopper kernels wait on mbarriers: a protocol error hangs rather
 # than fails, and so does a miscounted ordered dQ): the forward; the backward with ragged blocks,

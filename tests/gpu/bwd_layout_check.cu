@@ -259,9 +259,15 @@ void check_sm90_pds_traits() {
               Traits::kSmemDoElems * 2 % 1024 == 0 && Traits::kSmemKElems * 2 % 1024 == 0 &&
               Traits::kSmemVElems * 2 % 1024 == 0 && Traits::kSmemPdSElems * 2 % 1024 == 0,
           "%s: a tile does not start on a 1024-byte swizzle period", name);
+    constexpr bool kTransposed = Traits::kDkvTransposed; // dK^T, dV^T: (head dim, keys), split by keys
     check_grid<typename Traits::TiledMmaSdP, M, N>(name, T);
-    check_grid<typename Traits::TiledMmaDk, N, D>(name, T);
-    check_grid<typename Traits::TiledMmaDv, N, DV>(name, T);
+    if constexpr (kTransposed) {
+        check_grid<typename Traits::TiledMmaDk, D, N>(name, T);
+        check_grid<typename Traits::TiledMmaDv, DV, N>(name, T);
+    } else {
+        check_grid<typename Traits::TiledMmaDk, N, D>(name, T);
+        check_grid<typename Traits::TiledMmaDv, N, DV>(name, T);
+    }
     check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
     check_transposed<typename Traits::SmemLayoutDo, typename Traits::SmemLayoutDot, M, DV>(name);
@@ -283,8 +289,12 @@ void check_sm90_pds_traits() {
     // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutK, N, D>(name, "K rows");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutV, N, DV>(name, "V rows");
-    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");
-    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T columns");
+    if constexpr (kTransposed) { // P / dS as (keys, queries): each consumer's dV^T, dK^T read its keys
+        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutPdSt, N, M>(name, "P / dS keys");
+    } else {
+        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");
+        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T columns");
+    }
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
     if constexpr (Traits::kDqHandoff) {
         // The hand-off buffer's rows: 16-byte aligned for the bulk reductions (bwd_sm90_common.cuh, add_dq).
@@ -306,12 +316,22 @@ void check_sm90_pds_traits() {
         Tensor cS = sdp.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
         for (int t = 0; t < size(cS); ++t)
             CHECK(get<1>(cS(t)) / kKeys == consumer, "%s: thread %d holds key %d of S", name, tid, get<1>(cS(t)));
-        Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
-        for (int t = 0; t < size(cK); ++t)
-            CHECK(get<1>(cK(t)) / kCols == consumer, "%s: thread %d holds column %d of dK", name, tid, get<1>(cK(t)));
-        Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<N>, Int<DV>>{}));
-        for (int t = 0; t < size(cV); ++t)
-            CHECK(get<1>(cV(t)) / kColsV == consumer, "%s: thread %d holds column %d of dV", name, tid, get<1>(cV(t)));
+        if constexpr (kTransposed) {
+            Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<D>, Int<N>>{}));
+            for (int t = 0; t < size(cK); ++t)
+                CHECK(get<1>(cK(t)) / kKeys == consumer, "%s: thread %d holds key %d of dK^T", name, tid, get<1>(cK(t)));
+            Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<DV>, Int<N>>{}));
+            for (int t = 0; t < size(cV); ++t)
+                CHECK(get<1>(cV(t)) / kKeys == consumer, "%s: thread %d holds key %d of dV^T", name, tid, get<1>(cV(t)));
+            CHECK(size(cK) == D * N / T && size(cV) == DV * N / T, "%s: dK^T / dV^T registers", name);
+        } else {
+            Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
+            for (int t = 0; t < size(cK); ++t)
+                CHECK(get<1>(cK(t)) / kCols == consumer, "%s: thread %d holds column %d of dK", name, tid, get<1>(cK(t)));
+            Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<N>, Int<DV>>{}));
+            for (int t = 0; t < size(cV); ++t)
+                CHECK(get<1>(cV(t)) / kColsV == consumer, "%s: thread %d holds column %d of dV", name, tid, get<1>(cV(t)));
+        }
         Tensor cQ = dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
         for (int t = 0; t < size(cQ); ++t)
             CHECK(get<1>(cQ(t)) / kCols == consumer, "%s: thread %d holds column %d of dQ", name, tid, get<1>(cQ(t)));
@@ -341,14 +361,25 @@ void check_sm90_pds_traits() {
                        sdp.partition_A(make_identity_tensor(Shape<Int<M>, Int<DV>>{})), 0, M, DV);
         check_slice<0>(name, "V rows of dP", consumer, sdp.partition_B(make_identity_tensor(Shape<Int<N>, Int<DV>>{})),
                        k_lo, k_lo + kKeys, DV);
-        check_slice<0>(name, "dS^T of dK (all)", consumer,
-                       dk.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
-        check_slice<0>(name, "Q^T columns of dK", consumer,
-                       dk.partition_B(make_identity_tensor(Shape<Int<D>, Int<M>>{})), c_lo, c_lo + kCols, M);
-        check_slice<0>(name, "P^T of dV (all)", consumer,
-                       dv.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
-        check_slice<0>(name, "dO^T columns of dV", consumer,
-                       dv.partition_B(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), v_lo, v_lo + kColsV, M);
+        if constexpr (kTransposed) {
+            check_slice<0>(name, "Q^T of dK^T (all)", consumer,
+                           dk.partition_A(make_identity_tensor(Shape<Int<D>, Int<M>>{})), 0, D, M);
+            check_slice<0>(name, "dS keys of dK^T", consumer,
+                           dk.partition_B(make_identity_tensor(Shape<Int<N>, Int<M>>{})), k_lo, k_lo + kKeys, M);
+            check_slice<0>(name, "dO^T of dV^T (all)", consumer,
+                           dv.partition_A(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), 0, DV, M);
+            check_slice<0>(name, "P keys of dV^T", consumer,
+                           dv.partition_B(make_identity_tensor(Shape<Int<N>, Int<M>>{})), k_lo, k_lo + kKeys, M);
+        } else {
+            check_slice<0>(name, "dS^T of dK (all)", consumer,
+                           dk.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+            check_slice<0>(name, "Q^T columns of dK", consumer,
+                           dk.partition_B(make_identity_tensor(Shape<Int<D>, Int<M>>{})), c_lo, c_lo + kCols, M);
+            check_slice<0>(name, "P^T of dV (all)", consumer,
+                           dv.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+            check_slice<0>(name, "dO^T columns of dV", consumer,
+                           dv.partition_B(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), v_lo, v_lo + kColsV, M);
+        }
         check_slice<0>(name, "dS of dQ (all)", consumer, dq.partition_A(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
                        0, M, N);
         check_slice<0>(name, "K^T columns of dQ", consumer,
@@ -510,8 +541,10 @@ int main() {
     check_q_block_range<64, 128>(rng);
     check_q_block_range<80, 128>(rng);
     check_q_block_range<64, 64>(rng);
+    check_q_block_range<64, 96>(rng);
     check_dq_key_blocks<64, 128>(rng); // the Hopper backward's blocks at d128
     check_dq_key_blocks<64, 64>(rng);  // and at d256
+    check_dq_key_blocks<64, 96>(rng);  // and at 192 / 128
     check_sm90_key_mask<Sm90BwdTraits<64, cutlass::bfloat16_t>>("sm90 bwd d64 key mask", rng);
     check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t>>("sm90 bwd d128 key mask", rng);
     check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t, 64>>("sm90 bwd d128 (64 queries) key mask", rng);

@@ -199,7 +199,7 @@ def run(walk, S, seed, broken=None, split=False):
     assert added == list(range(uses)), (walk, added)
 
 
-def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
+def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buffer=False):
     """The d256 schedule (bwd_kernel_sm90_pds.cuh); walk and S as run(). Without the hand-off each
     consumer stages its dQ of a block over its halves of the block's stage (after its dV / dK
     reads) and arrives on dq_staged[stage] and q_empty; the producer's dQ thread (split roles: the
@@ -210,15 +210,17 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
     deterministic mode's ordered dQ (the walk is then one key block): the dQ thread waits for the
     turn (a random wait for the counter) before issuing, and counts the block once the reductions
     have completed, then releases the stage. With the hand-off (192 / 128) the producer's dQ
-    threads take each block's dQ in turn, as run's split adder."""
+    threads take each block's dQ in turn, as run's split adder. single_buffer (192 / 128's 96-key
+    blocks): one P / dS buffer, written by each consumer only after a named barrier that both reach
+    after their products of the block before completed."""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2 if handoff else 3) for _ in range(S)]
     dq_staged = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
-    pds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
+    pds_ready = NBar(2); pds_free = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; kv_stage = [None]
     halves = [[None, None] for _ in range(S)]  # [stage][consumer] -> use whose dQ is staged there
-    buffers = 1 if broken == "single_pds" else 2
+    buffers = 1 if broken == "single_pds" or single_buffer else 2
     pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
     added = [[], []]  # [consumer] -> uses whose dQ half was added (handed off, or its reduction issued)
     pending = []
@@ -306,6 +308,9 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False):
                     assert handoff or halves[s] == [None, None], ("S / dP read staged dQ", c, q_uses, halves[s])
                     yield
                 buf = q_uses % buffers
+                if single_buffer and broken != "no_pds_free_barrier":
+                    g = pds_free.gen; pds_free.arrive()
+                    while pds_free.gen == g: yield
                 pds[buf][c] = q_uses  # this consumer's keys of P, then of dS
                 yield
                 if broken != "no_pds_barrier":
@@ -411,13 +416,15 @@ if __name__ == "__main__":
             run(walk, S, seed)
             run_pds(walk, S, seed)
             run_pds(walk, S, seed, handoff=True)
+            run_pds(walk, S, seed, handoff=True, single_buffer=True)
             if seed < 1000:
                 run(one_key_block(seed), S, seed, split=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True)
+                run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True, single_buffer=True)
             cases += 1
-    print(f"bwd ws protocol: {cases} random walks x 2 schedules (the P/dS one also with the dQ hand-off; 2000 "
-          "of each also with the ordered dQ), no deadlock, every stage, dS, P/dS, dQ buffer and staged dQ and "
+    print(f"bwd ws protocol: {cases} random walks x 2 schedules (the P/dS one also with the dQ hand-off, with "
+          "one P/dS buffer too; 2000 of each also with the ordered dQ), no deadlock, every stage, dS, P/dS, dQ buffer and staged dQ and "
           "the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
                           (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
@@ -429,6 +436,9 @@ if __name__ == "__main__":
     hits = caught(run_pds, "no_dq_empty_wait", handoff=True)
     assert hits > 0, "run_pds handoff broken=no_dq_empty_wait: not caught by any walk"
     print(f"  broken variant run_pds(handoff)/no_dq_empty_wait: caught on {hits} of 400 walks")
+    hits = caught(run_pds, "no_pds_free_barrier", handoff=True, single_buffer=True)
+    assert hits > 0, "run_pds handoff single_buffer broken=no_pds_free_barrier: not caught by any walk"
+    print(f"  broken variant run_pds(handoff, one buffer)/no_pds_free_barrier: caught on {hits} of 400 walks")
     for model, kw in ((run, dict(split=True)), (run_pds, dict(ordered=True, handoff=True))):
         hits = caught(model, "no_dq_empty_wait", seeds=100, **kw)
         assert hits > 0, f"{model.__name__} {kw} broken=no_dq_empty_wait: not caught by any walk"

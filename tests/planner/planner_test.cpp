@@ -993,7 +993,8 @@ TEST(PlannerBackward, ValueHeadDimsRunAtTheWiderWidthStaged) {
 }
 
 // DeepSeek's 192 / 128 on Hopper's wgmma backward: its own instance (tiles::backward_sm90_value_dim,
-// the P/dS schedule) reads v and dout and writes dv at 128 columns, nothing staged for the widths.
+// the P/dS schedule) reads v and dout and writes dv at 128 columns, nothing staged for the widths;
+// its key blocks are 96 keys (tiles::backward_sm90_block_n), the mma.sync kernel's 64.
 TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
     Backward mla;
     mla.fwd.head_dim = 192, mla.fwd.head_dim_v = 128;
@@ -1001,10 +1002,10 @@ TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
     EXPECT_EQ(p.kernel, Kernel::backward_sm90);
     EXPECT_EQ(p.tile_dim, 192);
     EXPECT_EQ(p.tile_dim_v, 128);
-    EXPECT_EQ(p.block_n, 64);
-    EXPECT_EQ(p.num_n_blocks, 16);
-    EXPECT_EQ(p.num_chunks, 16);
-    EXPECT_EQ(p.ctas, 16 * 2 * 16);
+    EXPECT_EQ(p.block_n, 96);
+    EXPECT_EQ(p.num_n_blocks, 11); // 1024 keys: 10 blocks of 96 and one of 64
+    EXPECT_EQ(p.num_chunks, 11);
+    EXPECT_EQ(p.ctas, 11 * 2 * 16);
     EXPECT_FALSE(p.staging.pad_head_dim);
     EXPECT_EQ(p.staging.padded_dim, 192);
     EXPECT_EQ(p.staging.padded_dim_v, 128);
@@ -1029,7 +1030,7 @@ TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
     const BackwardPlan g = plan(gqa);
     EXPECT_EQ(g.tile_dim_v, 128);
     EXPECT_TRUE(g.kv_major);
-    EXPECT_EQ(g.ctas, 16 * 2 * 4);
+    EXPECT_EQ(g.ctas, 11 * 2 * 4);
     gqa.fwd.causal = true;
     const BackwardPlan gc = plan(gqa);
     EXPECT_EQ(gc.tile_dim_v, 128);
@@ -1045,15 +1046,17 @@ TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
     EXPECT_EQ(d.kernel, Kernel::backward_sm90);
     EXPECT_EQ(d.tile_dim_v, 128);
     EXPECT_TRUE(d.ordered_dq);
-    EXPECT_EQ(d.num_chunks, 16);
+    EXPECT_EQ(d.num_chunks, 11);
     const BackwardPlan chunks = plan(det, h200(), overrides("deterministic_dq=chunks"));
     EXPECT_EQ(chunks.kernel, Kernel::backward_sm80);
+    EXPECT_EQ(chunks.block_n, 64);
     EXPECT_EQ(chunks.tile_dim_v, 192);
     EXPECT_TRUE(chunks.staging.v && chunks.staging.dout);
     const BackwardPlan forced = plan(det, h200(), overrides("deterministic_dq=chunks,backward_kernel=sm90"));
     EXPECT_EQ(forced.kernel, Kernel::backward_sm90);
     EXPECT_EQ(forced.tile_dim_v, 128);
     EXPECT_FALSE(forced.ordered_dq);
+    EXPECT_EQ(forced.block_n, 96); // the chunks walk the Hopper kernel's key blocks
     EXPECT_GT(forced.dq_chunk_stride, 0);
     Backward det_capped = det;
     det_capped.fwd.softcap = 30.0f;

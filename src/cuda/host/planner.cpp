@@ -460,10 +460,6 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // (Staged widths: the main kernel would write padded_dim columns, the finishing sums write the real ones.)
     plan.dkv_scratch = pr.group > 1 || s.pad_head_dim || !chunk_aligned(problem.p.dk, !varlen) ||
                        !chunk_aligned(problem.p.dv, !varlen);
-    const tiles::Backward tile = tiles::backward(plan.tile_dim);
-    plan.block_n = tile.block_n;
-    plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
-
     // Automatic wherever the tile head dim has the ordered instance: d256 and 192 / 128 (their chunked
     // dQ runs the mma.sync kernel at a third of the speed) and d128 (H200, ordered / chunks 1.08-1.30x).
     const bool ordered_wanted = deterministic && !extras && ordered_allowed &&
@@ -493,6 +489,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         sm90 = true;
     }
     plan.ordered_dq = sm90 && ordered_wanted;
+    // Keys per CTA: the mma.sync kernel's, or the Hopper kernel's (96 at 192 / 128).
+    plan.block_n = sm90 ? tiles::backward_sm90_block_n(plan.tile_dim, plan.tile_dim_v) : tiles::backward(plan.tile_dim).block_n;
+    plan.num_n_blocks = int(ceil_div(p.seqlen_k, plan.block_n));
     if (value_width && !sm90) fail(FA_ERROR_INTERNAL, "the backward's value-dim instance was planned off the sm90 kernel");
 
     const size_t dq_buffer = size_t(p.num_heads) * plan.q_rows_total * plan.tile_dim * sizeof(float);

@@ -9,13 +9,16 @@
 //                               kv_empty), Q, dO, lse, dsum per query block into a ring of two
 //                               stages (q_full / q_empty); with the dQ hand-off (kDqHandoff) it adds
 //                               the consumers' dQ to the scratch (dq_full / dq_empty)
-//   warpgroups 1, 2 (consumer)  per query block, consumer c:
-//     S = Q K^T, dP = dO V^T         keys [32c, 32c + 32), issued together; the softmax under dP
+//   warpgroups 1, 2 (consumer)  per query block, consumer c (n = kBlockN / 2 keys each):
+//     S = Q K^T, dP = dO V^T         keys [n c, n (c + 1)), issued together; the softmax under dP
 //     P = exp2(S * scale_log2 - lse_log2[query])          [transform] [mask]
+//     [one P/dS buffer: named barrier, both consumers' products of the block before completed]
 //     P -> shared (16-bit); [softcap derivative]; dS = P (dP - dsum[query]) -> shared
 //     named barrier: both consumers' P and dS of the block are in shared memory
-//     dQ = dS K, dK += dS^T Q        columns [c d/2, (c+1) d/2) of d
-//     dV += P^T dO                   columns [c d_v/2, (c+1) d_v/2) of d_v
+//     dQ = dS K                      columns [c d/2, (c+1) d/2) of d
+//     dK += dS^T Q, dV += P^T dO     columns [c d/2, (c+1) d/2) of d, [c d_v/2, (c+1) d_v/2) of d_v;
+//                                    transposed at 192 / 128's 96-key blocks: dK^T += Q^T dS,
+//                                    dV^T += dO^T P, its keys [n c, n (c + 1)) (Sm90BwdPdSTraits)
 //     dQ to the hand-off buffer once it completes (dV and dK still run), or staged (below) once all
 //     three have
 //   epilogue: bwd_sm90_store_dkdv (each consumer its columns of the 64 keys).
@@ -39,7 +42,8 @@
 // fences (generic -> async proxy) before the named barrier that hands them to the other consumer's
 // wgmmas. P and dS are double-buffered: a consumer writes buffer m % 2 only after passing block
 // m-1's barrier, which the other consumer reaches only after its wgmmas of block m-2 (the same
-// buffer) completed. The dQ hand-off buffer is single, as in bwd_kernel_sm90.cuh: block u's dQ is
+// buffer) completed; with one buffer (kPdSBuffers, 192 / 128) a consumer writes block m's only
+// after a barrier that the other passes only after its wgmmas of block m-1 completed. The dQ hand-off buffer is single, as in bwd_kernel_sm90.cuh: block u's dQ is
 // written once the producer has read block u-1's (dq_empty). Staged dQ is written with ordinary
 // stores over stage halves that wgmma read (a consumer barrier after every warp's wait for them),
 // fenced to the async proxy before the arrival on dq_staged[s] after which the producer reduces
@@ -97,6 +101,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     // ---------------- consumers ----------------
     const int tid = int(threadIdx.x) - Traits::kProducerThreads; // 0..255 over the two consumers
     constexpr uint32_t kPdSReadyBarrier = 0; // cutlass::arch::NamedBarrier adds its reserved offset
+    // With one P/dS buffer: both consumers' products of the block before (its readers) completed.
+    constexpr uint32_t kPdSFreeBarrier = 4; // (1: the epilogue, 2 and 3: staged dQ)
 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaDk mma_dk;
@@ -107,8 +113,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     auto dv_thr = mma_dv.get_thread_slice(tid);
     auto dq_thr = mma_dq.get_thread_slice(tid);
 
-    Tensor acc_dk = partition_fragment_C(mma_dk, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-    Tensor acc_dv = partition_fragment_C(mma_dv, Shape<Int<kBlockN>, Int<kHeadDimV>>{});
+    using DkShape = typename Traits::template DkvShape<kHeadDim>; // (keys, d), or transposed (d, keys)
+    using DvShape = typename Traits::template DkvShape<kHeadDimV>;
+    Tensor acc_dk = partition_fragment_C(mma_dk, DkShape{});
+    Tensor acc_dv = partition_fragment_C(mma_dv, DvShape{});
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
@@ -123,10 +131,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     // (as dS^T in bwd_kernel_sm90.cuh).
     auto copy_pds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto copy_pds_thr = copy_pds.get_thread_slice(tid);
-    // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns.
+    // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns
+    // (transposed dK/dV: (column, key), 2t and 2t+1 neighbouring keys; the epilogue knows).
     Tensor tdQc = dq_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-    Tensor tdKc = dk_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-    Tensor tdVc = dv_thr.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));
+    Tensor tdKc = dk_thr.partition_C(make_identity_tensor(DkShape{}));
+    Tensor tdVc = dv_thr.partition_C(make_identity_tensor(DvShape{}));
 
     // The current query head's ALiBi slope and index.
     float alibi_slope = 0.0f;
@@ -240,6 +249,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         warpgroup_wait<1>(); // S (dP may still run)
         warpgroup_fence_operand(acc_s);
         recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        if constexpr (kPdSBuffers == 1) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSFreeBarrier);
         {
             Tensor p16 = convert_fragment<Element>(acc_s);
             copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));
@@ -263,12 +273,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
         Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
         wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
-        Tensor tdVrPt = dv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
-        Tensor tdVrdOt = dv_thr.partition_fragment_B(sm.dot_stage(sm.d_o, s));
-        wgmma_issue<false>(mma_dv, tdVrPt, tdVrdOt, acc_dv);
-        Tensor tdKrdSt = dk_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
-        Tensor tdKrQt = dk_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
-        wgmma_issue<false>(mma_dk, tdKrdSt, tdKrQt, acc_dk);
+        if constexpr (Traits::kDkvTransposed) { // dV^T += dO^T P, dK^T += Q^T dS: P, dS as (keys, queries) B
+            Tensor tdVrdOt = dv_thr.partition_fragment_A(sm.dot_stage(sm.d_o, s));
+            Tensor tdVrP = dv_thr.partition_fragment_B(pdst_buffer(smem_p, buf));
+            wgmma_issue<false>(mma_dv, tdVrdOt, tdVrP, acc_dv);
+            Tensor tdKrQt = dk_thr.partition_fragment_A(sm.qt_stage(sm.q, s));
+            Tensor tdKrdS = dk_thr.partition_fragment_B(pdst_buffer(smem_ds, buf));
+            wgmma_issue<false>(mma_dk, tdKrQt, tdKrdS, acc_dk);
+        } else {
+            Tensor tdVrPt = dv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
+            Tensor tdVrdOt = dv_thr.partition_fragment_B(sm.dot_stage(sm.d_o, s));
+            wgmma_issue<false>(mma_dv, tdVrPt, tdVrdOt, acc_dv);
+            Tensor tdKrdSt = dk_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
+            Tensor tdKrQt = dk_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
+            wgmma_issue<false>(mma_dk, tdKrdSt, tdKrQt, acc_dk);
+        }
 
         if constexpr (Traits::kDqHandoff) {
             warpgroup_wait<2>(); // dQ (dV, dK may still run)

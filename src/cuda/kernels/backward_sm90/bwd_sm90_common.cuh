@@ -646,6 +646,9 @@ __device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& p
 // fall on 8 rows, 16 bytes each, and the timeline build measured the epilogue at ~6.5 us of a
 // ~50 us CTA (d128, 1k tokens). Earlier key blocks (deterministic mode's CTAs walk several) store
 // from the registers, as the producer may be refilling K and V for the next one.
+// Transposed dK / dV (Traits::kDkvTransposed: dK^T, dV^T, tdKc / tdVc give (column, key), and
+// registers 2t, 2t+1 are neighbouring keys, not columns) go element by element where the others go
+// in pairs: through shared memory that is 2-byte stores of a once-per-CTA epilogue.
 template <typename Traits, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
 __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const Sm90BwdWork& w,
                                                     const Sm90BwdSmem<Traits>& sm, int n, AccK& acc_dk, AccV& acc_dv,
@@ -667,8 +670,23 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
         CUTE_UNROLL
         for (int t = 0; t < size(acc_dv); ++t) acc_dv(t) *= args.dv_scale;
     }
+    constexpr bool kTransposed = Traits::kDkvTransposed;
     if (args.dk_accum) {
-        if constexpr (kSameShape) {
+        if constexpr (kTransposed) { // rows of kHeadDim floats (the scratch's accum_cols) for both
+            const int64_t row0 = (int64_t(w.h) * args.k_rows_total + w.k_global_row0 + n0) * kHeadDim;
+            float* const dk_rows = args.dk_accum + row0;
+            float* const dv_rows = args.dv_accum + row0;
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dk); ++t) {
+                const int col = get<0>(tdKc(t)), key = get<1>(tdKc(t));
+                if (key < rows_valid) dk_rows[key * kHeadDim + col] = acc_dk(t);
+            }
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dv); ++t) {
+                const int col = get<0>(tdVc(t)), key = get<1>(tdVc(t));
+                if (key < rows_valid) dv_rows[key * kHeadDim + col] = acc_dv(t);
+            }
+        } else if constexpr (kSameShape) {
             store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
         } else { // rows of kHeadDim floats (the scratch's accum_cols, the tile head dim) for both
             store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, tdVc, rows_valid);
@@ -689,27 +707,44 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
         using OutK = SwizzledTileCopy<Element, typename Traits::SmemLayoutK, Traits::kConsumerThreads>;
         using OutV = SwizzledTileCopy<Element, typename Traits::SmemLayoutV, Traits::kConsumerThreads>;
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
-        // The pairs' swizzled addresses from the thread's first (row, column), made opaque so that
-        // they are computed here rather than hoisted in front of the main loop (and spilled).
-        int row0 = get<0>(tdKc(0)), col0 = get<1>(tdKc(0));
-        asm volatile("" : "+r"(row0), "+r"(col0));
         const uint32_t k_at = cast_smem_ptr_to_uint(sm.k), v_at = cast_smem_ptr_to_uint(sm.v);
-        CUTE_UNROLL
-        for (int t = 0; t < size(acc_dk); t += 2) {
-            const int row = row0 + (get<0>(tdKc(t)) - get<0>(tdKc(0))); // offsets: constants once folded
-            const int col = col0 + (get<1>(tdKc(t)) - get<1>(tdKc(0)));
-            const uint32_t offset = OutK::byte_offset(row, col);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(k_at + offset), "r"(dk_pairs(t / 2)));
-            if constexpr (kSameShape) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
-        }
-        if constexpr (!kSameShape) {
-            int vrow0 = get<0>(tdVc(0)), vcol0 = get<1>(tdVc(0));
-            asm volatile("" : "+r"(vrow0), "+r"(vcol0));
+        if constexpr (kTransposed) {
+            auto stage = [&](uint32_t at, auto const& values, auto const& coords, auto* out_copy) {
+                using Out = std::remove_pointer_t<decltype(out_copy)>; // its byte_offset
+                int col0 = get<0>(coords(0)), key0 = get<1>(coords(0));
+                asm volatile("" : "+r"(col0), "+r"(key0)); // computed here, not hoisted (as below)
+                CUTE_UNROLL
+                for (int t = 0; t < size(values); ++t) {
+                    const int key = key0 + (get<1>(coords(t)) - get<1>(coords(0)));
+                    const int col = col0 + (get<0>(coords(t)) - get<0>(coords(0)));
+                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at + Out::byte_offset(key, col)),
+                                 "h"(reinterpret_cast<const uint16_t&>(values(t))));
+                }
+            };
+            stage(k_at, dk16, tdKc, static_cast<OutK*>(nullptr));
+            stage(v_at, dv16, tdVc, static_cast<OutV*>(nullptr));
+        } else {
+            // The pairs' swizzled addresses from the thread's first (row, column), made opaque so that
+            // they are computed here rather than hoisted in front of the main loop (and spilled).
+            int row0 = get<0>(tdKc(0)), col0 = get<1>(tdKc(0));
+            asm volatile("" : "+r"(row0), "+r"(col0));
             CUTE_UNROLL
-            for (int t = 0; t < size(acc_dv); t += 2) {
-                const int row = vrow0 + (get<0>(tdVc(t)) - get<0>(tdVc(0)));
-                const int col = vcol0 + (get<1>(tdVc(t)) - get<1>(tdVc(0)));
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + OutV::byte_offset(row, col)), "r"(dv_pairs(t / 2)));
+            for (int t = 0; t < size(acc_dk); t += 2) {
+                const int row = row0 + (get<0>(tdKc(t)) - get<0>(tdKc(0))); // offsets: constants once folded
+                const int col = col0 + (get<1>(tdKc(t)) - get<1>(tdKc(0)));
+                const uint32_t offset = OutK::byte_offset(row, col);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(k_at + offset), "r"(dk_pairs(t / 2)));
+                if constexpr (kSameShape) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
+            }
+            if constexpr (!kSameShape) {
+                int vrow0 = get<0>(tdVc(0)), vcol0 = get<1>(tdVc(0));
+                asm volatile("" : "+r"(vrow0), "+r"(vcol0));
+                CUTE_UNROLL
+                for (int t = 0; t < size(acc_dv); t += 2) {
+                    const int row = vrow0 + (get<0>(tdVc(t)) - get<0>(tdVc(0)));
+                    const int col = vcol0 + (get<1>(tdVc(t)) - get<1>(tdVc(0)));
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + OutV::byte_offset(row, col)), "r"(dv_pairs(t / 2)));
+                }
             }
         }
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
@@ -724,19 +759,32 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
     }
     Tensor gdK = local_tile(mdK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
     Tensor gdV = local_tile(mdV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(n, 0));
-    CUTE_UNROLL
-    for (int t = 0; t < size(acc_dk); t += 2) {
-        const int row = get<0>(tdKc(t)), col = get<1>(tdKc(t));
-        if (row < rows_valid && col < args.fwd.head_dim) {
-            *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
-            if constexpr (kSameShape) *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
-        }
-    }
-    if constexpr (!kSameShape) {
+    if constexpr (kTransposed) {
         CUTE_UNROLL
-        for (int t = 0; t < size(acc_dv); t += 2) {
-            const int row = get<0>(tdVc(t)), col = get<1>(tdVc(t));
-            if (row < rows_valid && col < v_cols) *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+        for (int t = 0; t < size(acc_dk); ++t) {
+            const int col = get<0>(tdKc(t)), key = get<1>(tdKc(t));
+            if (key < rows_valid && col < args.fwd.head_dim) gdK(key, col) = dk16(t);
+        }
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dv); ++t) {
+            const int col = get<0>(tdVc(t)), key = get<1>(tdVc(t));
+            if (key < rows_valid && col < v_cols) gdV(key, col) = dv16(t);
+        }
+    } else {
+        CUTE_UNROLL
+        for (int t = 0; t < size(acc_dk); t += 2) {
+            const int row = get<0>(tdKc(t)), col = get<1>(tdKc(t));
+            if (row < rows_valid && col < args.fwd.head_dim) {
+                *reinterpret_cast<uint32_t*>(&gdK(row, col)) = dk_pairs(t / 2);
+                if constexpr (kSameShape) *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+            }
+        }
+        if constexpr (!kSameShape) {
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dv); t += 2) {
+                const int row = get<0>(tdVc(t)), col = get<1>(tdVc(t));
+                if (row < rows_valid && col < v_cols) *reinterpret_cast<uint32_t*>(&gdV(row, col)) = dv_pairs(t / 2);
+            }
         }
     }
 }

@@ -148,6 +148,7 @@ struct Sm90BwdTraits {
     // row stays contiguous and 16-byte aligned (544 bytes apart at d128), as a bulk copy needs.
     static constexpr bool kDqHandoff = true;
     static constexpr bool kDqStaged = false; // (Sm90BwdPdSTraits)
+    static constexpr bool kDkvTransposed = false; // (Sm90BwdPdSTraits)
     // Transposed dQ's registers hold neighbouring queries, stored one float each: rows padded by 4
     // floats put a warp's 32 stores on 32 banks (and leave room in shared memory at 80 queries).
     static constexpr int kDqRowStride = kHeadDim + (kDqTransposed ? 4 : 8);
@@ -192,8 +193,18 @@ struct Sm90BwdTraits {
 //   dQ  = dS K               (queries x d)       SS, each consumer d / 2 columns: A = dS (K-major),
 //                                                B = K^T (MN-major)
 // Per consumer thread, fp32: d256 dK 64 + dV 64 + dQ 64 + S 16 + dP 16, S / dP dead before dQ is
-// live (P and dS live in shared memory by then): a peak of 192. 192 / 128: dK 48 + dV 32 + dQ 48
-// (S, dP 16 + 16 before it): a peak of 128.
+// live (P and dS live in shared memory by then): a peak of 192.
+//
+// At 192 / 128 the key block is 96 (tiles::backward_sm90_block_n says why), and 96 keys cannot be
+// the M of two consumers' dK and dV (wgmma's M is 64 per warpgroup), so there they are computed
+// transposed (kDkvTransposed), each consumer its 48 keys with the head dim as M:
+//   dV^T += dO^T P           (d_v x keys)        SS, A = dO^T (MN-major view of the dO stage),
+//   dK^T += Q^T dS           (d x keys)          B = P / dS (MN-major: keys contiguous), each
+//                                                consumer its kKeysPerWarpGroup keys of both
+// and S, dP are 64 queries x 48 keys per consumer. Per consumer thread: dK^T 72 + dV^T 48 + dQ 48
+// (S, dP 24 + 24 before it): a peak of 168. P and dS have one buffer each there (two would not fit
+// beside the dQ hand-off): the consumers pass a named barrier before writing a block's P, which
+// each reaches only after its products of the block before (the readers of the buffer) completed.
 //
 // kHeadDimV (V, dO, dV: dP's contraction, dV's columns) defaults to kHeadDim; everything of Q, K,
 // dQ, dK is kHeadDim wide.
@@ -204,8 +215,10 @@ struct Sm90BwdPdSTraits {
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr bool kPdSSchedule = true; // bwd_kernel_sm90_pds.cuh
     static constexpr int kConsumerWarpGroups = 2;
-    static constexpr int kBlockN = 64; // keys per key block
+    static constexpr int kBlockN = tiles::backward_sm90_block_n(kHeadDim, kHeadDimV); // keys per key block
     static constexpr int kBlockM = tiles::kBackwardSm90BlockM; // queries per Q/dO stage (64)
+    // dK^T and dV^T, the keys split between the consumers (above), where a key block is no 64.
+    static constexpr bool kDkvTransposed = kBlockN != 64;
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -213,14 +226,13 @@ struct Sm90BwdPdSTraits {
     // block m computes (one stage would leave the tensor cores idle for that copy on every block).
     static constexpr int kQStages = 2;
     // P and dS are written for block m while the other consumer's dV/dK/dQ of block m-1 may still
-    // read them: two buffers (the argument of bwd_kernel_sm90.cuh's dS double buffer).
-    static constexpr int kPdSBuffers = 2;
+    // read them: two buffers (the argument of bwd_kernel_sm90.cuh's dS double buffer), but one with
+    // the transposed dK / dV (its 96-key tiles; the consumers' barrier above).
+    static constexpr int kPdSBuffers = kDkvTransposed ? 1 : 2;
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
     static_assert(tiles::backward_sm90_has(kHeadDim, kHeadDimV) && tiles::backward_sm90_pds_schedule(kHeadDim, kHeadDimV),
                   "see tiles.h");
-    // The planner plans deterministic chunks with the mma.sync kernel's key blocks.
-    static_assert(kBlockN == tiles::backward(kHeadDim).block_n);
     static_assert(kHeadDim % (32 * kConsumerWarpGroups) == 0 && kHeadDimV % (32 * kConsumerWarpGroups) == 0);
 
     using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side
@@ -236,43 +248,50 @@ struct Sm90BwdPdSTraits {
                                                                       AlongN{}))>,
                   "one TiledMma serves S and dP");
     // dK += dS^T Q: (keys x head dim), each consumer kColsPerWarpGroup columns; dV += P^T dO the same
-    // with kColsPerWarpGroupV.
-    using TiledMmaDk = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroup>, Int<kBlockM>>,
-                             GMMA::Major::MN, GMMA::Major::MN>(),
+    // with kColsPerWarpGroupV. Transposed: dK^T += Q^T dS (head dim x keys), dV^T += dO^T P, each
+    // consumer kKeysPerWarpGroup keys (the head dim in 64-row wgmmas). Every operand MN-major.
+    template <int kColsOrKeys>
+    using TiledMmaKV = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsOrKeys>, Int<kBlockM>>, GMMA::Major::MN,
+                             GMMA::Major::MN>(),
         AlongN{}));
-    using TiledMmaDv = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroupV>, Int<kBlockM>>,
-                             GMMA::Major::MN, GMMA::Major::MN>(),
-        AlongN{}));
+    using TiledMmaDk = TiledMmaKV<kDkvTransposed ? kKeysPerWarpGroup : kColsPerWarpGroup>;
+    using TiledMmaDv = TiledMmaKV<kDkvTransposed ? kKeysPerWarpGroup : kColsPerWarpGroupV>;
+    // The accumulators' (rows, columns): (keys, head dim), or transposed (head dim, keys).
+    template <int kDim>
+    using DkvShape = std::conditional_t<kDkvTransposed, Shape<Int<kDim>, Int<kBlockN>>, Shape<Int<kBlockN>, Int<kDim>>>;
     // dQ = dS K: (queries x head dim), each consumer kColsPerWarpGroup columns.
     using TiledMmaDq = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroup>, Int<kBlockN>>,
                              GMMA::Major::K, GMMA::Major::MN>(),
         AlongN{}));
-    static_assert(kBlockM == 64 && kBlockN == 64, "one wgmma M extent (64) for every product's rows");
+    static_assert(kBlockM == 64 && (kBlockN == 64 || kDkvTransposed), "one wgmma M extent (64) for every product's rows");
 
     // Shared memory in wgmma's canonical swizzled layouts. An MN-major operand that a warpgroup reads
     // only part of must be cut at whole swizzle atoms (of 64 elements of its MN extent with 128-byte
-    // rows, 32 with 64-byte rows): Q^T and K^T are cut into the consumers' kColsPerWarpGroup-column
-    // halves, dO^T into kColsPerWarpGroupV-column halves. So Q and K take 128-byte rows where a half
-    // is a multiple of 64 columns (d256: 128), else 64-byte rows (192: 96 = 3 x 32); dO and V the
-    // same by kColsPerWarpGroupV (128 at d256, 64 at d_v 128: 128-byte rows both). The K-major cuts
-    // (K by 32-key halves for S, V for dP) fall on 8-row atom boundaries. P / dS are read whole by
-    // both consumers.
+    // rows, 32 with 64-byte rows, 16 with 32-byte rows): Q^T and K^T are cut into the consumers'
+    // kColsPerWarpGroup-column halves, dO^T into kColsPerWarpGroupV-column halves. So Q and K take
+    // 128-byte rows where a half is a multiple of 64 columns (d256: 128), else 64-byte rows (192: 96
+    // = 3 x 32); dO and V the same by kColsPerWarpGroupV (128 at d256, 64 at d_v 128: 128-byte rows
+    // both). The K-major cuts (K by the consumers' keys for S, V for dP) fall on 8-row atom
+    // boundaries. P / dS are read whole by both consumers, but transposed, where each consumer's dK^T
+    // and dV^T read its 48 keys of them: 32-byte rows.
     template <int kHalfCols>
     using SmemAtomFor = std::conditional_t<kHalfCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-                                           GMMA::Layout_K_SW64_Atom<Element>>;
+                                           std::conditional_t<kHalfCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+                                                              GMMA::Layout_K_SW32_Atom<Element>>>;
     using SmemAtomQK = SmemAtomFor<kColsPerWarpGroup>;
     using SmemAtomVdO = SmemAtomFor<kColsPerWarpGroupV>;
-    using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>; // P / dS
+    using SmemAtom = SmemAtomFor<kDkvTransposed ? kKeysPerWarpGroup : kBlockN>; // P / dS
     static constexpr int kAtomColsQK = decltype(size<1>(SmemAtomQK{}))::value;
     static constexpr int kAtomColsVdO = decltype(size<1>(SmemAtomVdO{}))::value;
     static constexpr int kAtomRows = decltype(size<0>(SmemAtom{}))::value;
     static_assert(kColsPerWarpGroup % kAtomColsQK == 0 && kColsPerWarpGroupV % kAtomColsVdO == 0,
                   "each consumer's head-dim columns span whole atoms");
     static_assert(kKeysPerWarpGroup % kAtomRows == 0, "each consumer's keys of K / V span whole atoms");
-    static_assert(kBlockN == decltype(size<1>(SmemAtom{}))::value, "P / dS rows: one 128-byte swizzle row of keys");
+    static_assert(kDkvTransposed ? kKeysPerWarpGroup % decltype(size<1>(SmemAtom{}))::value == 0
+                                 : kBlockN == decltype(size<1>(SmemAtom{}))::value,
+                  "P / dS rows: one 128-byte swizzle row of keys, or (transposed) each consumer's keys whole atoms");
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     using SmemLayoutDo = decltype(tile_to_shape(SmemAtomVdO{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
     using SmemLayoutK = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
@@ -288,9 +307,8 @@ struct Sm90BwdPdSTraits {
     using SmemLayoutKt = decltype(composition(SmemLayoutK{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
     // P and dS (queries x keys), keys contiguous: the accumulators hold neighbouring keys in register
-    // pairs (4-byte stores; a warp's 8 rows x 4 pairs fall in 8 different 16-byte chunks of the
-    // swizzle: conflict-free); dQ reads dS as a K-major A, dV / dK read the (keys, queries) view as
-    // an MN-major A.
+    // pairs, stored by stmatrix; dQ reads dS as a K-major A, dV / dK read the (keys, queries) view as
+    // an MN-major A (transposed: dV^T / dK^T as an MN-major B).
     using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
     using SmemLayoutPdSt = decltype(composition(SmemLayoutPdS{},
                                                 make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
@@ -308,8 +326,8 @@ struct Sm90BwdPdSTraits {
     static constexpr int kBarriers = 2 * kQStages + 4;
     // dQ of one query block in fp32 handed to the producer warpgroup, which adds it to the scratch
     // with a bulk reduction per row (bwd_kernel_sm90.cuh's hand-off, rows padded by 8 floats), where
-    // it fits beside two Q/dO stages: at 192 / 128, Q 2 x 24 KB + dO 2 x 16 KB + K 24 KB + V 16 KB +
-    // P, dS 4 x 8 KB + lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 64 B = 207,936 B. At d256 (Q 2 x 32 KB
+    // it fits beside two Q/dO stages: at 192 / 128, Q 2 x 24 KB + dO 2 x 16 KB + K 36 KB + V 24 KB +
+    // P, dS 2 x 12 KB + lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 64 B = 220,224 B. At d256 (Q 2 x 32 KB
     // + dO 2 x 32 KB + K 32 KB + V 32 KB + P, dS 32 KB + 1 KB + 64 B = 230,464 B of the 232,448 an
     // sm_90 CTA may use) the 64 KB buffer would only fit with one Q and one dO stage (210 KB): the
     // alternative that schedule did not take (see kQStages). There the consumers stage dQ in the
@@ -337,14 +355,15 @@ struct Sm90BwdPdSTraits {
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
     static_assert(kHeadDim != 256 || (kSmemBytes == 230464 && !kDqHandoff), "the budget written above");
-    static_assert(!(kHeadDim == 192 && kHeadDimV == 128) || (kSmemBytes == 207936 && kDqHandoff), "the budget written above");
+    static_assert(!(kHeadDim == 192 && kHeadDimV == 128) || (kSmemBytes == 220224 && kDqHandoff), "the budget written above");
 
     // Registers per thread after setmaxnreg (see Sm90BwdTraits), producer / consumers, each split
     // summing to 168 x 384. d256: 24 / 240 (the consumers' peak is 192 accumulators). 192 / 128: the
-    // consumers' peak is 128 accumulators, and the producer also runs the dQ hand-off's reductions
+    // consumers' peak is 168 accumulators, and the producer also runs the dQ hand-off's reductions
     // and two TMA loops (Q in 32-column boxes, dO in 64-column ones); ptxas -v, bf16, spill stores /
-    // loads of the plain kernel: 24 / 240 84 / 104 B, 40 / 232 24 / 24 B, 56 / 224 0 / 0 B (also the
-    // extras, GQA walk and ordered dQ kernels, which spilled 92-176 B at 24 / 240).
+    // loads of the plain kernel: 24 / 240 176 / 176 B, 56 / 224 232 / 284 B, all of the latter in the
+    // consumers' set-up before the loop and their epilogue (none in the producer or the loop; the
+    // extras kernel 344 / 500 B, the same places). With 64-key blocks 56 / 224 spilled nothing.
     static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
     static constexpr int kProducerRegs = kDqHandoff ? 56 : 24;
     static constexpr int kConsumerRegs = kDqHandoff ? 224 : 240;
