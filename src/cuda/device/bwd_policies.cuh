@@ -59,24 +59,31 @@ __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, in
 }
 
 // The same where dK and dV have shapes of their own (a value head dim unlike the query's): rows of
-// kRowFloats floats (the scratch's accum_cols) for both, tdKc / tdVc the (row, column) of each.
-template <int kRowFloats, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
+// kRowFloats floats (the scratch's accum_cols) for both, tdKc / tdVc the (row, column) of each; or,
+// kTransposed (dK^T, dV^T accumulators), the (column, row) of each, registers 2t and 2t + 1 then
+// neighbouring rows, stored one float each.
+template <int kRowFloats, bool kTransposed = false, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
 __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, int64_t first_key_row, AccK const& acc_dk,
                                                   AccV const& acc_dv, CoordsK const& tdKc, CoordsV const& tdVc,
                                                   int rows_valid) {
     const int64_t row0 = (int64_t(h) * args.k_rows_total + first_key_row) * kRowFloats;
-    float* const dk_rows = args.dk_accum + row0;
-    float* const dv_rows = args.dv_accum + row0;
-    CUTE_UNROLL
-    for (int t = 0; t < size(acc_dk); t += 2) {
-        const int row = get<0>(tdKc(t)), col = get<1>(tdKc(t));
-        if (row < rows_valid) *reinterpret_cast<float2*>(dk_rows + row * kRowFloats + col) = make_float2(acc_dk(t), acc_dk(t + 1));
-    }
-    CUTE_UNROLL
-    for (int t = 0; t < size(acc_dv); t += 2) {
-        const int row = get<0>(tdVc(t)), col = get<1>(tdVc(t));
-        if (row < rows_valid) *reinterpret_cast<float2*>(dv_rows + row * kRowFloats + col) = make_float2(acc_dv(t), acc_dv(t + 1));
-    }
+    auto store = [&](float* rows, auto const& acc, auto const& coords) {
+        if constexpr (kTransposed) {
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc); ++t) {
+                const int col = get<0>(coords(t)), row = get<1>(coords(t));
+                if (row < rows_valid) rows[row * kRowFloats + col] = acc(t);
+            }
+        } else {
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc); t += 2) {
+                const int row = get<0>(coords(t)), col = get<1>(coords(t));
+                if (row < rows_valid) *reinterpret_cast<float2*>(rows + row * kRowFloats + col) = make_float2(acc(t), acc(t + 1));
+            }
+        }
+    };
+    store(args.dk_accum + row0, acc_dk, tdKc);
+    store(args.dv_accum + row0, acc_dv, tdVc);
 }
 
 // Adds four neighbouring fp32 values (16-byte aligned) to global memory without a return value.

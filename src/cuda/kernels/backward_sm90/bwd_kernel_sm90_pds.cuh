@@ -43,8 +43,9 @@
 // wgmmas. P and dS are double-buffered: a consumer writes buffer m % 2 only after passing block
 // m-1's barrier, which the other consumer reaches only after its wgmmas of block m-2 (the same
 // buffer) completed; with one buffer (kPdSBuffers, 192 / 128) a consumer writes block m's only
-// after a barrier that the other passes only after its wgmmas of block m-1 completed. The dQ hand-off buffer is single, as in bwd_kernel_sm90.cuh: block u's dQ is
-// written once the producer has read block u-1's (dq_empty). Staged dQ is written with ordinary
+// after a barrier that the other passes only after its wgmmas of block m-1 completed. The dQ
+// hand-off buffer is single, as in bwd_kernel_sm90.cuh: block u's dQ is written once the producer
+// has read block u-1's (dq_empty). Staged dQ is written with ordinary
 // stores over stage halves that wgmma read (a consumer barrier after every warp's wait for them),
 // fenced to the async proxy before the arrival on dq_staged[s] after which the producer reduces
 // from them; the stage is refilled only after the producer's own q_empty arrival, which follows

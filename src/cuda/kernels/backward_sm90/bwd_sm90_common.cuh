@@ -672,24 +672,11 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
     }
     constexpr bool kTransposed = Traits::kDkvTransposed;
     if (args.dk_accum) {
-        if constexpr (kTransposed) { // rows of kHeadDim floats (the scratch's accum_cols) for both
-            const int64_t row0 = (int64_t(w.h) * args.k_rows_total + w.k_global_row0 + n0) * kHeadDim;
-            float* const dk_rows = args.dk_accum + row0;
-            float* const dv_rows = args.dv_accum + row0;
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dk); ++t) {
-                const int col = get<0>(tdKc(t)), key = get<1>(tdKc(t));
-                if (key < rows_valid) dk_rows[key * kHeadDim + col] = acc_dk(t);
-            }
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dv); ++t) {
-                const int col = get<0>(tdVc(t)), key = get<1>(tdVc(t));
-                if (key < rows_valid) dv_rows[key * kHeadDim + col] = acc_dv(t);
-            }
-        } else if constexpr (kSameShape) {
+        if constexpr (kSameShape) {
             store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
         } else { // rows of kHeadDim floats (the scratch's accum_cols, the tile head dim) for both
-            store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, tdVc, rows_valid);
+            store_dkv_scratch<kHeadDim, kTransposed>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, tdVc,
+                                                     rows_valid);
         }
         return;
     }
@@ -760,16 +747,15 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
     Tensor gdK = local_tile(mdK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n, 0));
     Tensor gdV = local_tile(mdV, Shape<Int<kBlockN>, Int<kHeadDimV>>{}, make_coord(n, 0));
     if constexpr (kTransposed) {
-        CUTE_UNROLL
-        for (int t = 0; t < size(acc_dk); ++t) {
-            const int col = get<0>(tdKc(t)), key = get<1>(tdKc(t));
-            if (key < rows_valid && col < args.fwd.head_dim) gdK(key, col) = dk16(t);
-        }
-        CUTE_UNROLL
-        for (int t = 0; t < size(acc_dv); ++t) {
-            const int col = get<0>(tdVc(t)), key = get<1>(tdVc(t));
-            if (key < rows_valid && col < v_cols) gdV(key, col) = dv16(t);
-        }
+        auto store = [&](auto& out, auto const& values, auto const& coords, int cols) {
+            CUTE_UNROLL
+            for (int t = 0; t < size(values); ++t) {
+                const int col = get<0>(coords(t)), key = get<1>(coords(t));
+                if (key < rows_valid && col < cols) out(key, col) = values(t);
+            }
+        };
+        store(gdK, dk16, tdKc, args.fwd.head_dim);
+        store(gdV, dv16, tdVc, v_cols);
     } else {
         CUTE_UNROLL
         for (int t = 0; t < size(acc_dk); t += 2) {
