@@ -916,6 +916,28 @@ TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
     EXPECT_FALSE(plan(capped, h200(), overrides("backward_gqa=kv_major")).kv_major);
 }
 
+// Under a causal mask the Hopper grid ends key-major over its last pairs (BwdArgs::tail_pairs):
+// about four waves of CTAs, no more than a 40 MB section of rows, none left pair by pair alone.
+TEST(PlannerBackward, HopperCausalGridEndsKeyMajor) {
+    Backward causal;
+    causal.fwd.batch = 16, causal.fwd.causal = true; // 256 pairs of 8 key blocks, 1 MB of rows each
+    const BackwardPlan p = plan(causal);
+    EXPECT_EQ(p.kernel, Kernel::backward_sm90);
+    EXPECT_EQ(p.tail_pairs, 40); // four waves would be 66 pairs; the section holds 40
+    Backward longer = causal;
+    longer.fwd.batch = 1, longer.fwd.seqlen_q = longer.fwd.seqlen_k = 16384; // 16 pairs of 128 key blocks
+    EXPECT_EQ(plan(longer).tail_pairs, 2); // 16 MB of rows a pair
+    EXPECT_EQ(plan(causal, h200(), overrides("backward_order=pairs")).tail_pairs, 0);
+    Backward full = causal; // no right window edge: every CTA as long
+    full.fwd.causal = false;
+    EXPECT_EQ(plan(full).tail_pairs, 0);
+    Backward det = causal; // the ordered dQ has its own order
+    det.deterministic = true;
+    EXPECT_TRUE(plan(det).ordered_dq);
+    EXPECT_EQ(plan(det).tail_pairs, 0);
+    EXPECT_EQ(plan(causal, h200(), overrides("backward_kernel=sm80")).tail_pairs, 0);
+}
+
 // Automatic up to 2048 keys (not at d256 causal), where it measured faster than the scratch; the
 // override forces either.
 TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {

@@ -539,6 +539,15 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads_k;
     }
 
+    // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about 40 MB
+    // (FlashAttention-3's L2 figure). On the group walk a pair is a (sequence, KV head) with the
+    // rows of its group's query heads.
+    constexpr double kSectionBytes = 40.0 * 1024 * 1024;
+    const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads_k : p.num_heads));
+    const double pair_bytes = std::max(1.0, (varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q)) *
+                                                (plan.kv_major ? int(pr.group) : 1) *
+                                                double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
+    const double section_fit = std::floor(kSectionBytes / pair_bytes);
     if (plan.ordered_dq) {
         // The order of each query block's dQ additions, and the grid that runs them in it (each
         // CTA waits only for CTAs launched before it): with the rows' key ranges starting later
@@ -547,22 +556,23 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         // key block down) lets each predecessor stay ahead; without a right edge every key block
         // meets the query blocks from the first, and the natural order serves.
         plan.dq_keys_descending = pr.mask.window_right >= 0;
-        // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about
-        // 40 MB (FlashAttention-3's L2 figure), the pairs fastest within a section: the CTAs of
-        // one pair are then a section's width apart in launch order, so each starts well after
-        // its predecessor (no wait once the grid runs staggered), and the L2 holds the section's
-        // rows while its key blocks pass (docs/perf-log.md, ordered dQ).
-        // On the group walk a pair is a (sequence, KV head) with the rows of its group's query heads.
-        constexpr double kSectionBytes = 40.0 * 1024 * 1024;
-        const int heads_per_pair = plan.kv_major ? int(pr.group) : 1;
-        const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads_k : p.num_heads));
-        const double rows = varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q);
-        const double pair_bytes =
-            std::max(1.0, rows * heads_per_pair * double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
-        const double fit = std::floor(kSectionBytes / pair_bytes);
-        plan.dq_section_pairs = int(std::clamp<double>(fit, 1.0, double(pairs)));
+        // Sections of pairs, the pairs fastest within a section: the CTAs of one pair are then a
+        // section's width apart in launch order, so each starts well after its predecessor (no wait
+        // once the grid runs staggered), and the L2 holds the section's rows while its key blocks
+        // pass (docs/perf-log.md, ordered dQ).
+        plan.dq_section_pairs = int(std::clamp<double>(section_fit, 1.0, double(pairs)));
         plan.dq_semaphore_rows = tiles::backward_sm90_block_m(plan.tile_dim);
         plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, plan.dq_semaphore_rows));
+    } else if (sm90 && plan.num_chunks == plan.num_n_blocks && pr.mask.window_right >= 0 &&
+               overrides.backward_order != BackwardOrderChoice::pairs) {
+        // A right window edge (causal): a pair's key block n meets fewer query blocks than n - 1,
+        // so pair by pair the grid would end on the last pairs' long first CTAs while other SMs
+        // idle. Its last pairs, about four waves of CTAs and no more than a section, run key-major
+        // instead (BwdArgs::tail_pairs): a list-scheduling model of 132 SMs put pair by pair at
+        // 4-7% over the ideal at 1k-4k, with the tail at 0.5-1.5%.
+        const int64_t waves = ceil_div(int64_t(4) * std::max(device.sm_count, 1), int64_t(std::max(plan.num_n_blocks, 1)));
+        const int64_t tail = std::min<int64_t>({waves, int64_t(section_fit), pairs});
+        plan.tail_pairs = tail >= 2 ? int(tail) : 0;
     }
 
     if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");

@@ -147,6 +147,7 @@ struct BackwardPlan {
     int dq_section_pairs = 0;        // the grid: sections of this many (sequence, head) pairs
     int dq_semaphore_blocks = 0;     // counters per (sequence, head): query blocks of the longest sequence
     int dq_semaphore_rows = 0;       // query rows of a counted block (tiles::backward_sm90_block_m)
+    int tail_pairs = 0;              // the Hopper grid's key-major tail (BwdArgs::tail_pairs)
     bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
                                  // group's query heads; dK/dV written once, no scratch

@@ -53,6 +53,11 @@ struct BwdArgs {
     int32_t dq_section_pairs;    // grid order: sections of this many (sequence, head) pairs, the
                                  // pairs fastest within a section, the key blocks in the order above
     bool dq_keys_descending;
+    // Grid order otherwise (the Hopper kernel, one CTA per key block): the last tail_pairs (sequence,
+    // head) pairs run key-major, every such pair's first key block, then every one's second, ...,
+    // after the other pairs' CTAs pair by pair. Under a causal mask a pair's first key blocks meet
+    // the most query blocks, so the grid then ends on short CTAs (0: pair by pair throughout).
+    int32_t tail_pairs;
     // The Hopper backward's grid over KV heads (GQA, planner: BackwardPlan::kv_major): CTA
     // (sequence, KV head, chunk) walks the group's group_heads query heads in turn for each of its
     // key blocks, dK/dV staying in registers across them. 1: a CTA per (sequence, query head, chunk).

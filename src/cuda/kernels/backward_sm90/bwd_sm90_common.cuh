@@ -78,6 +78,18 @@ struct Sm90BwdWork {
             const unsigned rank = in_section / here;
             bh = int(first_pair + (in_section - rank * here));
             chunk = args.dq_keys_descending ? int(key_blocks - 1 - rank) : int(rank);
+        } else if (args.tail_pairs > 0) { // pair by pair, then the last pairs key-major (bwd_args.h)
+            const unsigned key_blocks = unsigned(args.num_chunks), tail = unsigned(args.tail_pairs);
+            const unsigned pairs = unsigned(fa.batch) * unsigned(args.group_heads > 1 ? args.num_heads_k : fa.num_heads);
+            const unsigned head_ctas = (pairs - tail) * key_blocks;
+            if (blockIdx.x < head_ctas) {
+                chunk = int(blockIdx.x % key_blocks);
+                bh = int(blockIdx.x / key_blocks);
+            } else {
+                const unsigned r = blockIdx.x - head_ctas;
+                chunk = int(r / tail);
+                bh = int(pairs - tail + r % tail);
+            }
         } else {
             chunk = int(blockIdx.x % unsigned(args.num_chunks));
             bh = int(blockIdx.x / unsigned(args.num_chunks));
