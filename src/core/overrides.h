@@ -16,8 +16,6 @@
 //   deterministic_dq  ordered | chunks       deterministic mode's dQ: added in a fixed key-block order
 //                                            under per-query-block counters (Hopper kernel only), or
 //                                            per-chunk buffers summed in chunk order (either kernel)
-//   backward_order    pairs                  the Hopper backward's grid pair by pair throughout (no
-//                                            key-major tail under a causal mask)
 //   cpu_isa           generic | avx2 | avx512  the CPU kernels' instruction set (at most the machine's)
 //   cpu_blocks        FQxFKxBQxBK           the CPU backend's forward / backward tiles (query x key)
 // A forced choice the problem cannot take is refused with the reason, as the planner says it.
@@ -32,7 +30,6 @@ enum class KernelChoice : uint8_t { automatic, sm80, sm90 };
 enum class InferenceChoice : uint8_t { automatic, tile64, split_keys };
 enum class GqaBackwardChoice : uint8_t { automatic, kv_major, scratch };
 enum class DeterministicDqChoice : uint8_t { automatic, ordered, chunks };
-enum class BackwardOrderChoice : uint8_t { automatic, pairs };
 
 struct Overrides {
     KernelChoice forward_kernel = KernelChoice::automatic;
@@ -40,7 +37,6 @@ struct Overrides {
     InferenceChoice inference_kernel = InferenceChoice::automatic;
     GqaBackwardChoice backward_gqa = GqaBackwardChoice::automatic;
     DeterministicDqChoice deterministic_dq = DeterministicDqChoice::automatic;
-    BackwardOrderChoice backward_order = BackwardOrderChoice::automatic;
     std::string cpu_isa;                                      // "" = the best the machine has
     int cpu_fwd_block_q = 0, cpu_fwd_block_k = 0;             // 0 = the backend's choice
     int cpu_bwd_block_q = 0, cpu_bwd_block_k = 0;

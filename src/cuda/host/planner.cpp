@@ -563,13 +563,13 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         plan.dq_section_pairs = int(std::clamp<double>(section_fit, 1.0, double(pairs)));
         plan.dq_semaphore_rows = tiles::backward_sm90_block_m(plan.tile_dim);
         plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, plan.dq_semaphore_rows));
-    } else if (sm90 && plan.num_chunks == plan.num_n_blocks && pr.mask.window_right >= 0 &&
-               overrides.backward_order != BackwardOrderChoice::pairs) {
+    } else if (sm90 && plan.num_chunks == plan.num_n_blocks && pr.mask.window_right >= 0) {
         // A right window edge (causal): a pair's key block n meets fewer query blocks than n - 1,
         // so pair by pair the grid would end on the last pairs' long first CTAs while other SMs
         // idle. Its last pairs, about four waves of CTAs and no more than a section, run key-major
-        // instead (BwdArgs::tail_pairs): a list-scheduling model of 132 SMs put pair by pair at
-        // 4-7% over the ideal at 1k-4k, with the tail at 0.5-1.5%.
+        // instead (BwdArgs::tail_pairs): a list-scheduling model of 132 SMs (bench/grid_order_model.py)
+        // put pair by pair at 4-7% over the ideal at 1k-4k, with the tail at 0.5-1.5%; on the H200
+        // the tail measured 1.00-1.09x pair by pair at d128 / d256 causal 1k-4k.
         const int64_t waves = ceil_div(int64_t(4) * std::max(device.sm_count, 1), int64_t(std::max(plan.num_n_blocks, 1)));
         const int64_t tail = std::min<int64_t>({waves, int64_t(section_fit), pairs});
         plan.tail_pairs = tail >= 2 ? int(tail) : 0;
