@@ -1,11 +1,14 @@
 """Where a kernel's warps stall, by CUDA source line, from an Nsight Compute source page.
 
-    python3 bench/ncu_stalls.py REPORT-source.csv KERNEL_SUBSTRING [TOP]
+    python3 bench/ncu_stalls.py REPORT-source.csv KERNEL_SUBSTRING [TOP] [--diff]
 
 REPORT-source.csv is what `scripts/gpu.py profile ... --export NAME` writes beside each report
-(`ncu -i NAME-PASS.ncu-rep --page source --csv --print-source cuda,sass`). Prints the kernel's
-stall samples by reason, then its TOP source lines (default 25) by samples with their three largest
-reasons. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
+(`ncu -i NAME-PASS.ncu-rep --page source --csv --print-source cuda,sass`). For each profiled launch
+of the kernel (the page lists them one after another), prints its stall samples by reason, then its
+TOP source lines (default 25) by samples with their three largest reasons. --diff (two launches of
+one kernel, say at 1k and at 16k tokens): each line's share of the first launch's samples against
+its share of the second's, the TOP largest differences first: what one shape spends that the other
+does not. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
 its barriers), so read a line's share against the 12 warps of a Hopper CTA, 4 of them the
 producer's.
 """
@@ -14,9 +17,11 @@ import csv
 import sys
 
 
-def summarise(path, kernel, top=25):
+def launches(path, kernel):
+    """[{'file:line': (samples, source, {reason: samples})}] per launch of the kernel, in page order:
+    a launch ends where its first (file, function) section comes round again."""
+    results, seen = [], set()
     file = func = header = None
-    lines, reasons_total = [], collections.Counter()
     for row in csv.reader(open(path)):
         if not row:
             continue
@@ -24,6 +29,11 @@ def summarise(path, kernel, top=25):
             file = row[1]
         elif row[0] == "Function Name":
             func = row[1]
+            if kernel in func:
+                if not results or (file, func) in seen:
+                    results.append({})
+                    seen = set()
+                seen.add((file, func))
         elif row[0] == "Line No":
             header = row
         elif header and func and kernel in func and len(row) > 2 and row[0] and row[2] == "-":  # a line's total
@@ -31,17 +41,47 @@ def summarise(path, kernel, top=25):
             samples = cells.get("Warp Stall Sampling (All Samples)", "")
             if not samples.isdigit():
                 continue
-            reasons = {k: int(v) for k, v in cells.items()
+            reasons = {k[6:]: int(v) for k, v in cells.items()
                        if k.startswith("stall_") and "Not Issued" not in k and v.isdigit() and int(v) > 0}
-            reasons_total.update(reasons)
-            lines.append((int(samples), f"{file.rsplit('/', 1)[-1]}:{row[0]}", row[1].strip()[:90],
-                          sorted(reasons.items(), key=lambda kv: -kv[1])[:3]))
-    total = sum(s for s, *_ in lines) or 1
+            results[-1][f"{file.rsplit('/', 1)[-1]}:{row[0]}"] = (int(samples), row[1].strip()[:90], reasons)
+    return results
+
+
+def top_reasons(reasons, n=3):
+    return ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:n])
+
+
+def summarise(lines, kernel, top):
+    total = sum(v[0] for v in lines.values()) or 1
+    by_reason = collections.Counter()
+    for _, _, reasons in lines.values():
+        by_reason.update(reasons)
     print(f"{kernel}: {total} samples; by reason: " +
-          ", ".join(f"{k[6:]} {100 * v / total:.1f}%" for k, v in reasons_total.most_common(10)))
-    for samples, where, source, reasons in sorted(lines, reverse=True)[:top]:
-        print(f"{100 * samples / total:5.1f}%  {where}  {source}  | " + ", ".join(f"{k[6:]} {v}" for k, v in reasons))
+          ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_reason.most_common(10)))
+    for where, (samples, source, reasons) in sorted(lines.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{100 * samples / total:5.1f}%  {where}  {source}  | {top_reasons(reasons)}")
+
+
+def diff(a, b, top):
+    ta, tb = (sum(v[0] for v in r.values()) or 1 for r in (a, b))
+    print(f"share of launch 1 ({ta} samples) - share of launch 2 ({tb}), by line")
+    rows = []
+    for where in set(a) | set(b):
+        sa, sb = a.get(where, (0,))[0] / ta, b.get(where, (0,))[0] / tb
+        source, reasons = (a.get(where) or b.get(where))[1:]
+        rows.append((sa - sb, sa, sb, where, source, reasons))
+    for d, sa, sb, where, source, reasons in sorted(rows, key=lambda r: -abs(r[0]))[:top]:
+        print(f"{100 * d:+6.2f}  ({100 * sa:5.2f} / {100 * sb:5.2f})  {where}  {source[:70]}  | {top_reasons(reasons)}")
 
 
 if __name__ == "__main__":
-    summarise(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 25)
+    args = [a for a in sys.argv[1:] if a != "--diff"]
+    path, kernel, top = args[0], args[1], int(args[2]) if len(args) > 2 else 25
+    results = launches(path, kernel)
+    if "--diff" in sys.argv:
+        if len(results) < 2:
+            raise SystemExit(f"--diff needs two launches of {kernel!r}, found {len(results)}")
+        diff(results[0], results[1], top)
+    else:
+        for lines in results:
+            summarise(lines, kernel, top)
