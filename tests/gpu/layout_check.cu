@@ -204,6 +204,38 @@ void check_tile_order(std::mt19937& rng) {
               num_m_blocks * pairs);
     }
     std::printf("tile_of_block                ok so far (%d failures)\n", failures);
+    // TileDecoder (the Hopper forward's decode by multiply-high) gives tile_of_block's tiles, and the
+    // division of the pair into sequence and head and of the head into its K/V head, on small
+    // problems whole and near 2^31 tiles at their ends.
+    auto check_decoder = [&](int num_m_blocks, int pairs, int section_heads, int num_heads, int group,
+                             unsigned first, unsigned last) {
+        const flashattn::cuda::TileDecoder decoder(num_m_blocks, pairs, section_heads, num_heads, group);
+        for (unsigned block = first; block < last; ++block) {
+            const flashattn::cuda::TileCoord a = flashattn::cuda::tile_of_block(block, num_m_blocks, pairs, section_heads);
+            const flashattn::cuda::TileCoord b = decoder(block);
+            int seq = 0, head = 0;
+            decoder.sequence_and_head(b.bh, seq, head);
+            const bool same = a.m_block == b.m_block && a.bh == b.bh && seq == a.bh / num_heads &&
+                              head == a.bh % num_heads && decoder.kv_head(head) == head / group;
+            CHECK(same, "TileDecoder(%d blocks, %d pairs, section %d, %d heads, group %d) differs at tile %u",
+                  num_m_blocks, pairs, section_heads, num_heads, group, block);
+            if (!same) return;
+        }
+    };
+    for (int trial = 0; trial < 400; ++trial) {
+        const int group = 1 + int(rng() % 8), num_heads = group * (1 + int(rng() % 8));
+        const int num_m_blocks = 1 + int(rng() % 40), pairs = num_heads * (1 + int(rng() % 12));
+        const int section_heads = trial % 4 == 0 ? 0 : 1 + int(rng() % (pairs + 3));
+        check_decoder(num_m_blocks, pairs, section_heads, num_heads, group, 0, unsigned(num_m_blocks * pairs));
+    }
+    // 4096 x 524,287 = 2^31 - 4096 tiles: the last 20,000 of them.
+    const int kLargeHeads = 128, kLargeBlocks = 4096, kLargePairs = 524287;
+    for (const int section_heads : {0, 1, 7, 4096})
+        for (const int group : {1, 8})
+            check_decoder(kLargeBlocks, kLargePairs, section_heads, kLargeHeads, group,
+                          unsigned(kLargeBlocks) * unsigned(kLargePairs) - 20000u,
+                          unsigned(kLargeBlocks) * unsigned(kLargePairs));
+    std::printf("TileDecoder                  ok so far (%d failures)\n", failures);
 }
 
 // The split-keys kernel's ring, replayed on the host: per thread, cp.async groups are numbered in

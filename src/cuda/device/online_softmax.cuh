@@ -164,10 +164,10 @@ struct OnlineSoftmax {
         for (int r = 0; r < kRows; ++r) {
             const float sum = quad_sum(row_sum[r]);
             const bool empty = !(sum > 0.0f);
-            const float factor = poison ? nan : empty ? 0.0f : out_scale / sum;
+            const float factor = poison ? nan : empty ? 0.0f : __fdividef(out_scale, sum); // (sum < 2^126)
             CUTE_UNROLL
             for (int c = 0; c < size<1>(out); ++c) out(r, c) *= factor;
-            lse[r] = poison ? nan : empty ? -INFINITY : (row_max[r] * exp_scale + log2f(sum)) * kLn2;
+            lse[r] = poison ? nan : empty ? -INFINITY : (row_max[r] * exp_scale + __log2f(sum)) * kLn2;
         }
     }
 };

@@ -12,6 +12,8 @@
 
 #include "kernels/fwd_args.h"
 
+#include <cutlass/fast_math.h>
+
 #include <cstdint>
 
 namespace flashattn::cuda {
@@ -32,6 +34,43 @@ __host__ __device__ __forceinline__ TileCoord tile_of_block(unsigned block, int 
     const int heads_here = min(section_heads, pairs - first); // the last section may be short
     return {num_m_blocks - 1 - index / heads_here, first + index % heads_here};
 }
+
+// tile_of_block of one problem, and a tile's sequence and head, with every divisor a problem constant
+// prepared on the host (cutlass::FastDivmod: each division a multiply-high and a shift, where an
+// integer division by a runtime value is a ~20-instruction sequence). A persistent CTA decodes every
+// tile it claims, and at 1k tokens a d128 tile is only 8 key blocks, so its decode is a visible share
+// of the tile. The same tiles as tile_of_block for every block below 2^31.
+struct TileDecoder {
+    cutlass::FastDivmod m_blocks, section_tiles, section_heads, last_section_heads, heads, group;
+    int num_m_blocks = 1, sectioned_heads = 0, last_section = 0;
+
+    TileDecoder() = default;
+    __host__ TileDecoder(int num_m_blocks_, int pairs, int section_heads_, int num_heads, int heads_per_kv_head)
+        : m_blocks(num_m_blocks_), heads(num_heads), group(heads_per_kv_head), num_m_blocks(num_m_blocks_),
+          sectioned_heads(section_heads_ > 0 ? section_heads_ : 0) {
+        if (sectioned_heads > 0) {
+            section_tiles = cutlass::FastDivmod(sectioned_heads * num_m_blocks);
+            section_heads = cutlass::FastDivmod(sectioned_heads);
+            last_section = (pairs - 1) / sectioned_heads;
+            last_section_heads = cutlass::FastDivmod(pairs - last_section * sectioned_heads);
+        }
+    }
+
+    __host__ __device__ __forceinline__ TileCoord operator()(unsigned block) const {
+        int quotient, remainder;
+        if (sectioned_heads <= 0) {
+            m_blocks(quotient, remainder, int(block));
+            return {num_m_blocks - 1 - remainder, quotient};
+        }
+        int section, index;
+        section_tiles(section, index, int(block));
+        (section == last_section ? last_section_heads : section_heads)(quotient, remainder, index);
+        return {num_m_blocks - 1 - quotient, section * sectioned_heads + remainder};
+    }
+    // (sequence, head) of a pair index bh, and a query head's K/V head.
+    __host__ __device__ __forceinline__ void sequence_and_head(int bh, int& b, int& h) const { heads(b, h, bh); }
+    __host__ __device__ __forceinline__ int kv_head(int h) const { return group.div(h); }
+};
 
 // The work item of a CTA of the inference grid (the forward kernel's inference variant and the
 // split-keys decode kernel): (query block, split, sequence, head), the query block fastest, then the

@@ -153,12 +153,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         KvBlockRange range;
     };
     auto tile_at = [&](unsigned index) __attribute__((always_inline)) {
-        const TileCoord coord = tile_of_block(index, args.num_m_blocks, args.batch * args.num_heads,
-                                              args.section_heads);
+        const TileCoord coord = params.tiles(index);
         Tile t;
         t.m_block = coord.m_block;
-        t.b = coord.bh / args.num_heads;
-        t.h = coord.bh - t.b * args.num_heads;
+        params.tiles.sequence_and_head(coord.bh, t.b, t.h);
         t.seq = sequence_bounds(args, t.b);
         t.m0 = t.m_block * kBlockM;
         t.range = kv_block_range<kBlockM, kBlockN>(args.mask, t.seq, t.m0);
@@ -215,7 +213,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 break;
             }
             // Row 0 of this tile's sequence and head in Q, K, V.
-            const int h_kv = t.h / args.heads_per_kv_head;
+            const int h_kv = params.tiles.kv_head(t.h);
             const Element* q_rows = rows_of(Int<kHeadDim>{}, t, args.q, t.seq.q_row0, t.h, t.seq.q_len).data().get();
             const Element* k_rows = rows_of(Int<kHeadDim>{}, t, args.k, t.seq.k_row0, h_kv, t.seq.k_len).data().get();
             const Element* v_rows = rows_of(Int<kHeadDimV>{}, t, args.v, t.seq.k_row0, h_kv, t.seq.k_len).data().get();

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "host/tensor_maps.h"
+#include "device/tile_order.cuh"
 #include "kernels/fwd_args.h"
 
 namespace flashattn::cuda {
@@ -25,6 +26,7 @@ struct Sm90FwdParams {
     CUtensorMap k_map, v_map; // valid when kv_tma
     CUtensorMap o_map;        // valid when o_tma
     bool kv_tma, o_tma;
+    TileDecoder tiles; // args' tile order, sequences and heads
 };
 
 // The parameter block of one launch: TMA for K and V where the layout allows it.
@@ -32,6 +34,8 @@ template <typename Traits>
 Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
     Sm90FwdParams p{};
     p.args = args;
+    p.tiles = TileDecoder(args.num_m_blocks, args.batch * args.num_heads, args.section_heads, args.num_heads,
+                          args.heads_per_kv_head);
     const bool dense = args.cu_seqlens_k == nullptr && args.seqused_k == nullptr && args.block_table == nullptr;
     if (dense) {
         const int heads_k = args.num_heads / args.heads_per_kv_head;
