@@ -5,7 +5,8 @@
 A shape is "d128n16k" style (as bench/profile_forward.py: head dim, 'c' causal or 'n' not, seqlen
 in k; batch * seqlen = 16k tokens, hidden 2048, bf16, as bench/gpu_backward.py), or with a value
 head dim of its own "d192v128c4k" (16 heads, as bench/gpu_features.py; FA2 has no such shape and is
-left out there). Each shape runs our
+left out there), or with grouped K/V heads "d256c1kg32x4" (32 query heads, 4 K/V heads; the torch
+backends get them through enable_gqa). Each shape runs our
 backward with each main kernel forced (overrides backward_kernel=sm80 / sm90; the library's
 finishing kernels run too), deterministic mode as the planner picks it (ours_det: the ordered dQ where the
 head dim has it, else chunks) and torch SDPA's FA2 and cuDNN backwards, once each after an
@@ -45,16 +46,21 @@ class BackwardProblem:
 
     def __init__(self, shape):
         value_dim = re.fullmatch(r"d(\d+)v(\d+)([cn]\d+k)", shape)
+        grouped = re.fullmatch(r"(d\d+[cn]\d+k)g(\d+)x(\d+)", shape)
         if value_dim:
             self.d, self.causal, self.s = parse(f"d{value_dim.group(1)}{value_dim.group(3)}")
             self.dv, self.h = int(value_dim.group(2)), 16
         else:
-            self.d, self.causal, self.s = parse(shape)
+            self.d, self.causal, self.s = parse(grouped.group(1) if grouped else shape)
             self.dv, self.h = self.d, 2048 // self.d
+        self.h_k = self.h
+        if grouped:
+            self.h, self.h_k = int(grouped.group(2)), int(grouped.group(3))
         self.b = 16384 // self.s
-        def rows(width):
-            return torch.randn(self.b, self.s, self.h, width, device="cuda", dtype=torch.bfloat16)
-        self.q, self.k, self.v, self.dout = rows(self.d), rows(self.d), rows(self.dv), rows(self.dv)
+        def rows(width, heads):
+            return torch.randn(self.b, self.s, heads, width, device="cuda", dtype=torch.bfloat16)
+        self.q, self.dout = rows(self.d, self.h), rows(self.dv, self.h)
+        self.k, self.v = rows(self.d, self.h_k), rows(self.dv, self.h_k)
         self.out, self.lse, _ = abi.forward(self.q, self.k, self.v, causal=self.causal)
         self.grads = [torch.empty_like(t) for t in (self.q, self.k, self.v)]
         kw = dict(causal=self.causal, backend=abi.BACKEND_CUDA, stream=torch.cuda.current_stream().cuda_stream)
@@ -85,7 +91,8 @@ def main():
         sdpa_backends = (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
         for name, backend in sdpa_backends if problem.dv == d else sdpa_backends[1:]:
             with sdpa_kernel([backend]):
-                sdpa_out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+                sdpa_out = F.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                          enable_gqa=problem.h_k != h)
 
             def sdpa(sdpa_out=sdpa_out):
                 torch.autograd.grad(sdpa_out, leaves, dout_t, retain_graph=True)
@@ -94,7 +101,8 @@ def main():
         if only:  # e.g. "fa2": a pass that filters by kernel name instead of NVTX (see the docstring)
             runs = {name: fn for name, fn in runs.items() if name in only.split(",")}
         run_in_nvtx_ranges(shape, runs)
-        print(f"{shape}: b={b} s={s} h={h} d={d} d_v={problem.dv} causal={causal}: ran {', '.join(runs)}", flush=True)
+        print(f"{shape}: b={b} s={s} h={h} h_k={problem.h_k} d={d} d_v={problem.dv} causal={causal}: "
+              f"ran {', '.join(runs)}", flush=True)
 
 
 if __name__ == "__main__":
