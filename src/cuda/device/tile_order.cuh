@@ -45,16 +45,20 @@ struct TileDecoder {
     int num_m_blocks = 1, sectioned_heads = 0, last_section = 0;
 
     TileDecoder() = default;
+    // (Each divisor at least 1: FastDivmod(0) divides by zero on the host. A problem with no tiles
+    // decodes none.)
     __host__ TileDecoder(int num_m_blocks_, int pairs, int section_heads_, int num_heads, int heads_per_kv_head)
-        : m_blocks(num_m_blocks_), heads(num_heads), group(heads_per_kv_head), num_m_blocks(num_m_blocks_),
-          sectioned_heads(section_heads_ > 0 ? section_heads_ : 0) {
+        : m_blocks(positive(num_m_blocks_)), heads(positive(num_heads)), group(positive(heads_per_kv_head)),
+          num_m_blocks(num_m_blocks_), sectioned_heads(section_heads_ > 0 ? section_heads_ : 0) {
         if (sectioned_heads > 0) {
-            section_tiles = cutlass::FastDivmod(sectioned_heads * num_m_blocks);
+            pairs = positive(pairs);
+            section_tiles = cutlass::FastDivmod(positive(sectioned_heads * num_m_blocks));
             section_heads = cutlass::FastDivmod(sectioned_heads);
             last_section = (pairs - 1) / sectioned_heads;
             last_section_heads = cutlass::FastDivmod(pairs - last_section * sectioned_heads);
         }
     }
+    static constexpr int positive(int v) { return v > 0 ? v : 1; }
 
     __host__ __device__ __forceinline__ TileCoord operator()(unsigned block) const {
         int quotient, remainder;
