@@ -903,6 +903,7 @@ TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
     const BackwardPlan sm80 = plan(gqa, h200(), overrides("backward_kernel=sm80"));
     EXPECT_FALSE(sm80.kv_major);
     EXPECT_TRUE(sm80.dkv_scratch);
+    EXPECT_FALSE(sm80.dkv_add); // the mma.sync kernel stores per query head
     EXPECT_EQ(sm80.ctas, 8 * 2 * 16);
     Backward det_gqa = gqa; // deterministic: the walk with the ordered dQ (d128)
     det_gqa.deterministic = true;
@@ -947,6 +948,16 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     EXPECT_FALSE(automatic.kv_major);
     EXPECT_TRUE(automatic.dkv_scratch);
     EXPECT_EQ(automatic.ctas, 32 * 2 * 16);
+    // The Hopper kernel adds dK / dV into rows per KV head (4 here, not 16 query heads) ...
+    EXPECT_TRUE(automatic.dkv_add);
+    EXPECT_EQ(automatic.workspace.size(Piece::dk_accum), size_t(4) * automatic.k_rows_total * automatic.tile_dim * 4);
+    EXPECT_EQ(automatic.workspace.size(Piece::dv_accum), automatic.workspace.size(Piece::dk_accum));
+    Backward det_long = long_gqa; // ... but not in deterministic mode, whose sums run in a fixed order
+    det_long.deterministic = true;
+    const BackwardPlan det = plan(det_long, h200(), overrides("backward_gqa=scratch"));
+    EXPECT_TRUE(det.dkv_scratch);
+    EXPECT_FALSE(det.dkv_add);
+    EXPECT_EQ(det.workspace.size(Piece::dk_accum), size_t(16) * det.k_rows_total * det.tile_dim * 4);
     const BackwardPlan forced = plan(long_gqa, h200(), overrides("backward_gqa=kv_major"));
     EXPECT_TRUE(forced.kv_major);
     EXPECT_FALSE(forced.dkv_scratch);
@@ -1057,7 +1068,8 @@ TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
     EXPECT_EQ(gc.tile_dim_v, 128);
     EXPECT_FALSE(gc.kv_major);
     EXPECT_TRUE(gc.dkv_scratch);
-    EXPECT_EQ(gc.workspace.size(Piece::dv_accum), size_t(16) * 2 * 1024 * 192 * 4);
+    EXPECT_TRUE(gc.dkv_add); // rows per KV head, tile_dim (192) floats each for dK and dV alike
+    EXPECT_EQ(gc.workspace.size(Piece::dv_accum), size_t(4) * 2 * 1024 * 192 * 4);
 
     // Deterministic: the ordered dQ, automatic; chunks (softcap, or asked for) keep the staged
     // mma.sync kernel unless the Hopper kernel is forced.

@@ -39,9 +39,10 @@ __device__ __forceinline__ void red_add_pair_v2(float* address, float x, float y
 }
 
 // dK and dV of one key block, in fp32, to the per-query-head scratch (GQA, odd dK/dV layouts: the
-// finishing kernel sums each KV head's query heads in order). first_key_row: the block's first row
-// among all sequences' keys; rows at or past rows_valid are not written. Accumulator registers 2t,
-// 2t + 1 are neighbouring columns (tdKVc: their (row, column)).
+// finishing kernel sums each KV head's query heads in order), or with args.dkv_add added to the KV
+// head's rows (h is then that KV head). first_key_row: the block's first row among all sequences'
+// keys; rows at or past rows_valid are not written. Accumulator registers 2t, 2t + 1 are neighbouring
+// columns (tdKVc: their (row, column)).
 template <int kHeadDim, typename Acc, typename Coords>
 __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, int64_t first_key_row, Acc const& acc_dk,
                                                   Acc const& acc_dv, Coords const& tdKVc, int rows_valid) {
@@ -52,8 +53,13 @@ __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, in
     for (int t = 0; t < size(acc_dk); t += 2) {
         const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
         if (row < rows_valid) {
-            *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
-            *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
+            if (args.dkv_add) {
+                red_add_pair_v2(dk_rows + row * kHeadDim + col, acc_dk(t), acc_dk(t + 1));
+                red_add_pair_v2(dv_rows + row * kHeadDim + col, acc_dv(t), acc_dv(t + 1));
+            } else {
+                *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
+                *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
+            }
         }
     }
 }
@@ -72,13 +78,19 @@ __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, in
             CUTE_UNROLL
             for (int t = 0; t < size(acc); ++t) {
                 const int col = get<0>(coords(t)), row = get<1>(coords(t));
-                if (row < rows_valid) rows[row * kRowFloats + col] = acc(t);
+                if (row < rows_valid) {
+                    if (args.dkv_add) atomicAdd(rows + row * kRowFloats + col, acc(t)); // (no result used: a reduction)
+                    else rows[row * kRowFloats + col] = acc(t);
+                }
             }
         } else {
             CUTE_UNROLL
             for (int t = 0; t < size(acc); t += 2) {
                 const int row = get<0>(coords(t)), col = get<1>(coords(t));
-                if (row < rows_valid) *reinterpret_cast<float2*>(rows + row * kRowFloats + col) = make_float2(acc(t), acc(t + 1));
+                if (row < rows_valid) {
+                    if (args.dkv_add) red_add_pair_v2(rows + row * kRowFloats + col, acc(t), acc(t + 1));
+                    else *reinterpret_cast<float2*>(rows + row * kRowFloats + col) = make_float2(acc(t), acc(t + 1));
+                }
             }
         }
     };

@@ -384,6 +384,7 @@ void backward(const BwdProblem& problem) {
     args.group_heads = plan.kv_major ? int32_t(pr.group) : 1;
     args.dk_accum = plan.dkv_scratch ? workspace.floats(Piece::dk_accum) : nullptr;
     args.dv_accum = plan.dkv_scratch ? workspace.floats(Piece::dv_accum) : nullptr;
+    args.dkv_add = plan.dkv_add;
     args.dsink = bp.dsink;
     args.dsink_terms = plan.dsink_terms > 0 ? workspace.floats(Piece::dsink_partial) : nullptr;
     args.q_rows_total = plan.q_rows_total;
@@ -411,6 +412,11 @@ void backward(const BwdProblem& problem) {
         args.fwd.head_dim_v = s.padded_dim_v;
     }
 
+    if (plan.dkv_add) { // (before the dsum pass, which the main kernel may overlap: PDL)
+        const size_t bytes = plan.workspace.size(Piece::dk_accum);
+        check_cuda(cudaMemsetAsync(args.dk_accum, 0, bytes, stream), "zeroing the dK scratch");
+        check_cuda(cudaMemsetAsync(args.dv_accum, 0, bytes, stream), "zeroing the dV scratch");
+    }
     bwd_dsum(args, p.dtype, stream); // also zeroes the dQ scratch rows the main kernel adds to
     launch_backward(plan, args, p.dtype, stream);
     bwd_finish(args, p.dtype, stream);

@@ -577,13 +577,18 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
 
     if (sm90) plan.rejected.add(Kernel::backward_sm80, "the sm90 kernel serves this call");
     plan.kernel = sm90 ? Kernel::backward_sm90 : Kernel::backward_sm80;
+    // GQA through the scratch on the Hopper kernel, outside deterministic mode: dK / dV added into
+    // rows per KV head (reductions in L2) instead of stored per query head, written to memory and
+    // read back by the finishing sum (1 GB each way at d256, 32 / 4 heads, 16k tokens).
+    plan.dkv_add = plan.dkv_scratch && pr.group > 1 && sm90 && !deterministic;
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));
     w.add(Piece::dq_accum, chunks * dq_buffer);
     // Rows of tile_dim floats for dK and dV alike (BwdArgs::accum_cols; dV's rows in the value-dim
     // instance use their first tile_dim_v).
-    const size_t dkv_bytes = plan.dkv_scratch ? size_t(p.num_heads) * plan.k_rows_total * plan.tile_dim * 4 : 0;
+    const size_t dkv_heads = plan.dkv_add ? size_t(p.num_heads_k) : size_t(p.num_heads);
+    const size_t dkv_bytes = plan.dkv_scratch ? dkv_heads * plan.k_rows_total * plan.tile_dim * 4 : 0;
     w.add(Piece::dk_accum, dkv_bytes);
     w.add(Piece::dv_accum, dkv_bytes);
     w.add(Piece::q, s.q ? staged_bytes(s.dense_batch, s.q_rows, p.num_heads, s.padded_dim) : 0);

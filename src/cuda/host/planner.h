@@ -149,6 +149,7 @@ struct BackwardPlan {
     int dq_semaphore_rows = 0;       // query rows of a counted block (tiles::backward_sm90_block_m)
     int tail_pairs = 0;              // the Hopper grid's key-major tail (BwdArgs::tail_pairs)
     bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
+    bool dkv_add = false;        // ... per KV head instead, added to (BwdArgs::dkv_add; zeroed first)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
                                  // group's query heads; dK/dV written once, no scratch
     int64_t dsink_terms = 0;     // deterministic dsink: (head, sequence, dsum row block) terms in scratch

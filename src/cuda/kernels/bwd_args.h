@@ -11,7 +11,8 @@
 //   dq_accum  [chunk][query head][q row][tile d]          sum of dS K over the chunk's key blocks
 //   dq_semaphore [sequence][query head][query block]      int32, ordered dQ only (zeroed by dsum)
 //   dk_accum  [query head][k row][tile d]                  per query head, only when the kernel cannot
-//   dv_accum  [query head][k row][tile d]                  write dk/dv itself (GQA, odd layouts)
+//   dv_accum  [query head][k row][tile d]                  write dk/dv itself (GQA, odd layouts); with
+//                                                          dkv_add per KV head, zeroed, added to
 //   dsink_terms [query head][sequence][dsum row block]    deterministic dsink only
 #pragma once
 
@@ -64,6 +65,11 @@ struct BwdArgs {
     int32_t group_heads;
     float* dk_accum;         // null: the main kernel writes dk/dv (scaled, converted) itself
     float* dv_accum;
+    // dK / dV added into dk_accum / dv_accum rows of the KV head (zeroed before the main kernel) rather
+    // than stored per query head for the finishing kernel to sum: the Hopper kernel with GQA outside
+    // deterministic mode, where the scratch is then group times smaller and the adds of a KV head's
+    // query heads, which run close together in the grid, meet in L2.
+    bool dkv_add;
     int64_t q_rows_total;    // rows of the dQ scratch per head: varlen ? total_q : batch * seqlen_q
     int64_t k_rows_total;    // rows of the dK/dV scratch per head: varlen ? total_k : batch * seqlen_k
 

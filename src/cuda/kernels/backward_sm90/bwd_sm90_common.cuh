@@ -684,11 +684,12 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
     }
     constexpr bool kTransposed = Traits::kDkvTransposed;
     if (args.dk_accum) {
+        const int scratch_head = args.dkv_add ? w.h_kv : w.h;
         if constexpr (kSameShape) {
-            store_dkv_scratch<kHeadDim>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
+            store_dkv_scratch<kHeadDim>(args, scratch_head, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
         } else { // rows of kHeadDim floats (the scratch's accum_cols, the tile head dim) for both
-            store_dkv_scratch<kHeadDim, kTransposed>(args, w.h, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, tdVc,
-                                                     rows_valid);
+            store_dkv_scratch<kHeadDim, kTransposed>(args, scratch_head, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc,
+                                                     tdVc, rows_valid);
         }
         return;
     }
