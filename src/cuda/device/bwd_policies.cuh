@@ -38,6 +38,13 @@ __device__ __forceinline__ void red_add_pair_v2(float* address, float x, float y
 #endif
 }
 
+// Two neighbouring fp32 values of the dK / dV scratch (8-byte aligned): stored, or with args.dkv_add
+// added (the scratch then holds a KV head's rows, which its query heads add to).
+__device__ __forceinline__ void put_dkv_pair(const BwdArgs& args, float* at, float x, float y) {
+    if (args.dkv_add) red_add_pair_v2(at, x, y);
+    else *reinterpret_cast<float2*>(at) = make_float2(x, y);
+}
+
 // dK and dV of one key block, in fp32, to the per-query-head scratch (GQA, odd dK/dV layouts: the
 // finishing kernel sums each KV head's query heads in order), or with args.dkv_add added to the KV
 // head's rows (h is then that KV head). first_key_row: the block's first row among all sequences'
@@ -53,13 +60,8 @@ __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, in
     for (int t = 0; t < size(acc_dk); t += 2) {
         const int row = get<0>(tdKVc(t)), col = get<1>(tdKVc(t));
         if (row < rows_valid) {
-            if (args.dkv_add) {
-                red_add_pair_v2(dk_rows + row * kHeadDim + col, acc_dk(t), acc_dk(t + 1));
-                red_add_pair_v2(dv_rows + row * kHeadDim + col, acc_dv(t), acc_dv(t + 1));
-            } else {
-                *reinterpret_cast<float2*>(dk_rows + row * kHeadDim + col) = make_float2(acc_dk(t), acc_dk(t + 1));
-                *reinterpret_cast<float2*>(dv_rows + row * kHeadDim + col) = make_float2(acc_dv(t), acc_dv(t + 1));
-            }
+            put_dkv_pair(args, dk_rows + row * kHeadDim + col, acc_dk(t), acc_dk(t + 1));
+            put_dkv_pair(args, dv_rows + row * kHeadDim + col, acc_dv(t), acc_dv(t + 1));
         }
     }
 }
@@ -75,22 +77,25 @@ __device__ __forceinline__ void store_dkv_scratch(const BwdArgs& args, int h, in
     const int64_t row0 = (int64_t(h) * args.k_rows_total + first_key_row) * kRowFloats;
     auto store = [&](float* rows, auto const& acc, auto const& coords) {
         if constexpr (kTransposed) {
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc); ++t) {
-                const int col = get<0>(coords(t)), row = get<1>(coords(t));
-                if (row < rows_valid) {
-                    if (args.dkv_add) atomicAdd(rows + row * kRowFloats + col, acc(t)); // (no result used: a reduction)
-                    else rows[row * kRowFloats + col] = acc(t);
+            // One loop per form, chosen once, each element at the thread's first one plus a constant:
+            // a store-or-add per element at its own computed address made ptxas spill ~1.4 KB more
+            // in this epilogue (192 / 128).
+            const int first_col = get<0>(coords(0)), first_row = get<1>(coords(0));
+            float* const first = rows + first_row * kRowFloats + first_col;
+            auto each = [&](auto put) {
+                CUTE_UNROLL
+                for (int t = 0; t < size(acc); ++t) {
+                    const int drow = get<1>(coords(t)) - first_row, dcol = get<0>(coords(t)) - first_col;
+                    if (first_row + drow < rows_valid) put(first + drow * kRowFloats + dcol, acc(t));
                 }
-            }
+            };
+            if (args.dkv_add) each([](float* at, float x) { atomicAdd(at, x); }); // (result unused: a reduction)
+            else each([](float* at, float x) { *at = x; });
         } else {
             CUTE_UNROLL
             for (int t = 0; t < size(acc); t += 2) {
                 const int row = get<0>(coords(t)), col = get<1>(coords(t));
-                if (row < rows_valid) {
-                    if (args.dkv_add) red_add_pair_v2(rows + row * kRowFloats + col, acc(t), acc(t + 1));
-                    else *reinterpret_cast<float2*>(rows + row * kRowFloats + col) = make_float2(acc(t), acc(t + 1));
-                }
+                if (row < rows_valid) put_dkv_pair(args, rows + row * kRowFloats + col, acc(t), acc(t + 1));
             }
         }
     };
