@@ -12,7 +12,8 @@
 //   - the lse writers (lanes whose first accumulator column is 0) cover every row once;
 //   - the global <-> shared copies cover every (row, column) of a tile exactly once;
 //   - kv_block_range(): against brute force over random shapes and windows, every visited-block
-//     decision and every "no mask needed" decision is right;
+//     decision and every "no mask needed" decision is right; likewise row_blocks() for the 64 rows
+//     of each Hopper forward consumer within its tile;
 //   - tile_of_block(): every grid index maps to a distinct (query block, pair), all are covered,
 //     and within a section the query blocks come heaviest (last) first;
 //   - the split-keys decode kernel (fwd_decode_kernel.cuh): one warp's tile as above; its ring
@@ -153,6 +154,52 @@ void check_block_ranges(std::mt19937& rng) {
         }
     }
     std::printf("kv_block_range<%d,%d>          ok so far (%d failures)\n", kBlockM, kBlockN, failures);
+}
+
+// row_blocks(): the blocks of one consumer's rows [m0 + c * kRows, + kRows) of a kBlockM-row tile
+// lie within the tile's range, hold every block with an allowed key of those rows (none past the
+// sequence's end), and the fully allowed ones are allowed for every one of its rows.
+template <int kBlockM, int kRows, int kBlockN>
+void check_row_blocks(std::mt19937& rng) {
+    std::uniform_int_distribution<int> len(0, 700), win(-1, 300), coin(0, 3);
+    for (int trial = 0; trial < 4000; ++trial) {
+        SequenceBounds s{len(rng) + 1, len(rng), 0, 0};
+        if (coin(rng) == 0) s.k_len = s.q_len;
+        MaskSpec mask{coin(rng) == 0 ? -1 : win(rng), coin(rng) == 0 ? -1 : win(rng)};
+        if (coin(rng) == 0) mask = MaskSpec{-1, 0};
+        if (coin(rng) == 0) mask = MaskSpec{-1, -1};
+        for (int m0 = 0; m0 < s.q_len; m0 += kBlockM) {
+            const KvBlockRange tile = kv_block_range<kBlockM, kBlockN>(mask, s, m0);
+            for (int c = 0; c < kBlockM / kRows; ++c) {
+                const int r0 = m0 + c * kRows, last_row = std::min(r0 + kRows, s.q_len) - 1;
+                const RowBlocks own = row_blocks<kRows, kBlockN>(mask, s, tile, r0);
+                const KvBlockRange& r = own.range;
+                CHECK(r0 < s.q_len || own.blocks == 0, "q %d m0 %d part %d: rows past the end see %d blocks", s.q_len,
+                      m0, c, own.blocks);
+                CHECK(own.blocks == r.n_end - r.n_begin && own.blocks >= 0 &&
+                          (own.blocks == 0 ? r.n_begin == tile.n_begin
+                                           : r.n_begin >= tile.n_begin && r.n_end <= tile.n_end),
+                      "q %d k %d m0 %d part %d: rows' range [%d,%d) (%d) outside the tile's [%d,%d)", s.q_len,
+                      s.k_len, m0, c, r.n_begin, r.n_end, own.blocks, tile.n_begin, tile.n_end);
+                for (int n = tile.n_begin; n < tile.n_end; ++n) {
+                    bool any = false, all = true;
+                    for (int i = r0; i <= last_row; ++i)
+                        for (int j = n * kBlockN; j < (n + 1) * kBlockN; ++j) {
+                            const bool ok = j < s.k_len && mask.allowed(i, j, s.q_len, s.k_len);
+                            any |= ok;
+                            all &= ok;
+                        }
+                    const bool visited = n >= r.n_begin && n < r.n_end;
+                    const bool unmasked = visited && n >= r.unmasked_begin && n < r.unmasked_end;
+                    CHECK(!any || visited, "q %d k %d win (%lld,%lld) m0 %d part %d: block %d has allowed keys but is passed",
+                          s.q_len, s.k_len, (long long)mask.window_left, (long long)mask.window_right, m0, c, n);
+                    CHECK(!unmasked || all, "q %d k %d win (%lld,%lld) m0 %d part %d: block %d marked unmasked but is not",
+                          s.q_len, s.k_len, (long long)mask.window_left, (long long)mask.window_right, m0, c, n);
+                }
+            }
+        }
+    }
+    std::printf("row_blocks<%d,%d> of %d rows     ok so far (%d failures)\n", kRows, kBlockN, kBlockM, failures);
 }
 
 // GQA packing (seqlen_q == 1): the tile's rows are heads, every one of them query row 0 of a one-row
@@ -550,6 +597,10 @@ int main() {
     check_block_ranges<128, 32>(rng);
     check_block_ranges<192, 128>(rng); // the Hopper forward's tiles up to d64
     check_packed_block_ranges<64, 64>(rng);
+    // The Hopper forward's consumers (64 rows each) within its tiles.
+    check_row_blocks<192, 64, 128>(rng);
+    check_row_blocks<128, 64, 128>(rng);
+    check_row_blocks<128, 64, 64>(rng);
     check_tile_order(rng);
     std::printf(failures ? "FAILED: %d checks\n" : "all layout and range checks passed\n", failures);
     return failures ? 1 : 0;

@@ -12,7 +12,9 @@ a next Q or another consumer's next O landed over it), the ping-pong ring's barr
 and no role arrives twice at a named barrier before it completes (the hardware would count both).
 With claims, each next tile is handed from the producer to all three roles through a ring of two
 slots (tile_full / tile_empty), as when the CTAs claim their tiles from a counter: every role must
-read each tile's index, in order, from a slot not yet overwritten. Run: python3 tests/gpu/sm90_protocol_check.py (ctest: sm90_protocol_check)
+read each tile's index, in order, from a slot not yet overwritten. With `ranges`, each consumer computes only
+a random contiguous part of each tile's blocks (its rows' own range under a mask, none for rows past
+the sequence's end) and passes the others: their turns and releases without products. Run: python3 tests/gpu/sm90_protocol_check.py (ctest: sm90_protocol_check)
 """
 import random
 
@@ -48,9 +50,17 @@ class NBar:  # named barrier: completes when `count` arrivals (sync or arrive) g
             self.who = set()
 
 
-def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
+def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
     rnd = random.Random(seed)
     W = consumers
+    # own[t][c] = (lead, count): consumer c computes the blocks at positions lead .. lead + count - 1
+    own = []
+    for n in tiles:
+        parts = []
+        for c in range(W):
+            count = rnd.randint(0, n) if ranges else n
+            parts.append((rnd.randint(0, n - count), count))
+        own.append(parts)
     q_full, q_empty = MBar(1), MBar(W)
     k_full = [MBar(1) for _ in range(S)]; v_full = [MBar(1) for _ in range(S)]
     k_empty = [MBar(W) for _ in range(S)]; v_empty = [MBar(W) for _ in range(S)]
@@ -119,18 +129,29 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
             def release_q_after_s(last_s):
                 if own_o and last_s: q_empty.arrive()
 
+            def pass_block(idx):  # a block this consumer's rows do not see
+                yield from wait_full(k_full, idx, kstage)
+                yield from take_turn()
+                pass_turn()
+                k_empty[(ring_base + idx) % S].arrive()
+                yield from wait_full(v_full, idx, vstage)
+                v_empty[(ring_base + idx) % S].arrive()
+
+            lead, count = own[t][c]
             while not q_full.done(t & 1): yield
-            release_q_after_s(num_blocks == 0)
-            if num_blocks > 0:
-                yield from wait_full(k_full, 0, kstage)
+            release_q_after_s(count == 0)
+            for idx in range(lead):
+                yield from pass_block(idx)
+            if count > 0:
+                yield from wait_full(k_full, lead, kstage)
                 yield from take_turn()
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
                 pass_turn()
                 yield
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
-                k_empty[ring_base % S].arrive()
-                release_q_after_s(num_blocks == 1)
-            for idx in range(1, num_blocks):
+                k_empty[(ring_base + lead) % S].arrive()
+                release_q_after_s(count == 1)
+            for idx in range(lead + 1, lead + count):
                 r = ring_base + idx
                 yield from wait_full(k_full, idx, kstage)
                 yield from wait_full(v_full, idx - 1, vstage)
@@ -141,15 +162,20 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2):
                 yield
                 assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[r % S].arrive()
-                release_q_after_s(idx == num_blocks - 1)
+                release_q_after_s(idx == lead + count - 1)
                 yield
                 v_empty[(r - 1) % S].arrive()
-            if num_blocks > 0:
-                yield from wait_full(v_full, num_blocks - 1, vstage)
+            if count > 0:
+                yield from wait_full(v_full, lead + count - 1, vstage)
                 yield from take_turn()
                 pass_turn()
                 yield
-                v_empty[(ring_base + num_blocks - 1) % S].arrive()
+                v_empty[(ring_base + lead + count - 1) % S].arrive()
+            elif num_blocks > 0:  # the turn of a last P V
+                yield from take_turn()
+                pass_turn()
+            for idx in range(lead + count, num_blocks):
+                yield from pass_block(idx)
             part = c if own_o else 0       # own_o: a consumer stages and stores its own rows alone
             if not own_o: yield from sync(epilogue)  # all are done with Q's buffer
             obuf[part] = ('O', t)
@@ -192,10 +218,11 @@ if __name__ == "__main__":
     for consumers, own_o, claims in ((2, False, False), (2, False, True), (2, True, False), (2, True, True),
                                      (3, True, False), (3, True, True)):
         for S in (2, 3):
-            for n in range(0, 9):  # one tile per CTA (grid = tiles)
-                for seed in range(100):
-                    run([n], S, seed, own_o, claims, consumers)
-            for seed in range(1500):  # several tiles per CTA, empty ones included
-                tiles = [rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 6))]
-                run(tiles, S, seed, own_o, claims, consumers)
+            for ranges in (False, True):
+                for n in range(0, 9):  # one tile per CTA (grid = tiles)
+                    for seed in range(100):
+                        run([n], S, seed, own_o, claims, consumers, ranges)
+                for seed in range(1000):  # several tiles per CTA, empty ones included
+                    tiles = [rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 6))]
+                    run(tiles, S, seed, own_o, claims, consumers, ranges)
     print("ok")

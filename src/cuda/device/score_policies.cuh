@@ -154,6 +154,31 @@ __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& 
     return r;
 }
 
+// The key blocks that the rows [m0, m0 + kRows) of a tile whose blocks are `tile` see: under a
+// causal or local mask a sub-range of the tile's (the top rows of a tile taller than a key block
+// end a block or more before its bottom rows), with its own fully allowed blocks; rows past the
+// sequence's end see none (an empty range at tile.n_begin).
+struct RowBlocks {
+    KvBlockRange range;
+    int blocks;
+};
+template <int kRows, int kBlockN>
+__host__ __device__ __forceinline__ RowBlocks row_blocks(const MaskSpec& mask, const SequenceBounds& s,
+                                                         const KvBlockRange& tile, int m0) {
+    RowBlocks own;
+    own.range = tile;
+    if (m0 >= s.q_len) {
+        own.range.n_end = tile.n_begin;
+    } else if (mask.is_local()) {
+        own.range = kv_block_range<kRows, kBlockN>(mask, s, m0);
+        own.range.n_begin = max(own.range.n_begin, tile.n_begin);
+        own.range.n_end = min(own.range.n_end, tile.n_end);
+    }
+    if (own.range.n_end <= own.range.n_begin) own.range.n_begin = own.range.n_end = tile.n_begin;
+    own.blocks = own.range.n_end - own.range.n_begin;
+    return own;
+}
+
 // Split-KV: split `split` of `num_splits` visits an equal share of the range's blocks (the last
 // share may be short or empty); the mask decisions stay per block.
 __host__ __device__ __forceinline__ KvBlockRange split_share(KvBlockRange range, int split, int num_splits) {

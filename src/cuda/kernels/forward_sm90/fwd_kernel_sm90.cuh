@@ -7,7 +7,7 @@
 //                              (TMA's byte count, or cp.async.mbarrier.arrive), its reuse waits for
 //                              every consumer to release it (another mbarrier)
 //   warpgroups 1.. (consumers) 64 query rows each, two (three at d <= 64, tiles.h): S = Q K^T,
-//                              softmax, O += P V (wgmma)
+//                              softmax, O += P V (wgmma), over the key blocks that its rows see
 //
 // Nothing in the main loop synchronises the whole CTA, so the consumers can drift apart, and a ring
 // of named barriers makes them take turns ("ping-pong"): one issues its two products while the
@@ -69,7 +69,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     constexpr int kStages = Traits::kStages;
     static_assert(!kPersistent || Traits::kCanPersist, "see Sm90FwdTraits::kCanPersist");
     constexpr int kConsumerThreads = Traits::kThreads; // the consumer warpgroups
-    const int warpgroup = int(threadIdx.x) / 128;
+    // Warp-uniform (a broadcast from lane 0), so that what derives from it (a consumer's key
+    // blocks, its loop bounds) stays in uniform registers.
+    const int warpgroup = cutlass::canonical_warp_group_idx();
     const bool varlen = args.cu_seqlens_q != nullptr;
 
     // Shared memory: Q, kStages K blocks, kStages V blocks, O's buffer (or none: O in Q's), then
@@ -333,9 +335,12 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     // consumer c - 1 has issued its own (barrier kTurnBarrier0 + c: c's 128 threads wait, those of
     // the consumer before it in the ring arrive). Every issue takes a turn: a tile's first S, each
     // step's S and P V, its last P V; the ring runs on across tiles, so the consumers keep their
-    // offset through a tile's edges (one's epilogue under the other's products). Every consumer
-    // sees the same tiles and so takes as many turns: the last consumer opens the ring once, and
-    // consumer 0 takes the turn its last pass leaves open after the last tile.
+    // offset through a tile's edges (one's epilogue under the other's products). A consumer
+    // computes only the key blocks its own 64 rows see (row_blocks: under a causal or local mask
+    // the top rows of a tile end a block or more before its bottom rows; rows past the sequence's
+    // end see none) and passes the others, taking their turns without products, so every consumer
+    // sees the same tiles and takes num_blocks + 1 turns in each: the last consumer opens the ring
+    // once, and consumer 0 takes the turn its last pass leaves open after the last tile.
     constexpr int kLastConsumer = kConsumers - 1;
     auto take_turn = [&]() { cutlass::arch::NamedBarrier::sync(2 * 128, kTurnBarrier0 + consumer); };
     auto pass_turn = [&]() {
@@ -352,7 +357,12 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             break;
         }
         const int e = t.e, m0 = t.m0, num_blocks = t.num_blocks;
-        if (num_blocks == 0) clear(acc_o); // (else the first P V starts it)
+        // This consumer's rows see the blocks [mine.n_begin, mine.n_end) of the tile's (visit
+        // positions lead .. lead + own_blocks - 1), fully allowed in [mine.unmasked_begin, _end).
+        const RowBlocks own = row_blocks<64, kBlockN>(args.mask, t.seq, t.range, m0 + consumer * 64);
+        const KvBlockRange mine = own.range;
+        const int lead = e - mine.n_end, own_blocks = own.blocks;
+        if (own_blocks == 0) clear(acc_o); // (else the first P V starts it)
         OnlineSoftmax<kRows> softmax;
 
         // The running max moves only past this slack (OnlineSoftmax::absorb_scores): P up to 2^8.
@@ -387,24 +397,39 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         };
         cutlass::arch::ClusterBarrier::wait(q_full, tiles_done & 1);
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
-        release_q_after_s(num_blocks == 0);
-        if (num_blocks > 0) {
-            wait_full(k_full, ring_base);
+        release_q_after_s(own_blocks == 0);
+        // A block this consumer's rows do not see (fully masked for them, or rows past the
+        // sequence's end): its turn and its stages' releases, no products. Every consumer takes
+        // num_blocks + 1 turns in a tile that has blocks, whichever of them it computes.
+        auto pass_block = [&](int idx) {
+            const int r = ring_base + idx;
+            wait_full(k_full, r); // (a release may only follow the stage's previous phase)
             take_turn();
-            issue_s(ring_base % kStages);
+            pass_turn();
+            release(k_empty, r);
+            wait_full(v_full, r);
+            release(v_empty, r);
+        };
+        for (int idx = 0; idx < lead; ++idx) pass_block(idx);
+        const int first = e - 1 - lead; // this consumer's first block in the visit order
+        if (own_blocks > 0) {
+            const int r = ring_base + lead;
+            wait_full(k_full, r);
+            take_turn();
+            issue_s(r % kStages);
             pass_turn();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_s);
-            release(k_empty, ring_base);
-            release_q_after_s(num_blocks == 1);
+            release(k_empty, r);
+            release_q_after_s(own_blocks == 1);
             // The first block by the loop's rule too, unmasked where the range allows; not in the
             // extras kernel, whose block code is long enough that another copy of it costs a quarter
             // more code for a twentieth of a tile's instructions.
             float unused[kRows];
-            if (!kExtras && e - 1 >= t.range.unmasked_begin && e - 1 < t.range.unmasked_end) {
-                softmax_block(e - 1, cute::false_type{}, unused);
+            if (!kExtras && first >= mine.unmasked_begin && first < mine.unmasked_end) {
+                softmax_block(first, cute::false_type{}, unused);
             } else {
-                softmax_block(e - 1, cute::true_type{}, unused);
+                softmax_block(first, cute::true_type{}, unused);
             }
             scores_to_p();
         }
@@ -419,12 +444,12 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             wait_full(v_full, r - 1);
             take_turn();
             issue_s(r % kStages);
-            issue_pv((r - 1) % kStages, idx == 1);
+            issue_pv((r - 1) % kStages, idx == lead + 1);
             pass_turn();
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
             release(k_empty, r);
-            release_q_after_s(idx == num_blocks - 1);
+            release_q_after_s(j == mine.n_begin);
             float correction[kRows];
             softmax_block(j, masked_tag, correction);
             warpgroup_wait<0>();
@@ -434,22 +459,26 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             OnlineSoftmax<kRows>::rescale_unless_all_one(acc_o_rows, correction);
             scores_to_p();
         };
-        for (int j = e - 2; j >= t.range.n_begin;) {
-            for (; j >= t.range.n_begin && (j >= t.range.unmasked_end || j < t.range.unmasked_begin); --j)
+        for (int j = first - 1; j >= mine.n_begin;) {
+            for (; j >= mine.n_begin && (j >= mine.unmasked_end || j < mine.unmasked_begin); --j)
                 step(e - 1 - j, cute::true_type{});
-            for (; j >= t.range.n_begin && j >= t.range.unmasked_begin && j < t.range.unmasked_end; --j)
+            for (; j >= mine.n_begin && j >= mine.unmasked_begin && j < mine.unmasked_end; --j)
                 step(e - 1 - j, cute::false_type{});
         }
-        if (num_blocks > 0) { // the last block's P V
-            const int r = ring_base + num_blocks - 1;
+        if (own_blocks > 0) { // the last block's P V
+            const int r = ring_base + lead + own_blocks - 1;
             wait_full(v_full, r);
             take_turn();
-            issue_pv(r % kStages, num_blocks == 1);
+            issue_pv(r % kStages, own_blocks == 1);
             pass_turn();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
             release(v_empty, r);
+        } else if (num_blocks > 0) { // the turn of a last P V
+            take_turn();
+            pass_turn();
         }
+        for (int idx = lead + own_blocks; idx < num_blocks; ++idx) pass_block(idx);
 
         // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
         float row_lse[kRows];
