@@ -527,9 +527,6 @@ int main() {
     using fp16 = cutlass::half_t;
     check_sm90_producer<DefaultSm90FwdTraits<32, bf16>>("sm90 d32");
     check_sm90_producer<DefaultSm90FwdTraits<64, bf16>>("sm90 d64");
-    // The shorter tile beside the default up to d64 (tiles::forward_sm90_short_rows: 128 rows).
-    check_sm90_producer<DefaultSm90FwdTraits<32, fp16, 32, 128>>("sm90 d32 128 rows");
-    check_sm90_producer<DefaultSm90FwdTraits<64, bf16, 64, 128>>("sm90 d64 128 rows");
     check_sm90_producer<DefaultSm90FwdTraits<96, fp16>>("sm90 d96");
     check_sm90_producer<DefaultSm90FwdTraits<128, bf16>>("sm90 d128");
     check_sm90_producer<DefaultSm90FwdTraits<192, bf16>>("sm90 d192");
@@ -537,14 +534,11 @@ int main() {
     check_sm90_producer<DefaultSm90FwdTraits<192, bf16, 128>>("sm90 d192/128");
     check_sm90_producer<DefaultSm90FwdTraits<192, fp16, 128>>("sm90 d192/128 fp16");
     check_sm90_value_dim<DefaultSm90FwdTraits<64, bf16>>("sm90 d64 P V and O");
-    check_sm90_value_dim<DefaultSm90FwdTraits<64, bf16, 64, 128>>("sm90 d64 128 rows P V and O");
     check_sm90_value_dim<DefaultSm90FwdTraits<128, bf16>>("sm90 d128 P V and O");
     check_sm90_value_dim<DefaultSm90FwdTraits<256, fp16>>("sm90 d256 P V and O");
     check_sm90_value_dim<DefaultSm90FwdTraits<192, bf16, 128>>("sm90 d192/128 P V and O");
     static_assert(DefaultSm90FwdTraits<64, bf16>::kBlockM == 192 && DefaultSm90FwdTraits<64, bf16>::kWarpGroups == 3 &&
-                  DefaultSm90FwdTraits<64, bf16, 64, 128>::kWarpGroups == 2 &&
-                  DefaultSm90FwdTraits<64, bf16, 64, 128>::kBlockN == DefaultSm90FwdTraits<64, bf16>::kBlockN &&
-                  DefaultSm90FwdTraits<64, bf16, 64, 128>::kConsumerRegs == 232);
+                  DefaultSm90FwdTraits<64, bf16>::kConsumerRegs == 160);
     static_assert(DefaultSm90FwdTraits<192, bf16, 128>::kBlockN == 128 && !DefaultSm90FwdTraits<192, bf16, 128>::kOwnOBuffer &&
                   DefaultSm90FwdTraits<192, bf16, 128>::kSmemBytes == 48 * 1024 + 2 * 48 * 1024 + 2 * 32 * 1024 + 120);
     std::printf("sm90 forward producer copies  ok so far (%d failures)\n", failures);

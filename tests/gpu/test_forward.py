@@ -107,11 +107,11 @@ def test_running_max_moves_late(hdim, dtype, causal, early_scale):
 
 
 # ---------------------------------------------------------------------------------------------
-# The Hopper forward's two tiles up to d64 (kernels/tiles.h, forward_sm90_short_rows): the planner
-# takes 128 rows (two consumers) where the mask has a right edge and there are at most 1024 keys,
-# else 192 (three). Each shape below gives the persistent CTAs several tiles each (24 heads: 192 and
-# 264 tiles on 132 SMs). On Hopper the kernel's name (through torch.profiler) shows which tile ran:
-# Sm90FwdTraits' last template argument is its rows.
+# Short masked problems on the Hopper forward's 192-row tile up to d64 (three consumers, each
+# computing only the key blocks its 64 rows see: on the diagonal, and past the sequence's end where a
+# tile holds its last rows). Each shape below gives the persistent CTAs several tiles each (24 heads:
+# 144-264 tiles on 132 SMs). On Hopper the kernel's name (through torch.profiler) shows which tile
+# ran: Sm90FwdTraits' last template argument is its rows.
 
 SM90_TRAITS_ROWS = (re.compile(r"Sm90FwdTraits<\s*\d+,\s*\d+,\s*[\w:]+,\s*\d+,\s*(\d+)\s*>"),  # demangled
                     re.compile(r"Sm90FwdTraitsILi\d+ELi\d+EN\d+cutlass\d+\w+?_tELi\d+ELi(\d+)E"))  # mangled
@@ -132,12 +132,13 @@ def sm90_forward_rows(fn):
 
 
 SHORT_TILE_CASES = {  # name: (seqlen, keyword arguments, the planner's rows on Hopper)
-    "causal_1k": (1024, dict(causal=True), 128),
+    "causal_1k": (1024, dict(causal=True), 192),
     "causal_2k": (2048, dict(causal=True), 192),
-    "full_1k": (1024, dict(), 192),
-    "window_1k": (1024, dict(window=(200, 16)), 128),         # a right edge, not causal
-    "causal_softcap_1k": (1024, dict(causal=True, softcap=20.0), 128),  # the extras kernel
-    "causal_1000x900": ((1000, 900), dict(causal=True), 128),  # partial blocks, bottom-right diagonal
+    "full_1k": (1024, dict(), 192),                            # the last tile's 64 rows alone
+    "window_1k": (1024, dict(window=(200, 16)), 192),         # a right edge, not causal
+    "causal_softcap_1k": (1024, dict(causal=True, softcap=20.0), 192),  # the extras kernel
+    "causal_1000x900": ((1000, 900), dict(causal=True), 192),  # partial blocks, bottom-right diagonal
+    "causal_900x1000": ((900, 1000), dict(causal=True), 192),  # keys before the diagonal
 }
 
 

@@ -136,48 +136,37 @@ TEST(PlannerForward, HopperD64TilesHave192Rows) {
     EXPECT_EQ(plan(d).block_m, 128);
 }
 
-// ... except short problems whose mask has a right edge (causal, local): two consumers, 128 rows
-// (tiles::forward_sm90_short_rows), up to 1024 keys.
-TEST(PlannerForward, HopperD64ShortCausalTilesHave128Rows) {
+// ... masked or not: under a causal or local mask each consumer computes only its rows' key blocks
+// (fwd_kernel_sm90.cuh), so the 192-row tile serves short masked problems too.
+TEST(PlannerForward, HopperD64TilesHave192RowsMaskedOrNot) {
     Dense d;
     d.head_dim = 64, d.causal = true;
     const ForwardPlan p = plan(d);
     EXPECT_EQ(p.kernel, Kernel::forward_sm90);
     EXPECT_EQ(p.tile_dim, 64);
-    EXPECT_EQ(p.block_m, 128);
+    EXPECT_EQ(p.block_m, 192);
     EXPECT_EQ(p.block_n, 128);
-    EXPECT_EQ(p.num_m_blocks, 8); // 1024 rows
+    EXPECT_EQ(p.num_m_blocks, 6); // 1024 rows
     EXPECT_TRUE(p.sm90_persistent && p.sm90_claims_tiles);
-    EXPECT_EQ(p.ctas, 132);         // min(8 x 2 x 16 tiles, the SMs)
-    EXPECT_EQ(p.section_heads, 32); // 256 KB of K/V a pair: all 32 in one 16 MB section
+    EXPECT_EQ(p.ctas, 132);         // min(6 x 2 x 16 tiles, the SMs)
     d.batch = 1, d.heads = d.heads_k = 4;
-    EXPECT_EQ(plan(d).ctas, 8 * 4); // fewer tiles than SMs: a CTA each, of 128 rows
+    EXPECT_EQ(plan(d).ctas, 6 * 4); // fewer tiles than SMs: a CTA each
     d.batch = 2, d.heads = d.heads_k = 16;
-    d.seqlen_k = 1000; // the keys decide, up to 1024 (seqlen_q 1024)
-    EXPECT_EQ(plan(d).block_m, 128);
-    d.head_dim = 32; // tile dim 32: the same pair of tiles
+    d.head_dim = 32; // tile dim 32: the same tile
     EXPECT_EQ(plan(d).tile_dim, 32);
-    EXPECT_EQ(plan(d).block_m, 128);
+    EXPECT_EQ(plan(d).block_m, 192);
     d.head_dim = 64;
-    d.seqlen_q = d.seqlen_k = 2048; // from 2k keys: three consumers
+    d.seqlen_q = d.seqlen_k = 2048;
     EXPECT_EQ(plan(d).block_m, 192);
     EXPECT_EQ(plan(d).num_m_blocks, 11);
-    d.seqlen_q = d.seqlen_k = 1025;
-    EXPECT_EQ(plan(d).block_m, 192);
     d.seqlen_q = d.seqlen_k = 1024;
-    d.causal = false; // no mask: three
+    d.causal = false, d.window_left = 100, d.window_right = 16; // a local window
     EXPECT_EQ(plan(d).block_m, 192);
-    d.window_left = 64; // a left edge only: three
-    EXPECT_EQ(plan(d).block_m, 192);
-    d.window_left = -1, d.window_right = 16; // a right edge: two
-    EXPECT_EQ(plan(d).block_m, 128);
-    d.window_left = 100, d.window_right = 0;
-    EXPECT_EQ(plan(d).block_m, 128);
-    Dense forced; // the mma.sync kernel's range forced onto the Hopper kernel takes the same rule
+    Dense forced; // the mma.sync kernel's range forced onto the Hopper kernel
     forced.head_dim = 64, forced.causal = true, forced.seqlen_q = forced.seqlen_k = 512;
     EXPECT_EQ(plan(forced).kernel, Kernel::forward_sm80);
-    EXPECT_EQ(plan(forced, h200(), overrides("forward_kernel=sm90")).block_m, 128);
-    EXPECT_EQ(plan(forced, h200(), overrides("forward_kernel=sm90")).num_m_blocks, 4);
+    EXPECT_EQ(plan(forced, h200(), overrides("forward_kernel=sm90")).block_m, 192);
+    EXPECT_EQ(plan(forced, h200(), overrides("forward_kernel=sm90")).num_m_blocks, 3);
     // Above d64 one tile: d96 and d128 at 128 rows, masked or not.
     for (const int head_dim : {96, 128}) {
         Dense wide;

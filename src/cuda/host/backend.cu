@@ -105,10 +105,6 @@ void launch_forward(const ForwardPlan& plan, const FwdArgs& args, fa_dtype dtype
                     }
                     if (plan.tile_dim_v != kDim)
                         fail(FA_ERROR_INTERNAL, "no sm90 forward of value head dim ", plan.tile_dim_v, " at ", kDim);
-                    // The tile of the plan's rows: the shorter one where the plan took it.
-                    if constexpr (constexpr int kRows = tiles::forward_sm90_short_rows(kDim); kRows != 0) {
-                        if (plan.block_m == kRows) return run_forward_sm90<kDim, kDtype, kDim, kRows>(args, plan.ctas, stream);
-                    }
                     if (plan.block_m != tiles::forward_sm90(kDim).block_m)
                         fail(FA_ERROR_INTERNAL, "no sm90 forward of ", plan.block_m, " rows at ", kDim);
                     return run_forward_sm90<kDim, kDtype>(args, plan.ctas, stream);

@@ -21,11 +21,8 @@ void run_forward_sm80(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 // Compiled when FLASHATTN_CUDA_ARCHS contains 90 (FLASHATTN_CUDA_HAS_SM90, build_config.h).
 // The kernel's looping form where O's accumulator is at most 64 x 128 (ForwardPlan::sm90_persistent),
 // else the one-tile form. kTileDimV: V and O's width, kTileDim's own or, where the build has that
-// instance, tiles::forward_sm90_value_dim(kTileDim) (ForwardPlan::tile_dim_v). kBlockM: the tile's
-// query rows (ForwardPlan::block_m), tiles::forward_sm90's or, where there is one,
-// tiles::forward_sm90_short_rows(kTileDim) (its own instance unit).
-template <int kTileDim, fa_dtype kDtype, int kTileDimV = kTileDim,
-          int kBlockM = tiles::forward_sm90(kTileDim, kTileDimV).block_m>
+// instance, tiles::forward_sm90_value_dim(kTileDim) (ForwardPlan::tile_dim_v).
+template <int kTileDim, fa_dtype kDtype, int kTileDimV = kTileDim>
 void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream);
 
 // The inference variant of the forward kernel (Kernel::inference; in the forward's unit) and the

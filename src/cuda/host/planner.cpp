@@ -93,14 +93,7 @@ void choose_training_forward(const Problem& problem, const DeviceInfo& device, c
             plan.staging = forward_staging(problem, true);
             plan.tile_dim_v = value_dim;
         }
-        tiles::ForwardSm90 tile = tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v);
-        // The shorter tile (two consumers instead of three, d <= 64) where the mask has a right edge
-        // (causal, local) and the keys are few: there a 192-row tile on the diagonal computes more
-        // fully masked key blocks than it gains from its third consumer (H200, d64 causal 32 heads:
-        // three / two consumers 0.85 at 1k, 0.99 at 2k, 1.07-1.12 at 8k-16k; non-causal 1.01 at 1k).
-        const int short_rows = tiles::forward_sm90_short_rows(plan.tile_dim, plan.tile_dim_v);
-        if (short_rows != 0 && problem.mask.window_right >= 0 && p.seqlen_k <= tiles::kForwardSm90ShortRowsMaxKeys)
-            tile = tiles::forward_sm90_rows(plan.tile_dim, plan.tile_dim_v, short_rows);
+        const tiles::ForwardSm90 tile = tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v);
         plan.block_m = tile.block_m, plan.block_n = tile.block_n;
     } else {
         const tiles::ForwardSm80 tile = tiles::forward_sm80(plan.tile_dim);

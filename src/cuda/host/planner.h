@@ -110,8 +110,7 @@ struct ForwardPlan {
     int tile_dim_v = 0; // its value head dim: tile_dim, or a Hopper value-dim instance's (tiles::forward_sm90_value_dim)
     int head_dim = 0;   // what the kernels read of q and k: padded_dim when staged for the head dim, else head_dim
     int head_dim_v = 0; // ... of v and out: padded_dim_v when staged for the head dim, else head_dim_v
-    int block_m = 0, block_n = 0; // forward_sm90 at d <= 64: 192 or 128 rows, each its own instance
-                                  // (tiles::forward_sm90_short_rows), which the launcher picks by this
+    int block_m = 0, block_n = 0;
     int64_t ctas = 0;
     int num_m_blocks = 0; // query tiles per (sequence, head): of seqlen_q rows, or the packed GQA heads
     int section_heads = 0; // tile order of a masked forward (kernels/tile_order.cuh); 0 = plain order

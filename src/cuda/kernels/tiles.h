@@ -32,27 +32,13 @@ struct ForwardSm90 {
     int block_m, block_n;
     bool can_persist;
 };
-// The tile with block_m query rows (64 per consumer) at these head dims.
-constexpr ForwardSm90 forward_sm90_rows(int head_dim, int head_dim_v, int block_m) {
+// The tile (64 query rows per consumer): three consumers up to d64, else two.
+constexpr ForwardSm90 forward_sm90(int head_dim, int head_dim_v) {
+    const int block_m = head_dim <= 64 && head_dim_v <= 64 ? 192 : 128;
     const int q_bytes = block_m * head_dim * 2, ring_bytes = 2 * 128 * (head_dim + head_dim_v) * 2;
     return {block_m, q_bytes + ring_bytes <= 227 * 1024 ? 128 : 64, head_dim_v <= 128};
 }
-// The default tile: three consumers up to d64, else two.
-constexpr ForwardSm90 forward_sm90(int head_dim, int head_dim_v) {
-    return forward_sm90_rows(head_dim, head_dim_v, head_dim <= 64 && head_dim_v <= 64 ? 192 : 128);
-}
 constexpr ForwardSm90 forward_sm90(int head_dim) { return forward_sm90(head_dim, head_dim); }
-// The Hopper forward's second tile at a tile head dim (0: none), an instance of its own
-// (instances/fwd_sm90_rows_instance.cu.in): two consumers (128 rows) where the default has three
-// (d <= 64). The planner takes it for short problems whose mask has a right edge (causal, local:
-// forward_sm90_short_rows_max_keys): a 192-row tile on the diagonal computes more fully masked
-// 128-key blocks than two 128-row tiles, which at ~4 blocks a tile (1k causal) is not made up by
-// the third consumer (H200, d64 causal 1k: three consumers 0.85x cuDNN, two 1.00x; 2k 0.99x either).
-constexpr int forward_sm90_short_rows(int tile_dim, int tile_dim_v) {
-    return forward_sm90(tile_dim, tile_dim_v).block_m == 192 ? 128 : 0;
-}
-constexpr int forward_sm90_short_rows(int tile_dim) { return forward_sm90_short_rows(tile_dim, tile_dim); }
-constexpr int kForwardSm90ShortRowsMaxKeys = 1024;
 
 // The value head dim of the Hopper forward's instance with a narrower V than Q/K at this tile head
 // dim (0: none). Such a call runs P V, O's registers and its store at the value width instead of

@@ -1,5 +1,4 @@
-// Launch of the Hopper forward kernel for one (tile head dim, dtype, value tile head dim, query rows
-// of its tile): the plain or the extras kernel, in the looping form where O's accumulator is at most 64 x 128
+// Launch of the Hopper forward kernel for one (tile head dim, dtype, value tile head dim): the plain or the extras kernel, in the looping form where O's accumulator is at most 64 x 128
 // (Sm90FwdTraits::kCanPersist; ForwardPlan::sm90_persistent sizes its grid), else the one-tile form.
 // Compiled for sm_90a only.
 #pragma once
@@ -13,12 +12,12 @@
 
 namespace flashattn::cuda {
 
-template <int kTileDim, fa_dtype kDtype, int kTileDimV, int kBlockM>
+template <int kTileDim, fa_dtype kDtype, int kTileDimV>
 void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream) {
     static_assert(kDtype == FA_FLOAT16 || kDtype == FA_BFLOAT16);
     static_assert(kTileDimV == kTileDim || kTileDimV == tiles::forward_sm90_value_dim(kTileDim));
     using Element = std::conditional_t<kDtype == FA_FLOAT16, cutlass::half_t, cutlass::bfloat16_t>;
-    using Traits = kernels::DefaultSm90FwdTraits<kTileDim, Element, kTileDimV, kBlockM>;
+    using Traits = kernels::DefaultSm90FwdTraits<kTileDim, Element, kTileDimV>;
     constexpr bool kPersistent = Traits::kCanPersist;
     const Sm90FwdParams params = sm90_forward_params<Traits>(args, kDtype == FA_BFLOAT16);
     auto launch = [&](auto kernel) {

@@ -8,9 +8,8 @@
 //
 // A CTA is a producer warpgroup that only loads and two or three consumer warpgroups owning
 // kBlockM = 128 or 192 query rows, 64 each (wgmma's M); they share each K/V block in shared memory.
-// The tile's rows are a template parameter (kBlockM_): tiles::forward_sm90's by default, and at
-// d <= 64 also 128 (tiles::forward_sm90_short_rows, an instance of its own that the planner picks
-// for short masked problems).
+// Under a causal or local mask each consumer computes only the key blocks its own rows see, so a
+// 192-row tile on the diagonal costs what two 128-row tiles would (fwd_kernel_sm90.cuh).
 // Inside a consumer the rows split over its warps exactly as in the SM80 kernel (warp w owns rows
 // 16w..16w+15, a quad of lanes shares each row), so the online softmax and the score policies are
 // the same code.
@@ -43,12 +42,9 @@ struct Sm90FwdTraits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
-    // Consumers: each owns 64 query rows; they share the K/V blocks (tiles::forward_sm90: how many
-    // by default; tiles::forward_sm90_short_rows: the other tile where there is one).
+    // Consumers: each owns 64 query rows; they share the K/V blocks (tiles::forward_sm90: how many).
     static constexpr int kBlockM = kBlockM_;
-    static_assert(kBlockM == tiles::forward_sm90(kHeadDim, kHeadDimV).block_m ||
-                      kBlockM == tiles::forward_sm90_short_rows(kHeadDim, kHeadDimV),
-                  "a tile that kernels/tiles.h does not name");
+    static_assert(kBlockM == tiles::forward_sm90(kHeadDim, kHeadDimV).block_m, "a tile that kernels/tiles.h does not name");
     static constexpr int kWarpGroups = kBlockM / 64;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kThreads = 128 * kWarpGroups; // the consumers (the MMAs, the O store)
@@ -151,12 +147,8 @@ struct Sm90FwdTraits {
                   "setmaxnreg would ask for more registers than the CTA was launched with");
 };
 
-// The tile of (head dim, value head dim) with kBlockM rows (tiles::forward_sm90_rows; by default
-// tiles::forward_sm90's).
-template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim,
-          int kBlockM = tiles::forward_sm90(kHeadDim, kHeadDimV).block_m>
-using DefaultSm90FwdTraits =
-    Sm90FwdTraits<kHeadDim, tiles::forward_sm90_rows(kHeadDim, kHeadDimV, kBlockM).block_n, Element, kHeadDimV,
-                  kBlockM>;
+// The tile of (head dim, value head dim): tiles::forward_sm90's.
+template <int kHeadDim, typename Element, int kHeadDimV = kHeadDim>
+using DefaultSm90FwdTraits = Sm90FwdTraits<kHeadDim, tiles::forward_sm90(kHeadDim, kHeadDimV).block_n, Element, kHeadDimV>;
 
 } // namespace flashattn::cuda::kernels
