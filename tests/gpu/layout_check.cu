@@ -120,15 +120,37 @@ void check_traits(const char* name) {
     std::printf("%-28s ok so far (%d failures)\n", name, failures);
 }
 
+// A random sequence (up to 701 queries, 700 keys, square a quarter of the time) and mask (windows
+// of either side, causal, none).
+void random_masked_problem(std::mt19937& rng, SequenceBounds& s, MaskSpec& mask) {
+    std::uniform_int_distribution<int> len(0, 700), win(-1, 300), coin(0, 3);
+    s = SequenceBounds{len(rng) + 1, len(rng), 0, 0};
+    if (coin(rng) == 0) s.k_len = s.q_len; // square, the common case
+    mask = MaskSpec{coin(rng) == 0 ? -1 : win(rng), coin(rng) == 0 ? -1 : win(rng)};
+    if (coin(rng) == 0) mask = MaskSpec{-1, 0}; // causal
+    if (coin(rng) == 0) mask = MaskSpec{-1, -1};
+}
+
+// Whether some (any) and every (all) pair of rows [first_row, last_row] and keys [key_begin,
+// key_end) is allowed (keys past k_len are not).
+std::pair<bool, bool> block_keys(const MaskSpec& mask, const SequenceBounds& s, int first_row, int last_row,
+                                 int key_begin, int key_end) {
+    bool any = false, all = true;
+    for (int i = first_row; i <= last_row; ++i)
+        for (int j = key_begin; j < key_end; ++j) {
+            const bool ok = j < s.k_len && mask.allowed(i, j, s.q_len, s.k_len);
+            any |= ok;
+            all &= ok;
+        }
+    return {any, all};
+}
+
 template <int kBlockM, int kBlockN>
 void check_block_ranges(std::mt19937& rng) {
-    std::uniform_int_distribution<int> len(0, 700), win(-1, 300), coin(0, 3);
     for (int trial = 0; trial < 4000; ++trial) {
-        SequenceBounds s{len(rng) + 1, len(rng), 0, 0};
-        if (coin(rng) == 0) s.k_len = s.q_len; // square, the common case
-        MaskSpec mask{coin(rng) == 0 ? -1 : win(rng), coin(rng) == 0 ? -1 : win(rng)};
-        if (coin(rng) == 0) mask = MaskSpec{-1, 0}; // causal
-        if (coin(rng) == 0) mask = MaskSpec{-1, -1};
+        SequenceBounds s;
+        MaskSpec mask;
+        random_masked_problem(rng, s, mask);
         for (int m0 = 0; m0 < s.q_len; m0 += kBlockM) {
             const KvBlockRange r = kv_block_range<kBlockM, kBlockN>(mask, s, m0);
             const int last_row = std::min(m0 + kBlockM, s.q_len) - 1;
@@ -136,14 +158,7 @@ void check_block_ranges(std::mt19937& rng) {
             CHECK(r.n_begin >= 0 && r.n_end <= n_blocks && r.n_begin <= r.n_end, "range [%d,%d) of %d blocks",
                   r.n_begin, r.n_end, n_blocks);
             for (int n = 0; n < n_blocks; ++n) {
-                bool any = false, all = true;
-                for (int i = m0; i <= last_row; ++i) {
-                    for (int j = n * kBlockN; j < (n + 1) * kBlockN; ++j) {
-                        const bool ok = j < s.k_len && mask.allowed(i, j, s.q_len, s.k_len);
-                        any |= ok;
-                        all &= ok;
-                    }
-                }
+                const auto [any, all] = block_keys(mask, s, m0, last_row, n * kBlockN, (n + 1) * kBlockN);
                 const bool visited = n >= r.n_begin && n < r.n_end;
                 const bool unmasked = visited && n >= r.unmasked_begin && n < r.unmasked_end;
                 CHECK(!any || visited, "q %d k %d win (%lld,%lld) m0 %d: block %d has allowed keys but is skipped",
@@ -161,13 +176,10 @@ void check_block_ranges(std::mt19937& rng) {
 // sequence's end), and the fully allowed ones are allowed for every one of its rows.
 template <int kBlockM, int kRows, int kBlockN>
 void check_row_blocks(std::mt19937& rng) {
-    std::uniform_int_distribution<int> len(0, 700), win(-1, 300), coin(0, 3);
     for (int trial = 0; trial < 4000; ++trial) {
-        SequenceBounds s{len(rng) + 1, len(rng), 0, 0};
-        if (coin(rng) == 0) s.k_len = s.q_len;
-        MaskSpec mask{coin(rng) == 0 ? -1 : win(rng), coin(rng) == 0 ? -1 : win(rng)};
-        if (coin(rng) == 0) mask = MaskSpec{-1, 0};
-        if (coin(rng) == 0) mask = MaskSpec{-1, -1};
+        SequenceBounds s;
+        MaskSpec mask;
+        random_masked_problem(rng, s, mask);
         for (int m0 = 0; m0 < s.q_len; m0 += kBlockM) {
             const KvBlockRange tile = kv_block_range<kBlockM, kBlockN>(mask, s, m0);
             for (int c = 0; c < kBlockM / kRows; ++c) {
@@ -182,13 +194,7 @@ void check_row_blocks(std::mt19937& rng) {
                       "q %d k %d m0 %d part %d: rows' range [%d,%d) (%d) outside the tile's [%d,%d)", s.q_len,
                       s.k_len, m0, c, r.n_begin, r.n_end, own.blocks, tile.n_begin, tile.n_end);
                 for (int n = tile.n_begin; n < tile.n_end; ++n) {
-                    bool any = false, all = true;
-                    for (int i = r0; i <= last_row; ++i)
-                        for (int j = n * kBlockN; j < (n + 1) * kBlockN; ++j) {
-                            const bool ok = j < s.k_len && mask.allowed(i, j, s.q_len, s.k_len);
-                            any |= ok;
-                            all &= ok;
-                        }
+                    const auto [any, all] = block_keys(mask, s, r0, last_row, n * kBlockN, (n + 1) * kBlockN);
                     const bool visited = n >= r.n_begin && n < r.n_end;
                     const bool unmasked = visited && n >= r.unmasked_begin && n < r.unmasked_end;
                     CHECK(!any || visited, "q %d k %d win (%lld,%lld) m0 %d part %d: block %d has allowed keys but is passed",
