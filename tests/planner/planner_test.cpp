@@ -214,6 +214,12 @@ TEST(PlannerForward, MaskedTilesAreClaimedHeavyFirstInSections) {
     EXPECT_EQ(p.workspace.size(Piece::tile_counter), sizeof(unsigned)); // zeroed before the launch
     EXPECT_EQ(p.workspace.total, 256u);
     EXPECT_FALSE(plan(Dense{}).sm90_claims_tiles); // equal tiles: a grid stride
+    Dense ragged; // unequal tiles without a mask: the last of a pair ends past the sequence
+    ragged.head_dim = 64; // 192-row tiles: 1024 rows end 128 rows into the sixth
+    EXPECT_TRUE(plan(ragged).sm90_claims_tiles);
+    EXPECT_EQ(plan(ragged).workspace.size(Piece::tile_counter), sizeof(unsigned));
+    ragged.head_dim = 128, ragged.seqlen_q = ragged.seqlen_k = 1000;
+    EXPECT_TRUE(plan(ragged).sm90_claims_tiles);
     // 16 MB sections of K/V: 2 x 1024 keys x 128 x 2 bytes = 512 KB a pair -> 32 pairs, all of them.
     EXPECT_EQ(p.section_heads, 32);
     d.seqlen_k = d.seqlen_q = 32768, d.batch = 1;
@@ -423,7 +429,8 @@ TEST(PlannerForward, HopperRunsTheValueDimInstanceAt192And128) {
     const ForwardPlan v = plan_forward(make_problem(&varlen, true), h200(), {});
     EXPECT_EQ(v.kernel, Kernel::forward_sm90);
     EXPECT_EQ(v.tile_dim_v, 128);
-    EXPECT_EQ(v.workspace.total, 0u);
+    EXPECT_TRUE(v.sm90_claims_tiles); // sequences of any length: tiles claimed from the counter
+    EXPECT_EQ(v.workspace.size(Piece::tile_counter), sizeof(unsigned));
 
     // A v or out the kernel cannot address in 16-byte chunks: staged at 128 columns, not 192.
     fa_fwd_params odd = mla.params();
