@@ -184,15 +184,15 @@ void check_row_blocks(std::mt19937& rng) {
             const KvBlockRange tile = kv_block_range<kBlockM, kBlockN>(mask, s, m0);
             for (int c = 0; c < kBlockM / kRows; ++c) {
                 const int r0 = m0 + c * kRows, last_row = std::min(r0 + kRows, s.q_len) - 1;
-                const RowBlocks own = row_blocks<kRows, kBlockN>(mask, s, tile, r0);
-                const KvBlockRange& r = own.range;
-                CHECK(r0 < s.q_len || own.blocks == 0, "q %d m0 %d part %d: rows past the end see %d blocks", s.q_len,
-                      m0, c, own.blocks);
-                CHECK(own.blocks == r.n_end - r.n_begin && own.blocks >= 0 &&
-                          (own.blocks == 0 ? r.n_begin == tile.n_begin
+                const KvBlockRange r = row_blocks<kRows, kBlockN>(mask, s, tile, r0);
+                const int blocks = r.n_end - r.n_begin;
+                CHECK(r0 < s.q_len || blocks == 0, "q %d m0 %d part %d: rows past the end see %d blocks", s.q_len,
+                      m0, c, blocks);
+                CHECK(blocks >= 0 &&
+                          (blocks == 0 ? r.n_begin == tile.n_begin
                                            : r.n_begin >= tile.n_begin && r.n_end <= tile.n_end),
                       "q %d k %d m0 %d part %d: rows' range [%d,%d) (%d) outside the tile's [%d,%d)", s.q_len,
-                      s.k_len, m0, c, r.n_begin, r.n_end, own.blocks, tile.n_begin, tile.n_end);
+                      s.k_len, m0, c, r.n_begin, r.n_end, blocks, tile.n_begin, tile.n_end);
                 for (int n = tile.n_begin; n < tile.n_end; ++n) {
                     const auto [any, all] = block_keys(mask, s, r0, last_row, n * kBlockN, (n + 1) * kBlockN);
                     const bool visited = n >= r.n_begin && n < r.n_end;

@@ -158,24 +158,18 @@ __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& 
 // causal or local mask a sub-range of the tile's (the top rows of a tile taller than a key block
 // end a block or more before its bottom rows), with its own fully allowed blocks; rows past the
 // sequence's end see none (an empty range at tile.n_begin).
-struct RowBlocks {
-    KvBlockRange range;
-    int blocks;
-};
 template <int kRows, int kBlockN>
-__host__ __device__ __forceinline__ RowBlocks row_blocks(const MaskSpec& mask, const SequenceBounds& s,
-                                                         const KvBlockRange& tile, int m0) {
-    RowBlocks own;
-    own.range = tile;
+__host__ __device__ __forceinline__ KvBlockRange row_blocks(const MaskSpec& mask, const SequenceBounds& s,
+                                                            const KvBlockRange& tile, int m0) {
+    KvBlockRange own = tile;
     if (m0 >= s.q_len) {
-        own.range.n_end = tile.n_begin;
+        own.n_end = tile.n_begin;
     } else if (mask.is_local()) {
-        own.range = kv_block_range<kRows, kBlockN>(mask, s, m0);
-        own.range.n_begin = max(own.range.n_begin, tile.n_begin);
-        own.range.n_end = min(own.range.n_end, tile.n_end);
+        own = kv_block_range<kRows, kBlockN>(mask, s, m0);
+        own.n_begin = max(own.n_begin, tile.n_begin);
+        own.n_end = min(own.n_end, tile.n_end);
     }
-    if (own.range.n_end <= own.range.n_begin) own.range.n_begin = own.range.n_end = tile.n_begin;
-    own.blocks = own.range.n_end - own.range.n_begin;
+    if (own.n_end <= own.n_begin) own.n_begin = own.n_end = tile.n_begin;
     return own;
 }
 

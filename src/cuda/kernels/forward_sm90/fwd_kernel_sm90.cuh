@@ -359,9 +359,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         const int e = t.e, m0 = t.m0, num_blocks = t.num_blocks;
         // This consumer's rows see the blocks [mine.n_begin, mine.n_end) of the tile's (visit
         // positions lead .. lead + own_blocks - 1), fully allowed in [mine.unmasked_begin, _end).
-        const RowBlocks own = row_blocks<64, kBlockN>(args.mask, t.seq, t.range, m0 + consumer * 64);
-        const KvBlockRange mine = own.range;
-        const int lead = e - mine.n_end, own_blocks = own.blocks;
+        const KvBlockRange mine = row_blocks<64, kBlockN>(args.mask, t.seq, t.range, m0 + consumer * 64);
+        const int lead = e - mine.n_end, own_blocks = mine.n_end - mine.n_begin;
         if (own_blocks == 0) clear(acc_o); // (else the first P V starts it)
         OnlineSoftmax<kRows> softmax;
 
@@ -411,7 +410,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             release(v_empty, r);
         };
         for (int idx = 0; idx < lead; ++idx) pass_block(idx);
-        const int first = e - 1 - lead; // this consumer's first block in the visit order
+        const int first = mine.n_end - 1; // this consumer's first block in the visit order
         if (own_blocks > 0) {
             const int r = ring_base + lead;
             wait_full(k_full, r);
