@@ -36,6 +36,7 @@
 #include "device/wgmma_ops.cuh"
 
 #include "host_check.h"
+#include "key_mask_check.h"
 #include "producer_copy_check.h"
 
 #include <cstdio>
@@ -528,6 +529,31 @@ void check_sm90_value_dim(const char* name) {
                 Traits::kOwnOBuffer ? "in its own buffer" : "in Q's buffer");
 }
 
+// The forward kernels' masks on their (row, key) score views: the Hopper forward's 64-row wgmma
+// accumulator (TiledMmaS), the mma.sync kernels' warp tiles (accumulator_coords), each with its
+// columns in pairs 8 apart, so that apply_key_mask takes a row's allowed keys as bits.
+template <typename Traits>
+void check_sm90_fwd_key_mask(const char* name, std::mt19937& rng) {
+    constexpr int N = Traits::kBlockN;
+    typename Traits::TiledMmaS mma_s;
+    auto view = [&](int tid) {
+        Tensor c = mma_s.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<64>, Int<N>>{}));
+        return make_tensor(c.data(), wgmma_rows_cols(c.layout()));
+    };
+    check_key_mask<decltype(view(0))>(name, 128, 64, N, view, rng, 1);
+}
+
+template <typename Traits>
+void check_fwd_key_mask(const char* name, std::mt19937& rng) {
+    constexpr int M = Traits::kBlockM, N = Traits::kBlockN;
+    typename Traits::TiledMma mma;
+    auto view = [&](int tid) {
+        Tensor c = mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+        return make_tensor(c.data(), rows_cols(c.layout()));
+    };
+    check_key_mask<decltype(view(0))>(name, Traits::kThreads, M, N, view, rng, decltype(size<1>(view(0)))::value <= 32 ? 1 : -1);
+}
+
 int main() {
     using bf16 = cutlass::bfloat16_t;
     using fp16 = cutlass::half_t;
@@ -586,6 +612,13 @@ int main() {
     check_split_keys_ring<4, 6>(rng);
     check_split_keys_ring<2, 3>(rng);
     check_split_shares(rng);
+    check_sm90_fwd_key_mask<DefaultSm90FwdTraits<64, bf16>>("sm90 d64 key mask", rng);
+    check_sm90_fwd_key_mask<DefaultSm90FwdTraits<128, bf16>>("sm90 d128 key mask", rng);
+    check_sm90_fwd_key_mask<DefaultSm90FwdTraits<256, bf16>>("sm90 d256 key mask", rng);
+    check_fwd_key_mask<DefaultFwdTraits<64, bf16>>("d64 key mask", rng);
+    check_fwd_key_mask<DefaultFwdTraits<128, bf16>>("d128 key mask", rng);
+    check_fwd_key_mask<DefaultFwdTraits<256, bf16>>("d256 key mask", rng);
+    check_fwd_key_mask<SplitKeysDecodeTraits<128, bf16>::Warp>("d128 split-keys warp key mask", rng);
     check_inference_work_items(rng);
     check_block_ranges<16, 16>(rng);
     check_block_ranges<16, 32>(rng);

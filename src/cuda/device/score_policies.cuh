@@ -198,21 +198,102 @@ __host__ __device__ __forceinline__ int in_thread_frame(int64_t bound, int64_t t
 // keys) fragments (2 rows x 2N keys), per key in the Hopper backward's transposed views (16 query
 // rows x 2 keys), where 16 per-row ranges of 64-bit arithmetic cost ~740 instructions a masked
 // block at d128 (2.1x an unmasked one, SASS; the per-key form: 2 ranges).
+// The first n bits (n in [0, 32]).
+__host__ __device__ __forceinline__ uint32_t low_bits(int n) {
+    return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
+}
+
+// Whether a thread's values along mode kMode of a fragment view sit at indices (rows for mode 0,
+// columns for 1) first + 8q + p (value v = 2q + p, p = 0 or 1), in every row and column:
+// mma.sync's and wgmma's accumulators hold pairs of neighbouring columns 8 apart (and the Hopper
+// backward's transposed views, pairs of query rows). The offsets are compile-time constants once
+// folded, so this is too.
+template <int kMode, typename Coords>
+__host__ __device__ __forceinline__ bool values_in_pairs(Coords const& coords) {
+    const int first = get<kMode>(coords(0, 0));
+    bool pairs = true;
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(coords); ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(coords); ++c) {
+            const int v = kMode == 0 ? r : c;
+            pairs = pairs && get<kMode>(coords(r, c)) - first == 8 * (v / 2) + v % 2;
+        }
+    }
+    return pairs;
+}
+
+// On such a mode the values below a bound e (relative to its first index) are its first
+// ((e + 7) >> 3) + ((e + 6) >> 3) (the indices 8q below e, then the indices 8q + 1): as bits.
+template <int kValues>
+__host__ __device__ __forceinline__ uint32_t pair_values_below(int e) {
+    e = min(max(e, 0), 4 * kValues); // past the last index (4 kValues - 7) every value counts
+    return low_bits(((e + 7) >> 3) + ((e + 6) >> 3));
+}
+
+// The keys a thread's rows may see in the block at column n0, as bits: bit c of entry r says value
+// (r, c) of the fragment view `coords` is allowed (at most 32 values a row). Applying them
+// (apply_row_key_bits) is a bit test and a select a value, the bit tests mostly R2P, seven at a time.
+// Compared with both ends of a row's range instead, the 64 values of a 64 x 128 block took ~8
+// instructions each: ptxas evaluated the compares ahead of the scores' wait, packed the results into
+// registers and unpacked them again (the d64 Hopper forward's masked step: 1,051 instructions, 432
+// of them between the turn's barrier and its products; with the bits 671, and 58 in the turn).
+template <typename Coords>
+__host__ __device__ __forceinline__ auto row_key_bits(Coords const& coords, const MaskSpec& mask,
+                                                      const SequenceBounds& s, int m0, int n0) {
+    constexpr int kRows = decltype(size<0>(coords))::value, kCols = decltype(size<1>(coords))::value;
+    static_assert(kCols <= 32, "one 32-bit word of bits a row");
+    const int col0 = get<1>(coords(0, 0));
+    // Bring a row's range into this thread's column frame; int is enough there.
+    const int64_t first = int64_t(n0) + col0;
+    const bool pairs = values_in_pairs<1>(coords);
+    cute::array<uint32_t, kRows> bits;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+        const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
+        const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
+        if (pairs) {
+            bits[r] = pair_values_below<kCols>(end) & ~pair_values_below<kCols>(begin);
+        } else {
+            bits[r] = 0;
+            CUTE_UNROLL
+            for (int c = 0; c < kCols; ++c) {
+                const int j = get<1>(coords(r, c)) - col0; // a constant once folded
+                bits[r] |= uint32_t(j >= begin && j < end) << c;
+            }
+        }
+    }
+    return bits;
+}
+
+template <typename Scores, typename Bits>
+__host__ __device__ __forceinline__ void apply_row_key_bits(Scores& scores, Bits const& bits) {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(scores); ++c)
+            if (!(bits[r] & (1u << c))) scores(r, c) = -INFINITY;
+    }
+}
+
 template <typename Scores, typename Coords>
 __host__ __device__ __forceinline__ void apply_key_mask_by_row(Scores& scores, Coords const& coords,
                                                                const MaskSpec& mask, const SequenceBounds& s, int m0,
                                                                int n0) {
-    const int col0 = get<1>(coords(0, 0));
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(scores); ++r) {
-        const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
-        // Bring the range into this thread's column frame; int is enough there.
+    if constexpr (decltype(size<1>(scores))::value <= 32) {
+        apply_row_key_bits(scores, row_key_bits(coords, mask, s, m0, n0));
+    } else {
+        const int col0 = get<1>(coords(0, 0));
         const int64_t first = int64_t(n0) + col0;
-        const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) {
-            const int j = get<1>(coords(r, c)) - col0; // a constant once folded
-            if (j < begin || j >= end) scores(r, c) = -INFINITY;
+        for (int r = 0; r < size<0>(scores); ++r) {
+            const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
+            const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
+            CUTE_UNROLL
+            for (int c = 0; c < size<1>(scores); ++c) {
+                const int j = get<1>(coords(r, c)) - col0; // a constant once folded
+                if (j < begin || j >= end) scores(r, c) = -INFINITY;
+            }
         }
     }
 }
@@ -237,15 +318,28 @@ template <typename Scores, typename Coords>
 __host__ __device__ __forceinline__ void apply_key_mask_by_key(Scores& scores, Coords const& coords,
                                                                const MaskSpec& mask, const SequenceBounds& s, int m0,
                                                                int n0) {
+    constexpr int kRows = decltype(size<0>(scores))::value;
     const int row0 = get<0>(coords(0, 0));
+    // A key's allowed rows as bits (as row_key_bits: each value then a bit test and a select), where
+    // the rows come in pairs 8 apart and fit a word.
+    const bool pairs = kRows <= 32 && values_in_pairs<0>(coords);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
         const QueryRange rows = queries_for_key(mask, int64_t(n0) + get<1>(coords(0, c)), s.query_len(), s.k_len);
         // Bring the range into this thread's row frame (packed heads: every row is query 0).
         const int64_t first_row = s.rows_are_heads ? 0 : int64_t(m0) + row0;
         const int first = in_thread_frame(rows.first, first_row), last = in_thread_frame(rows.last, first_row);
+        if constexpr (kRows <= 32) {
+            if (pairs && !s.rows_are_heads) {
+                const uint32_t allowed = pair_values_below<kRows>(last + 1) & ~pair_values_below<kRows>(first);
+                CUTE_UNROLL
+                for (int r = 0; r < kRows; ++r)
+                    if (!(allowed & (1u << r))) scores(r, c) = -INFINITY;
+                continue;
+            }
+        }
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(scores); ++r) {
+        for (int r = 0; r < kRows; ++r) {
             const int i = s.rows_are_heads ? 0 : get<0>(coords(r, c)) - row0; // a constant once folded
             if (i < first || i > last) scores(r, c) = -INFINITY;
         }
