@@ -139,6 +139,7 @@ SHORT_TILE_CASES = {  # name: (seqlen, keyword arguments, the planner's rows on 
     "causal_softcap_1k": (1024, dict(causal=True, softcap=20.0), 192),  # the extras kernel
     "causal_1000x900": ((1000, 900), dict(causal=True), 192),  # partial blocks, bottom-right diagonal
     "causal_900x1000": ((900, 1000), dict(causal=True), 192),  # keys before the diagonal
+    "full_1000x300": ((1000, 300), dict(), 192),               # the last tile's 40 rows alone, three key blocks
 }
 
 
@@ -153,6 +154,17 @@ def test_d64_short_masked_tiles(case, dtype):
     q, k, v = rand(2, sq, 12, 64, dtype=dtype), rand(2, sk, 12, 64, dtype=dtype), rand(2, sk, 12, 64, dtype=dtype)
     _, ran = sm90_forward_rows(lambda: run_and_check(q, k, v, name=f"d64 {case}", **kw))
     assert ran in (set(), {rows}), f"d64 {case}: the Hopper forward ran {sorted(ran)}-row tiles, planned {rows}"
+
+
+def test_d64_lone_tiles_varlen():
+    """Sequences whose last rows (at most 64) form a Hopper forward tile alone, over several key
+    blocks, beside sequences whose last tiles hold two consumers' rows or see one or two blocks."""
+    torch.manual_seed(31)
+    lq, lk = [1000, 50, 7, 400, 250], [900, 700, 2, 1100, 129]
+    q, k, v = rand(sum(lq), 6, 64), rand(sum(lk), 2, 64), rand(sum(lk), 2, 64)
+    for causal in (False, True):
+        run_and_check(q, k, v, name=f"varlen lone tiles causal={causal}", causal=causal, cu_seqlens_q=cu(lq),
+                      cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk))
 
 
 # ---------------------------------------------------------------------------------------------
