@@ -92,6 +92,14 @@ struct SwizzledTileCopy {
             cp_async_16_or_zero(smem_tile + offset, ok ? g : safe, ok);
         });
     }
+    // The same with the rows before rows_begin zero-filled too (nothing read there: a tile that
+    // starts before its tensor's first row).
+    __device__ __forceinline__ void load_async(uint32_t smem_tile, const Element* first_row, int64_t row_stride,
+                                               int rows_begin, int rows_valid, int head_dim, const Element* safe) const {
+        for_each_chunk<true>(first_row, row_stride, rows_valid, head_dim, [&](uint32_t offset, const Element* g, bool ok) {
+            cp_async_16_or_zero(smem_tile + offset, ok ? g : safe, ok);
+        }, rows_begin);
+    }
 
     // The whole tile (every row and column inside the tensor): no predicates, no zero-fill.
     __device__ __forceinline__ void load_async_full(uint32_t smem_tile, const Element* first_row,
@@ -139,20 +147,22 @@ struct SwizzledTileCopy {
 
   private:
     // chunk(shared offset from the tile's start, global address, in bounds) for every chunk.
-    template <typename Chunk>
+    // (kRowsBegin: rows before rows_begin are out of bounds too.)
+    template <bool kRowsBegin = false, typename Chunk>
     __device__ __forceinline__ void for_each_chunk(const Element* first_row, int64_t row_stride, int rows_valid,
-                                                   int head_dim, Chunk&& chunk) const {
+                                                   int head_dim, Chunk&& chunk, int rows_begin = 0) const {
         int64_t pass_stride = row_stride * kRowsPerPass;
         // Opaque to the optimiser: the per-pass products stay inside this call instead of being
         // precomputed, one register pair per pass, in front of the caller's loops.
         asm volatile("" : "+l"(pass_stride));
         const Element* p = first_row + row * row_stride + col;
-        const int rows_left = rows_valid - row;
+        const int rows_left = rows_valid - row, rows_before = rows_begin - row;
         CUTE_UNROLL
         for (int m = 0; m < kPasses; ++m) {
             CUTE_UNROLL
             for (int k = 0; k < kColBlocks; ++k) {
-                const bool ok = m * kRowsPerPass < rows_left && col + k * kBlockCols < head_dim;
+                const bool ok = m * kRowsPerPass < rows_left && (!kRowsBegin || m * kRowsPerPass >= rows_before) &&
+                                col + k * kBlockCols < head_dim;
                 chunk(chunk_smem(m, k), p + k * kBlockCols, ok);
             }
             p += pass_stride;

@@ -154,15 +154,24 @@ __host__ __device__ __forceinline__ KvBlockRange kv_block_range(const MaskSpec& 
     return r;
 }
 
+// How many rows before row 0 a sequence's first tile of kBlockM rows starts where the tiles are
+// aligned to its end (the Hopper forward under a mask with a right edge): its tiles then end at the
+// sequence's last 64-row block, and the first holds the rows that are left over.
+template <int kBlockM>
+__host__ __device__ __forceinline__ int end_aligned_shift(int q_len) {
+    return (kBlockM - (q_len + 63) / 64 * 64 % kBlockM) % kBlockM;
+}
+
 // The key blocks that the rows [m0, m0 + kRows) of a tile whose blocks are `tile` see: under a
 // causal or local mask a sub-range of the tile's (the top rows of a tile taller than a key block
 // end a block or more before its bottom rows), with its own fully allowed blocks; rows past the
-// sequence's end see none (an empty range at tile.n_begin).
+// sequence's end, or before its first row (an end-aligned first tile), see none (an empty range at
+// tile.n_begin).
 template <int kRows, int kBlockN>
 __host__ __device__ __forceinline__ KvBlockRange row_blocks(const MaskSpec& mask, const SequenceBounds& s,
                                                             const KvBlockRange& tile, int m0) {
     KvBlockRange own = tile;
-    if (m0 >= s.q_len) {
+    if (m0 >= s.q_len || m0 + kRows <= 0) {
         own.n_end = tile.n_begin;
     } else if (mask.is_local()) {
         own = kv_block_range<kRows, kBlockN>(mask, s, m0);

@@ -154,13 +154,24 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         SequenceBounds seq;
         KvBlockRange range;
     };
+    // Under a mask with a right edge (causal, local) the tiles of a sequence end at its last 64-row
+    // block instead of starting at its first row: the first tile starts up to kBlockM - 64 rows
+    // before row 0 (its consumers there have no rows: they pass its blocks and store nothing), so
+    // the tile that holds fewer consumers' rows is the one at the top, which sees the fewest keys.
+    // Aligned at the start, it is the one at the bottom, which sees the most, computed by one
+    // consumer alone (at 1k rows in 192-row tiles: 8 blocks, each S, its wait, the softmax and the
+    // next S in turn, ~2.5x a block's time on the tensor cores at d64). Where O is staged in Q's
+    // buffer the tile's rows are stored together, from row m0: there the tiles start at row 0.
+    auto tile_shift = [&](int q_len) {
+        return Traits::kOwnOBuffer && args.mask.window_right >= 0 ? end_aligned_shift<kBlockM>(q_len) : 0;
+    };
     auto tile_at = [&](unsigned index) __attribute__((always_inline)) {
         const TileCoord coord = params.tiles(index);
         Tile t;
         t.m_block = coord.m_block;
         params.tiles.sequence_and_head(coord.bh, t.b, t.h);
         t.seq = sequence_bounds(args, t.b);
-        t.m0 = t.m_block * kBlockM;
+        t.m0 = t.m_block * kBlockM - tile_shift(t.seq.q_len);
         t.range = kv_block_range<kBlockM, kBlockN>(args.mask, t.seq, t.m0);
         t.e = t.range.n_end;
         t.num_blocks = max(t.e - t.range.n_begin, 0);
@@ -266,7 +277,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             // is free only once the consumers have stored the previous tile's O from it.
             if (t.num_blocks > 0) produce_k(0);
             if (tiles_done > 0) cutlass::arch::ClusterBarrier::wait(q_empty, (tiles_done - 1) & 1);
-            copy_q.load_async(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, t.seq.q_len - t.m0, args.head_dim, safe);
+            // (Rows before the sequence's first, in an end-aligned first tile: zero-filled, not read.)
+            copy_q.load_async(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, max(-t.m0, 0), t.seq.q_len - t.m0,
+                              args.head_dim, safe);
             cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
             if (t.num_blocks > 0) produce_v(0);
             for (int idx = 1; idx < t.num_blocks; ++idx) {
@@ -479,6 +492,14 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         }
         for (int idx = lead + own_blocks; idx < num_blocks; ++idx) pass_block(idx);
 
+        // A consumer whose rows lie before the sequence (an end-aligned first tile) stores nothing.
+        if (Traits::kOwnOBuffer && m0 + consumer * 64 < 0) {
+            ring_base += num_blocks;
+            ++tiles_done;
+            if constexpr (!kPersistent) break;
+            continue;
+        }
+
         // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
         float row_lse[kRows];
         absorb_sinks(softmax, acc_o_rows, args, s_coords, t.h, false, m0, t.seq.q_len, exp_scale);
@@ -534,9 +555,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         } else {
             cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
             Tensor mO = rows_of(Int<kHeadDimV>{}, t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
-            const int part_rows = kBlockM / kEpilogueRows; // parts per tile
             Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{},
-                                   make_coord(t.m_block * part_rows + epilogue_part, 0));
+                                   make_coord(m0 / kEpilogueRows + epilogue_part, 0));
             Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}, make_coord(epilogue_part, 0));
             const int store_tid = tid - epilogue_part * kEpilogueThreads;
             // The store's column predicate: chunks whose first column is past the real head dim.
