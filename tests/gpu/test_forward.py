@@ -167,6 +167,19 @@ def test_d64_lone_tiles_varlen():
                       cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk))
 
 
+@pytest.mark.parametrize("hdim", [32, 96, 128, 192])
+@pytest.mark.parametrize("shape", [(300, 300), (300, 520), (50, 700)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_end_aligned_tiles(hdim, shape):
+    """Under a right window edge the Hopper forward's tiles end at a sequence's last 64-row block, its
+    first tile starting before row 0: row counts whose last tile holds fewer rows than the others, at
+    every tile height (128 rows at d96 and up, 192 at d32), causal and a local window."""
+    sq, sk = shape
+    torch.manual_seed(sq + sk + hdim)
+    q, k, v = rand(2, sq, 4, hdim), rand(2, sk, 2, hdim), rand(2, sk, 2, hdim)
+    run_and_check(q, k, v, name=f"d{hdim} {sq}x{sk} causal", causal=True)
+    run_and_check(q, k, v, name=f"d{hdim} {sq}x{sk} window", window=(90, 20))
+
+
 # ---------------------------------------------------------------------------------------------
 # Head dims: every compiled tile width and sizes in between (rounded up, predicated loads), and
 # sizes that are not multiples of 8 (staged through padded copies).
