@@ -198,15 +198,6 @@ __host__ __device__ __forceinline__ int in_thread_frame(int64_t bound, int64_t t
     return int(max(min(bound - thread_first, int64_t(1) << 30), -(int64_t(1) << 30)));
 }
 
-// Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
-// Indices are compared relative to this thread's first row and column, so that each compare is
-// against a compile-time offset: absolute indices would be precomputed into one register each (and
-// spilled, in kernels at the register limit). The allowed set is a range of keys per query row
-// (MaskSpec::keys_for_row) and, the same set seen the other way, a range of query rows per key;
-// a thread's fragment takes the ranges along its shorter mode: per row in the forward's (rows x
-// keys) fragments (2 rows x 2N keys), per key in the Hopper backward's transposed views (16 query
-// rows x 2 keys), where 16 per-row ranges of 64-bit arithmetic cost ~740 instructions a masked
-// block at d128 (2.1x an unmasked one, SASS; the per-key form: 2 ranges).
 // The first n bits (n in [0, 32]).
 __host__ __device__ __forceinline__ uint32_t low_bits(int n) {
     return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
@@ -285,6 +276,15 @@ __host__ __device__ __forceinline__ void apply_row_key_bits(Scores& scores, Bits
     }
 }
 
+// Set disallowed (row, key) scores to -inf; only called on blocks outside the unmasked range.
+// Indices are compared relative to this thread's first row and column, so that each compare is
+// against a compile-time offset: absolute indices would be precomputed into one register each (and
+// spilled, in kernels at the register limit). The allowed set is a range of keys per query row
+// (MaskSpec::keys_for_row) and, the same set seen the other way, a range of query rows per key;
+// a thread's fragment takes the ranges along its shorter mode: per row in the forward's (rows x
+// keys) fragments (2 rows x 2N keys), per key in the Hopper backward's transposed views (16 query
+// rows x 2 keys), where 16 per-row ranges of 64-bit arithmetic cost ~740 instructions a masked
+// block at d128 (2.1x an unmasked one, SASS; the per-key form: 2 ranges).
 template <typename Scores, typename Coords>
 __host__ __device__ __forceinline__ void apply_key_mask_by_row(Scores& scores, Coords const& coords,
                                                                const MaskSpec& mask, const SequenceBounds& s, int m0,
@@ -331,7 +331,7 @@ __host__ __device__ __forceinline__ void apply_key_mask_by_key(Scores& scores, C
     const int row0 = get<0>(coords(0, 0));
     // A key's allowed rows as bits (as row_key_bits: each value then a bit test and a select), where
     // the rows come in pairs 8 apart and fit a word.
-    const bool pairs = kRows <= 32 && values_in_pairs<0>(coords);
+    const bool pairs = values_in_pairs<0>(coords);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
         const QueryRange rows = queries_for_key(mask, int64_t(n0) + get<1>(coords(0, c)), s.query_len(), s.k_len);

@@ -492,82 +492,80 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         }
         for (int idx = lead + own_blocks; idx < num_blocks; ++idx) pass_block(idx);
 
-        // A consumer whose rows lie before the sequence (an end-aligned first tile) stores nothing.
-        if (Traits::kOwnOBuffer && m0 + consumer * 64 < 0) {
-            ring_base += num_blocks;
-            ++tiles_done;
-            if constexpr (!kPersistent) break;
-            continue;
-        }
+        // The epilogue, but for a consumer whose rows lie before the sequence (an end-aligned first
+        // tile): it stores nothing.
+        if (!(Traits::kOwnOBuffer && m0 + consumer * 64 < 0)) {
+            // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
+            float row_lse[kRows];
+            absorb_sinks(softmax, acc_o_rows, args, s_coords, t.h, false, m0, t.seq.q_len, exp_scale);
+            softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse,
+                           t.seq.faulted);
+            Tensor o = convert_fragment<Element>(acc_o);
+            Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});
+            auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);
+            auto copy_o_thr = copy_o.get_thread_slice(tid);
+            Tensor tOrO_view = copy_o_thr.retile_S(o);
+            Tensor tOsO = copy_o_thr.partition_D(sO);
+            // The threads that stage and store these rows (Sm90FwdTraits::kEpilogueRows) are done with
+            // the buffer: with the previous tile's store from it, and where it is Q's, with this tile's Q.
+            constexpr int kEpilogueRows = Traits::kEpilogueRows, kEpilogueThreads = Traits::kEpilogueThreads;
+            const int epilogue_part = Traits::kOwnOBuffer ? consumer : 0; // rows of O this thread stores
+            const uint32_t epilogue_barrier = kEpilogueBarrier + epilogue_part;
+            // With O stored by TMA, its issuing thread first waits until its previous store has read
+            // these rows of the buffer (the others wait for it at the barrier).
+            if (o_tma && store_leader) tma_store_wait<0>();
+            cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
+            copy(copy_o, tOrO_view, tOsO);
 
-        // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
-        float row_lse[kRows];
-        absorb_sinks(softmax, acc_o_rows, args, s_coords, t.h, false, m0, t.seq.q_len, exp_scale);
-        softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse,
-                       t.seq.faulted);
-        Tensor o = convert_fragment<Element>(acc_o);
-        Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});
-        auto copy_o = make_tiled_copy_C(typename Traits::SmemCopyO{}, mma_o);
-        auto copy_o_thr = copy_o.get_thread_slice(tid);
-        Tensor tOrO_view = copy_o_thr.retile_S(o);
-        Tensor tOsO = copy_o_thr.partition_D(sO);
-        // The threads that stage and store these rows (Sm90FwdTraits::kEpilogueRows) are done with
-        // the buffer: with the previous tile's store from it, and where it is Q's, with this tile's Q.
-        constexpr int kEpilogueRows = Traits::kEpilogueRows, kEpilogueThreads = Traits::kEpilogueThreads;
-        const int epilogue_part = Traits::kOwnOBuffer ? consumer : 0; // rows of O this thread stores
-        const uint32_t epilogue_barrier = kEpilogueBarrier + epilogue_part;
-        // With O stored by TMA, its issuing thread first waits until its previous store has read
-        // these rows of the buffer (the others wait for it at the barrier).
-        if (o_tma && store_leader) tma_store_wait<0>();
-        cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
-        copy(copy_o, tOrO_view, tOsO);
-
-        if (args.lse) {
-            Tensor tOcO = mma_o_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
-            Tensor o_coords = make_tensor(tOcO.data(), wgmma_rows_cols(tOcO.layout()));
-            if (get<1>(o_coords(0, 0)) == 0) {
-                CUTE_UNROLL
-                for (int r = 0; r < kRows; ++r) {
-                    const int i = m0 + get<0>(o_coords(r, 0));
-                    if (i < t.seq.q_len) {
-                        const int64_t index = varlen ? int64_t(t.h) * args.total_q + t.seq.q_row0 + i
-                                                     : (int64_t(t.b) * args.num_heads + t.h) * args.seqlen_q + i;
-                        args.lse[index] = row_lse[r];
+            if (args.lse) {
+                Tensor tOcO = mma_o_thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
+                Tensor o_coords = make_tensor(tOcO.data(), wgmma_rows_cols(tOcO.layout()));
+                if (get<1>(o_coords(0, 0)) == 0) {
+                    CUTE_UNROLL
+                    for (int r = 0; r < kRows; ++r) {
+                        const int i = m0 + get<0>(o_coords(r, 0));
+                        if (i < t.seq.q_len) {
+                            const int64_t index = varlen ? int64_t(t.h) * args.total_q + t.seq.q_row0 + i
+                                                         : (int64_t(t.b) * args.num_heads + t.h) * args.seqlen_q + i;
+                            args.lse[index] = row_lse[r];
+                        }
                     }
                 }
             }
-        }
-        if (o_tma) {
-            // Every thread's writes of its part of O made visible to the async proxy, then one
-            // thread stores the part, a box per swizzle-row-wide column block (the buffer holds
-            // each column block's kBlockM rows contiguously, this consumer's 64 at epilogue_part).
-            cutlass::arch::fence_view_async_shared();
-            cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
-            if (store_leader) {
-                constexpr int kBoxCols = Traits::kSwizzleColsV;
-                CUTE_UNROLL
-                for (int c = 0; c < kHeadDimV / kBoxCols; ++c)
-                    SM90_TMA_STORE_4D::copy(&params.o_map,
-                                            smem_o + c * kBlockM * kBoxCols + epilogue_part * kEpilogueRows * kBoxCols,
-                                            c * kBoxCols, m0 + epilogue_part * kEpilogueRows, t.h, t.b);
-                tma_store_arrive();
+            if (o_tma) {
+                // Every thread's writes of its part of O made visible to the async proxy, then one
+                // thread stores the part, a box per swizzle-row-wide column block (the buffer holds
+                // each column block's kBlockM rows contiguously, this consumer's 64 at epilogue_part).
+                cutlass::arch::fence_view_async_shared();
+                cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
+                if (store_leader) {
+                    constexpr int kBoxCols = Traits::kSwizzleColsV;
+                    CUTE_UNROLL
+                    for (int c = 0; c < kHeadDimV / kBoxCols; ++c)
+                        SM90_TMA_STORE_4D::copy(&params.o_map,
+                                                smem_o + c * kBlockM * kBoxCols +
+                                                    epilogue_part * kEpilogueRows * kBoxCols,
+                                                c * kBoxCols, m0 + epilogue_part * kEpilogueRows, t.h, t.b);
+                    tma_store_arrive();
+                }
+            } else {
+                cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
+                Tensor mO = rows_of(Int<kHeadDimV>{}, t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
+                Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{},
+                                       make_coord(m0 / kEpilogueRows + epilogue_part, 0));
+                Tensor sO_part =
+                    local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}, make_coord(epilogue_part, 0));
+                const int store_tid = tid - epilogue_part * kEpilogueThreads;
+                // The store's column predicate: chunks whose first column is past the real head dim.
+                typename Traits::GmemStore gmem_store;
+                auto store_thr = gmem_store.get_thread_slice(store_tid);
+                Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}));
+                Tensor store_column_ok = head_dim_chunks(tOc, head_dim_v());
+                store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
+                                                       t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
             }
-        } else {
-            cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
-            Tensor mO = rows_of(Int<kHeadDimV>{}, t, args.out, t.seq.q_row0, t.h, t.seq.q_len);
-            Tensor gO = local_tile(mO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{},
-                                   make_coord(m0 / kEpilogueRows + epilogue_part, 0));
-            Tensor sO_part = local_tile(sO, Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}, make_coord(epilogue_part, 0));
-            const int store_tid = tid - epilogue_part * kEpilogueThreads;
-            // The store's column predicate: chunks whose first column is past the real head dim.
-            typename Traits::GmemStore gmem_store;
-            auto store_thr = gmem_store.get_thread_slice(store_tid);
-            Tensor tOc = store_thr.partition_D(make_identity_tensor(Shape<Int<kEpilogueRows>, Int<kHeadDimV>>{}));
-            Tensor store_column_ok = head_dim_chunks(tOc, head_dim_v());
-            store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
-                                                   t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
+            if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O
         }
-        if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O
         ring_base += num_blocks;
         ++tiles_done;
         if constexpr (!kPersistent) break;

@@ -1,4 +1,5 @@
-// Launch of the Hopper forward kernel for one (tile head dim, dtype, value tile head dim): the plain or the extras kernel, in the looping form where O's accumulator is at most 64 x 128
+// Launch of the Hopper forward kernel for one (tile head dim, dtype, value tile head dim): the plain
+// or the extras kernel, in the looping form where O's accumulator is at most 64 x 128
 // (Sm90FwdTraits::kCanPersist; ForwardPlan::sm90_persistent sizes its grid), else the one-tile form.
 // Compiled for sm_90a only.
 #pragma once
