@@ -18,6 +18,15 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
+// a where kFirst, else b: a reference to one of two objects of different types, chosen at compile
+// time. A function, not a lambda returning its capture, which nvcc flags as returning a reference
+// to a local (warning 836).
+template <bool kFirst, typename A, typename B>
+__device__ __forceinline__ const auto& first_if(const A& a, const B& b) {
+    if constexpr (kFirst) return a;
+    else return b;
+}
+
 // Rows [row0, row0 + rows) of one head of t, as a (rows, kHeadDim) global tensor with 64-bit
 // offsets: t is (batch, rows, heads, d) with batch entry `batch`, or varlen (total rows, heads, d)
 // with row0 counted from its first row. Consecutive rows lie row_stride apart: t's row stride, or

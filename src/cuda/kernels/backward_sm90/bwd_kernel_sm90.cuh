@@ -68,15 +68,6 @@ namespace flashattn::cuda::kernels {
 
 using namespace cute;
 
-// a where kFirst, else b: a reference to one of two objects of different types, chosen at compile
-// time. A function, not a lambda returning its capture, which nvcc flags as returning a reference
-// to a local (warning 836).
-template <bool kFirst, typename A, typename B>
-__device__ __forceinline__ const auto& first_if(const A& a, const B& b) {
-    if constexpr (kFirst) return a;
-    else return b;
-}
-
 template <typename Traits, bool kExtras, bool kGroupWalk, bool kOrderedDq = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __grid_constant__ Sm90BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -199,7 +190,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         // serialised every wgmma of the kernel (C7512).
         constexpr bool kRoomy = kQueries <= 16;
         const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len};
-        float lse_array[kRoomy ? kQueries : 1];
+        [[maybe_unused]] float lse_array[kRoomy ? kQueries : 1];
         if constexpr (kRoomy) sm90_bwd_lse_log2(lse_array, stage_lse);
         const auto& lse_log2 = first_if<kRoomy>(lse_array, stage_lse);
 

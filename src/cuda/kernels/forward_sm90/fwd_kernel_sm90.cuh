@@ -266,10 +266,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             };
             auto produce_v = [&](int idx) __attribute__((always_inline)) {
                 // (One copy object where K and V have the same tile: copy_v is then dead code.)
-                const auto& copy = [&]() -> const auto& {
-                    if constexpr (std::is_same_v<KCopy, VCopy>) return copy_k;
-                    else return copy_v;
-                }();
+                const auto& copy = first_if<std::is_same_v<KCopy, VCopy>>(copy_k, copy_v);
                 produce_block(idx, cute::true_type{}, copy, v_rows, v_stride, smem_v_at, v_full, v_empty,
                               &params.v_map, smem_v);
             };
