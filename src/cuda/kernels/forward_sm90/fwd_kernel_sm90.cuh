@@ -489,10 +489,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         }
         for (int idx = lead + own_blocks; idx < num_blocks; ++idx) pass_block(idx);
 
-        // The epilogue, but for a consumer whose rows lie before the sequence (an end-aligned first
-        // tile): it stores nothing.
+        // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
+        // A consumer whose rows lie before the sequence (an end-aligned first tile) stores nothing.
         if (!(Traits::kOwnOBuffer && m0 + consumer * 64 < 0)) {
-            // Epilogue: O normalised, through shared memory (O's buffer or Q's) to global memory; the lse.
             float row_lse[kRows];
             absorb_sinks(softmax, acc_o_rows, args, s_coords, t.h, false, m0, t.seq.q_len, exp_scale);
             softmax.finish(acc_o_rows, exp_scale, kExtras && args.dropout ? args.keep_rescale : 1.0f, row_lse,
