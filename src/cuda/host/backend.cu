@@ -273,7 +273,7 @@ void run_forward(const Problem& problem, const ForwardPlan& plan, const Workspac
     args.section_heads = plan.section_heads;
     if (plan.sm90_claims_tiles) {
         args.tile_counter = static_cast<unsigned*>(workspace.at(Piece::tile_counter));
-        check_cuda(cudaMemsetAsync(args.tile_counter, 0, sizeof(unsigned), stream), "zeroing the forward's tile counter");
+        clear_for_dependent(args.tile_counter, 1, stream);
     }
     if (plan.kernel == Kernel::inference || plan.kernel == Kernel::decode) {
         const KvLayout& kv = problem.kv;

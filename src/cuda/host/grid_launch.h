@@ -3,6 +3,7 @@
 // and dynamic shared memory; and how many CTAs of a kernel one SM holds.
 #pragma once
 
+#include "device/dependent_launch.h"
 #include "host/cuda_check.h"
 
 #include <cuda_runtime.h>
@@ -12,12 +13,15 @@
 
 namespace flashattn::cuda {
 
+// dependent: launched as a programmatic dependent of the kernel before it (dependent_launch.h).
 template <typename Kernel, typename Args>
 void launch_on_grid(Kernel kernel, int64_t ctas, int threads, int smem_bytes, const Args& args, cudaStream_t stream,
-                    const char* pass) {
+                    const char* pass, bool dependent = false) {
     if (ctas <= 0) return;
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes), "setting the ",
                pass, " kernel's shared-memory size");
+    if (dependent) return launch_maybe_dependent(kernel, unsigned(ctas), unsigned(threads), size_t(smem_bytes), stream,
+                                                 true, args);
     kernel<<<dim3(unsigned(ctas)), dim3(threads), smem_bytes, stream>>>(args);
     check_cuda(cudaGetLastError(), "launching the ", pass, " kernel");
 }

@@ -60,7 +60,7 @@ enum class Piece : uint8_t {
     dsum, dq_accum, dk_accum, dv_accum, // the backward's fp32 accumulators
     dsink_partial, // deterministic dsink: one fp32 term per (head, sequence, dsum row block), summed in order
     dq_semaphore, // deterministic ordered dQ: an int32 counter per (sequence, head, query block), zeroed by dsum
-    tile_counter, // forward_sm90 claiming its tiles: the counter, zeroed before the launch
+    tile_counter, // forward_sm90 claiming its tiles: the counter, cleared by a kernel the forward depends on
     count
 };
 struct WorkspaceLayout {

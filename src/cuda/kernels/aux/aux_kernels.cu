@@ -1,6 +1,7 @@
 #include "kernels/aux/aux_kernels.h"
 
 #include "host/cuda_check.h"
+#include "device/dependent_launch.h"
 #include "device/score_policies.cuh"
 
 #include <flashattn/philox.h>
@@ -18,6 +19,11 @@ constexpr int kThreads = 256;
 unsigned grid_for(int64_t items) {
     // Grid-stride loops below: a few waves of CTAs are plenty for these memory-bound helpers.
     return unsigned(std::max<int64_t>(1, std::min<int64_t>((items + kThreads - 1) / kThreads, 65536)));
+}
+
+__global__ void clear_kernel(unsigned* words, int count) {
+    allow_dependent_launch(); // the dependent waits for this grid's completion before it reads the words
+    for (int i = threadIdx.x; i < count; i += blockDim.x) words[i] = 0;
 }
 
 __global__ void pack_padded_kernel(StridedView src, uint16_t* dst, int64_t rows, int64_t heads, int cols,
@@ -125,6 +131,11 @@ void write_attn_probs(const FwdArgs& args, fa_dtype dtype, float* attn_probs, cu
         attn_probs_kernel<__nv_bfloat16><<<grid_for(total), kThreads, 0, stream>>>(args, attn_probs);
     }
     check_cuda(cudaGetLastError(), "launching the attn_probs kernel");
+}
+
+void clear_for_dependent(unsigned* words, int count, cudaStream_t stream) {
+    clear_kernel<<<1, 32, 0, stream>>>(words, count);
+    check_cuda(cudaGetLastError(), "launching the clearing kernel");
 }
 
 } // namespace flashattn::cuda

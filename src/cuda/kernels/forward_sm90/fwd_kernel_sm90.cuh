@@ -40,6 +40,7 @@
 #include "kernels/forward_sm90/kv_tensor_maps.cuh"
 #include "kernels/kernel_code.h"
 #if FLASHATTN_KERNEL_CODE
+#include "device/dependent_launch.h"
 #include "device/online_softmax.cuh"
 #include "device/producer_copies.cuh"
 #include "device/score_policies.cuh"
@@ -209,6 +210,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         int ring_base = 0, tiles_done = 0;
         // Thread 0 claims each next tile a tile ahead (the atomic's latency hides under a tile's
         // loads) and publishes it when the CTA moves on.
+        // The counter was cleared by the kernel before this one, of which this one is a
+        // programmatic dependent (fwd_launch_sm90.cuh): the claims wait for that kernel's end. Q, K
+        // and V need no wait: their writers had finished before the clearing kernel started.
+        if (claim_tiles && ptid == 0) wait_for_prerequisite_grid();
         unsigned claimed = claim_tiles && ptid == 0 ? claim() : 0u;
         auto publish_next = [&](int published) {
             if (claim_tiles && ptid == 0) {

@@ -21,8 +21,11 @@ void run_forward_sm90(const FwdArgs& args, int64_t ctas, cudaStream_t stream) {
     using Traits = kernels::DefaultSm90FwdTraits<kTileDim, Element, kTileDimV>;
     constexpr bool kPersistent = Traits::kCanPersist;
     const Sm90FwdParams params = sm90_forward_params<Traits>(args, kDtype == FA_BFLOAT16);
+    // A tile counter was cleared by the kernel just before (clear_for_dependent): launched as its
+    // programmatic dependent, the kernel waits for it only at its first claim.
+    const bool after_clear = args.tile_counter != nullptr;
     auto launch = [&](auto kernel) {
-        launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, params, stream, "forward");
+        launch_on_grid(kernel, ctas, Traits::kCtaThreads, Traits::kSmemBytes, params, stream, "forward", after_clear);
     };
     if (args.dropout || args.transform_scores) return launch(kernels::fwd_kernel_sm90<Traits, true, kPersistent>);
     return launch(kernels::fwd_kernel_sm90<Traits, false, kPersistent>);
