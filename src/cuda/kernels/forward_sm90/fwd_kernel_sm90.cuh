@@ -82,29 +82,37 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     constexpr int kVElems = cosize(typename Traits::SmemLayoutV{});
     constexpr int kQElems = cosize(typename Traits::SmemLayoutQ{});
     constexpr int kOElems = cosize(typename Traits::SmemLayoutO{});
-    Element* smem_q = reinterpret_cast<Element*>(smem);
-    Element* smem_k = smem_q + kQElems;
+    constexpr int kQBuffers = Traits::kQBuffers;
+    Element* smem_q = reinterpret_cast<Element*>(smem); // [kQBuffers]: tile i's Q in buffer i % kQBuffers
+    Element* smem_k = smem_q + kQBuffers * kQElems;
     Element* smem_v = smem_k + kStages * kKElems;
     Element* smem_o = Traits::kOwnOBuffer ? smem_v + kStages * kVElems : smem_q;
     uint64_t* bar = reinterpret_cast<uint64_t*>(smem_v + kStages * kVElems + (Traits::kOwnOBuffer ? kOElems : 0));
     // K and V have separate rings, so a K stage is refilled as soon as S = Q K^T is done with it,
     // a full P V earlier than its V.
-    uint64_t* q_full = bar;                     // Q landed (producer threads)
-    uint64_t* q_empty = bar + 1;                // every consumer is done with Q's buffer
-    uint64_t* k_full = bar + 2;                 // [kStages] K[j] landed
-    uint64_t* v_full = bar + 2 + kStages;       // [kStages] V[j] landed
-    uint64_t* k_empty = bar + 2 + 2 * kStages;  // [kStages] every consumer is done with K[j]
-    uint64_t* v_empty = bar + 2 + 3 * kStages;  // [kStages] ... with V[j]
-    uint64_t* tile_full = bar + 2 + 4 * kStages;  // [2] a claimed tile index published in its slot
-    uint64_t* tile_empty = bar + 4 + 4 * kStages; // [2] every thread has read that slot
-    unsigned* tile_slot = reinterpret_cast<unsigned*>(bar + 6 + 4 * kStages); // [2]
-    Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+    uint64_t* q_full = bar;                     // [kQBuffers] Q landed (producer threads)
+    uint64_t* q_empty = bar + 2;                // [kQBuffers] every consumer is done with Q's buffer
+    uint64_t* k_full = bar + 4;                 // [kStages] K[j] landed
+    uint64_t* v_full = bar + 4 + kStages;       // [kStages] V[j] landed
+    uint64_t* k_empty = bar + 4 + 2 * kStages;  // [kStages] every consumer is done with K[j]
+    uint64_t* v_empty = bar + 4 + 3 * kStages;  // [kStages] ... with V[j]
+    uint64_t* tile_full = bar + 4 + 4 * kStages;  // [2] a claimed tile index published in its slot
+    uint64_t* tile_empty = bar + 6 + 4 * kStages; // [2] every thread has read that slot
+    unsigned* tile_slot = reinterpret_cast<unsigned*>(bar + 8 + 4 * kStages); // [2]
+    // A tile's Q buffer, and the parity its barriers complete with (their uses so far: one a tile).
+    auto q_buffer = [&](int tiles_done) { return tiles_done % kQBuffers; };
+    auto q_parity = [&](int tiles_done) { return (tiles_done / kQBuffers) & 1; };
+    auto q_tile = [&](int buffer) {
+        return make_tensor(make_smem_ptr(smem_q + buffer * kQElems), typename Traits::SmemLayoutQ{});
+    };
     auto k_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_k + s * kKElems), typename Traits::SmemLayoutK{}); };
     auto vt_stage = [&](int s) { return make_tensor(make_smem_ptr(smem_v + s * kVElems), typename Traits::SmemLayoutVt{}); };
 
     if (threadIdx.x == 0) {
-        cutlass::arch::ClusterBarrier::init(q_full, 128);
-        cutlass::arch::ClusterBarrier::init(q_empty, kConsumerThreads);
+        for (int b = 0; b < kQBuffers; ++b) {
+            cutlass::arch::ClusterBarrier::init(q_full + b, 128);
+            cutlass::arch::ClusterBarrier::init(q_empty + b, kConsumerThreads);
+        }
         for (int s = 0; s < kStages; ++s) {
             // TMA: one arrival (with the stage's byte count) by the issuing thread; cp.async: one
             // per producer thread.
@@ -275,14 +283,23 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 produce_block(idx, cute::true_type{}, copy, v_rows, v_stride, smem_v_at, v_full, v_empty,
                               &params.v_map, smem_v);
             };
-            // The first K block goes before Q: it needs no more than a free stage, while Q's buffer
-            // is free only once the consumers have stored the previous tile's O from it.
+            // Q into its buffer once the consumers are done with that buffer's previous tile. (Rows
+            // before the sequence's first, in an end-aligned first tile: zero-filled, not read.)
+            auto produce_q = [&]() __attribute__((always_inline)) {
+                const int b = q_buffer(tiles_done);
+                if (tiles_done >= kQBuffers)
+                    cutlass::arch::ClusterBarrier::wait(q_empty + b, q_parity(tiles_done - kQBuffers));
+                copy_q.load_async(smem_q_at + b * kQElems * int(sizeof(Element)), q_rows + int64_t(t.m0) * q_stride,
+                                  q_stride, max(-t.m0, 0), t.seq.q_len - t.m0, args.head_dim, safe);
+                cutlass::arch::cpasync_barrier_arrive_noinc(q_full + b);
+            };
+            // With two Q buffers Q goes first: its buffer was freed a tile ago, and the consumers
+            // wait for it as soon as they finish this tile's predecessor. With one, the first K
+            // block goes before it: that needs no more than a free stage, while Q's buffer is free
+            // only once the consumers have stored the previous tile's O from it.
+            if (kQBuffers > 1) produce_q();
             if (t.num_blocks > 0) produce_k(0);
-            if (tiles_done > 0) cutlass::arch::ClusterBarrier::wait(q_empty, (tiles_done - 1) & 1);
-            // (Rows before the sequence's first, in an end-aligned first tile: zero-filled, not read.)
-            copy_q.load_async(smem_q_at, q_rows + int64_t(t.m0) * q_stride, q_stride, max(-t.m0, 0), t.seq.q_len - t.m0,
-                              args.head_dim, safe);
-            cutlass::arch::cpasync_barrier_arrive_noinc(q_full);
+            if (kQBuffers == 1) produce_q();
             if (t.num_blocks > 0) produce_v(0);
             for (int idx = 1; idx < t.num_blocks; ++idx) {
                 produce_k(idx);
@@ -310,12 +327,13 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     typename Traits::TiledMmaO mma_o;
     auto mma_s_thr = mma_s.get_thread_slice(tid);
     auto mma_o_thr = mma_o.get_thread_slice(tid);
-    Tensor tSrQ = mma_s_thr.partition_fragment_A(sQ);
     Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDimV>>{});
     Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
+    int q_now = 0; // this tile's Q buffer
     auto issue_s = [&](int s) {
+        Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
     };
@@ -407,9 +425,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         // q_full and q_empty in step with the producer. With O in a buffer of its own, Q is released
         // when this thread's last S = Q K^T of the tile is done (after the wait that follows it).
         auto release_q_after_s = [&](bool last_s) {
-            if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty);
+            if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty + q_now);
         };
-        cutlass::arch::ClusterBarrier::wait(q_full, tiles_done & 1);
+        q_now = q_buffer(tiles_done);
+        cutlass::arch::ClusterBarrier::wait(q_full + q_now, q_parity(tiles_done));
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
         release_q_after_s(own_blocks == 0);
         // A block this consumer's rows do not see (fully masked for them, or rows past the
@@ -565,7 +584,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 store_tile<typename Traits::GmemStore>(store_tid, sO_part, gO, store_column_ok,
                                                        t.seq.q_len - m0 - epilogue_part * kEpilogueRows);
             }
-            if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty); // read its part of O
+            if constexpr (!Traits::kOwnOBuffer) cutlass::arch::ClusterBarrier::arrive(q_empty + q_now); // read its part of O
         }
         ring_base += num_blocks;
         ++tiles_done;

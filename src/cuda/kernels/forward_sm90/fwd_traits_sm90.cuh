@@ -89,11 +89,17 @@ struct Sm90FwdTraits {
     static constexpr int kOBytes = kBlockM * kHeadDimV * int(sizeof(Element));
     static constexpr int kKStageBytes = kBlockN * kHeadDim * int(sizeof(Element));
     static constexpr int kVStageBytes = kBlockN * kHeadDimV * int(sizeof(Element));
-    // mbarriers: K/V filled and released per stage, Q's two, the tile ring's four; then its two slots.
-    static constexpr int kBarrierBytes = (4 * kStages + 2 + 4) * 8 + 2 * 4;
+    // mbarriers: K/V filled and released per stage, two per Q buffer, the tile ring's four; then its
+    // two slots (counted for two Q buffers whether or not they fit).
+    static constexpr int kBarrierBytes = (4 * kStages + 4 + 4) * 8 + 2 * 4;
     static constexpr int kRingBytes = kStages * (kKStageBytes + kVStageBytes);
     static constexpr bool kOwnOBuffer = kQBytes + kOBytes + kRingBytes + kBarrierBytes <= 227 * 1024;
-    static constexpr int kSmemBytes = kQBytes + (kOwnOBuffer ? kOBytes : 0) + kRingBytes + kBarrierBytes;
+    // Q in two buffers where they fit beside O's own (d <= 128): tile i + 1's Q loads while tile i
+    // runs, where with one buffer it could load only once every consumer's last S of tile i was done
+    // and arrived ~2,000 cycles after the consumers were ready for it (H200, d128, clock64 stamps,
+    // docs/perf-log.md session 33): 8% of a 1k-token tile.
+    static constexpr int kQBuffers = kOwnOBuffer && 2 * kQBytes + kOBytes + kRingBytes + kBarrierBytes <= 227 * 1024 ? 2 : 1;
+    static constexpr int kSmemBytes = kQBuffers * kQBytes + (kOwnOBuffer ? kOBytes : 0) + kRingBytes + kBarrierBytes;
     static_assert(kSmemBytes <= 227 * 1024, "Q and two stages of K and V must fit in shared memory");
     static_assert(kOwnOBuffer || kOBytes <= kQBytes, "O staged in Q's buffer must fit there");
     // Each buffer starts on a 1024-byte swizzle period (the layouts' XOR pattern repeats every 8 rows
