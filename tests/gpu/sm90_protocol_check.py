@@ -10,6 +10,8 @@ done). Checks: no deadlock, every product reads the block (tile, index) it expec
 every S reads this tile's Q from its issue to its completion, the O store reads this tile's O (not
 a next Q or another consumer's next O landed over it), the ping-pong ring's barriers end balanced,
 and no role arrives twice at a named barrier before it completes (the hardware would count both).
+With `qbufs` = 2 (own_o only) tile t's Q is in buffer t % 2, loaded before the tile's first K block
+once the consumers released the buffer's previous tile.
 With claims, each next tile is handed from the producer to all three roles through a ring of two
 slots (tile_full / tile_empty), as when the CTAs claim their tiles from a counter: every role must
 read each tile's index, in order, from a slot not yet overwritten. With `ranges`, each consumer computes only
@@ -50,7 +52,7 @@ class NBar:  # named barrier: completes when `count` arrivals (sync or arrive) g
             self.who = set()
 
 
-def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
+def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False, qbufs=1):
     rnd = random.Random(seed)
     W = consumers
     # own[t][c] = (lead, count): consumer c computes the blocks at positions lead .. lead + count - 1
@@ -61,13 +63,13 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
             count = rnd.randint(0, n) if ranges else n
             parts.append((rnd.randint(0, n - count), count))
         own.append(parts)
-    q_full, q_empty = MBar(1), MBar(W)
+    q_full = [MBar(1) for _ in range(qbufs)]; q_empty = [MBar(W) for _ in range(qbufs)]  # tile t: buffer t % qbufs
     k_full = [MBar(1) for _ in range(S)]; v_full = [MBar(1) for _ in range(S)]
     k_empty = [MBar(W) for _ in range(S)]; v_empty = [MBar(W) for _ in range(S)]
     turn = [NBar(2) for _ in range(W)]  # turn c: consumer c waits, consumer c - 1 (in the ring) arrives
     epilogue = NBar(W)
     kstage = [None] * S; vstage = [None] * S
-    qbuf = [None]      # ('Q', tile) once a Q copy landed, ('O', tile) once the consumers staged O there
+    qbuf = [None] * qbufs  # ('Q', tile) once a Q copy landed, ('O', tile) once the consumers staged O there
     obuf = qbuf if not own_o else [None] * W  # where O is staged (own_o: each consumer its rows)
     pending = []       # async copies: [when, stage list, index, value, barrier]
     tile_full = [MBar(1) for _ in range(2)]; tile_empty = [MBar(W + 1) for _ in range(2)]
@@ -94,10 +96,14 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
                 if r >= S:
                     while not empty[s].done(((r // S) - 1) & 1): yield
                 pending.append([rnd.randint(1, 8), stage, s, (t, idx), full[s]])
+            def produce_q():  # into buffer t % qbufs once its previous tile is done with it
+                b = t % qbufs
+                if t >= qbufs:
+                    while not q_empty[b].done(((t - qbufs) // qbufs) & 1): yield
+                pending.append([rnd.randint(1, 5), qbuf, b, ('Q', t), q_full[b]])
+            if qbufs > 1: yield from produce_q()  # two buffers: Q first
             if num_blocks > 0: yield from block(0, kstage, k_full, k_empty)
-            if t > 0:
-                while not q_empty.done((t - 1) & 1): yield
-            pending.append([rnd.randint(1, 5), qbuf, 0, ('Q', t), q_full])
+            if qbufs == 1: yield from produce_q()
             if num_blocks > 0: yield from block(0, vstage, v_full, v_empty)
             for idx in range(1, num_blocks):
                 yield from block(idx, kstage, k_full, k_empty)
@@ -126,8 +132,10 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
                 while not bars[r % S].done((r // S) & 1): yield
                 assert stage[r % S] == (t, idx), (c, t, idx, stage)
 
+            b = t % qbufs  # this tile's Q buffer
+
             def release_q_after_s(last_s):
-                if own_o and last_s: q_empty.arrive()
+                if own_o and last_s: q_empty[b].arrive()
 
             def pass_block(idx):  # a block this consumer's rows do not see
                 yield from wait_full(k_full, idx, kstage)
@@ -138,17 +146,17 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
                 v_empty[(ring_base + idx) % S].arrive()
 
             lead, count = own[t][c]
-            while not q_full.done(t & 1): yield
+            while not q_full[b].done((t // qbufs) & 1): yield
             release_q_after_s(count == 0)
             for idx in range(lead):
                 yield from pass_block(idx)
             if count > 0:
                 yield from wait_full(k_full, lead, kstage)
                 yield from take_turn()
-                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
+                assert qbuf[b] == ('Q', t), (c, t, qbuf)  # S issued
                 pass_turn()
                 yield
-                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
+                assert qbuf[b] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[(ring_base + lead) % S].arrive()
                 release_q_after_s(count == 1)
             for idx in range(lead + 1, lead + count):
@@ -156,11 +164,11 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
                 yield from wait_full(k_full, idx, kstage)
                 yield from wait_full(v_full, idx - 1, vstage)
                 yield from take_turn()
-                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S issued
+                assert qbuf[b] == ('Q', t), (c, t, qbuf)  # S issued
                 yield
                 pass_turn()
                 yield
-                assert qbuf[0] == ('Q', t), (c, t, qbuf)  # S done
+                assert qbuf[b] == ('Q', t), (c, t, qbuf)  # S done
                 k_empty[r % S].arrive()
                 release_q_after_s(idx == lead + count - 1)
                 yield
@@ -182,7 +190,7 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
             if not own_o: yield from sync(epilogue)  # O staged by all
             yield
             assert obuf[part] == ('O', t), (c, t, obuf)  # the store reads this tile's O
-            if not own_o: q_empty.arrive()
+            if not own_o: q_empty[b].arrive()
             ring_base += num_blocks
             yield from next_tile(t, False)
         if c == 0: yield from take_turn()  # the turn the last consumer's last pass left open
@@ -207,7 +215,9 @@ def run(tiles, S, seed, own_o=False, claims=False, consumers=2, ranges=False):
         stall = 0 if EVENTS[0] != before else stall + 1
         if stall > 2000: raise RuntimeError(f"deadlock tiles={tiles} S={S} seed={seed}")
     for t in turn: assert t.arrived == 0, ("unbalanced named barrier", tiles, t.arrived)
-    assert q_empty.phase == len(tiles) and q_full.phase == len(tiles)
+    for b in range(qbufs):
+        uses = len(range(b, len(tiles), qbufs))
+        assert q_empty[b].phase == uses and q_full[b].phase == uses
 
 
 if __name__ == "__main__":
@@ -215,14 +225,16 @@ if __name__ == "__main__":
     # O in Q's buffer with a persistent grid is the value-dim instance's form (192 / 128: its tile
     # leaves no room for O's own buffer), claims included (a causal call).
     # Three consumers are the d <= 64 tile (O in its own buffer).
-    for consumers, own_o, claims in ((2, False, False), (2, False, True), (2, True, False), (2, True, True),
-                                     (3, True, False), (3, True, True)):
+    # With O in its own buffer Q has two buffers where they fit (d <= 128), one where not (d192).
+    for consumers, own_o, claims, qbufs in ((2, False, False, 1), (2, False, True, 1), (2, True, False, 1),
+                                            (2, True, False, 2), (2, True, True, 2), (3, True, False, 2),
+                                            (3, True, True, 2)):
         for S in (2, 3):
             for ranges in (False, True):
                 for n in range(0, 9):  # one tile per CTA (grid = tiles)
                     for seed in range(100):
-                        run([n], S, seed, own_o, claims, consumers, ranges)
+                        run([n], S, seed, own_o, claims, consumers, ranges, qbufs)
                 for seed in range(1000):  # several tiles per CTA, empty ones included
                     tiles = [rnd.choice([0, 1, 1, 2, 3, 5, 8]) for _ in range(rnd.randint(2, 6))]
-                    run(tiles, S, seed, own_o, claims, consumers, ranges)
+                    run(tiles, S, seed, own_o, claims, consumers, ranges, qbufs)
     print("ok")

@@ -21,11 +21,12 @@
 // grid at most one CTA per SM), so the producer fetches the next tile's first K/V blocks while
 // the consumers still normalise and store this tile's O, and the per-CTA start-up (launch, barrier
 // set-up, register reconfiguration) is paid once per SM instead of once per tile. The stage
-// counters run on across tiles. Q's buffer has an mbarrier for each direction (q_full, q_empty),
-// and every tile passes through both, also one without K/V blocks, so neither side can get two
-// phases ahead. Where O has a buffer of its own (Sm90FwdTraits::kOwnOBuffer) the consumers release
-// Q once their last S = Q K^T of the tile is done, so the next tile's Q arrives under the last
-// P V and the epilogue; else O is staged in Q's buffer and Q is released after O's store.
+// counters run on across tiles. Each Q buffer has an mbarrier for each direction (q_full, q_empty),
+// and every tile passes through both of its buffer's, also one without K/V blocks, so neither side
+// can get two phases ahead. Where O has a buffer of its own (Sm90FwdTraits::kOwnOBuffer) the
+// consumers release Q once their last S = Q K^T of the tile is done, and where two Q buffers fit
+// beside it (kQBuffers, d <= 128) tile i + 1's Q loads into the other one while tile i runs; else O
+// is staged in Q's buffer and Q is released after O's store.
 //
 // Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
 // size of 0 where rows or columns lie outside the tensor) or TMA (the hardware zero-fills outside
