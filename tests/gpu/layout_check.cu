@@ -580,8 +580,8 @@ int main() {
     static_assert(DefaultSm90FwdTraits<192, bf16, 128>::kBlockN == 128 && !DefaultSm90FwdTraits<192, bf16, 128>::kOwnOBuffer &&
                   DefaultSm90FwdTraits<192, bf16, 128>::kQBuffers == 1 &&
                   DefaultSm90FwdTraits<192, bf16, 128>::kSmemBytes == 48 * 1024 + 2 * 48 * 1024 + 2 * 32 * 1024 + 136);
-    // Two Q buffers beside O's own where they fit (d <= 128: the next tile's Q loads while a tile runs).
-    static_assert(DefaultSm90FwdTraits<128, bf16>::kQBuffers == 2 && DefaultSm90FwdTraits<64, bf16>::kQBuffers == 2 &&
+    // Two Q buffers beside O's own with two consumers (d128: the next tile's Q loads while a tile runs).
+    static_assert(DefaultSm90FwdTraits<128, bf16>::kQBuffers == 2 && DefaultSm90FwdTraits<64, bf16>::kQBuffers == 1 &&
                   DefaultSm90FwdTraits<128, bf16>::kSmemBytes == 3 * 32 * 1024 + 4 * 32 * 1024 + 136 &&
                   DefaultSm90FwdTraits<256, fp16>::kQBuffers == 1);
     std::printf("sm90 forward producer copies  ok so far (%d failures)\n", failures);

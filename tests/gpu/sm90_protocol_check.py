@@ -225,10 +225,10 @@ if __name__ == "__main__":
     # O in Q's buffer with a persistent grid is the value-dim instance's form (192 / 128: its tile
     # leaves no room for O's own buffer), claims included (a causal call).
     # Three consumers are the d <= 64 tile (O in its own buffer).
-    # With O in its own buffer Q has two buffers where they fit (d <= 128), one where not (d192).
+    # With O in its own buffer two consumers have two Q buffers (d65-128); three (d <= 64) and d192 one.
     for consumers, own_o, claims, qbufs in ((2, False, False, 1), (2, False, True, 1), (2, True, False, 1),
-                                            (2, True, False, 2), (2, True, True, 2), (3, True, False, 2),
-                                            (3, True, True, 2)):
+                                            (2, True, False, 2), (2, True, True, 2), (3, True, False, 1),
+                                            (3, True, True, 1)):
         for S in (2, 3):
             for ranges in (False, True):
                 for n in range(0, 9):  # one tile per CTA (grid = tiles)

@@ -94,11 +94,14 @@ struct Sm90FwdTraits {
     static constexpr int kBarrierBytes = (4 * kStages + 4 + 4) * 8 + 2 * 4;
     static constexpr int kRingBytes = kStages * (kKStageBytes + kVStageBytes);
     static constexpr bool kOwnOBuffer = kQBytes + kOBytes + kRingBytes + kBarrierBytes <= 227 * 1024;
-    // Q in two buffers where they fit beside O's own (d <= 128): tile i + 1's Q loads while tile i
-    // runs, where with one buffer it could load only once every consumer's last S of tile i was done
-    // and arrived ~2,000 cycles after the consumers were ready for it (H200, d128, clock64 stamps,
-    // docs/perf-log.md session 33): 8% of a 1k-token tile.
-    static constexpr int kQBuffers = kOwnOBuffer && 2 * kQBytes + kOBytes + kRingBytes + kBarrierBytes <= 227 * 1024 ? 2 : 1;
+    // Q in two buffers where they fit beside O's own and there are two consumers (d65-128): tile
+    // i + 1's Q loads while tile i runs, where with one buffer it could load only once every
+    // consumer's last S of tile i was done and arrived ~2,000 cycles after the consumers were ready
+    // for it (H200, d128, clock64 stamps, docs/perf-log.md session 33): 5% of a 1k-token tile. The
+    // three consumers of d <= 64 gained nothing from it, and their extras kernel (160 registers)
+    // doubled its spills in the step loop.
+    static constexpr int kQBuffers =
+        kWarpGroups == 2 && kOwnOBuffer && 2 * kQBytes + kOBytes + kRingBytes + kBarrierBytes <= 227 * 1024 ? 2 : 1;
     static constexpr int kSmemBytes = kQBuffers * kQBytes + (kOwnOBuffer ? kOBytes : 0) + kRingBytes + kBarrierBytes;
     static_assert(kSmemBytes <= 227 * 1024, "Q and two stages of K and V must fit in shared memory");
     static_assert(kOwnOBuffer || kOBytes <= kQBytes, "O staged in Q's buffer must fit there");
