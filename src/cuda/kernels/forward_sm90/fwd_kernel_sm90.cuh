@@ -333,8 +333,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
     int q_now = 0; // this tile's Q buffer
+    Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(0)); // (its descriptors, set per tile)
     auto issue_s = [&](int s) {
-        Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
     };
@@ -429,6 +429,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty + q_now);
         };
         q_now = q_buffer(tiles_done);
+        tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         cutlass::arch::ClusterBarrier::wait(q_full + q_now, q_parity(tiles_done));
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
         release_q_after_s(own_blocks == 0);
