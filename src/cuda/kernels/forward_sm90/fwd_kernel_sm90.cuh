@@ -25,8 +25,8 @@
 // and every tile passes through both of its buffer's, also one without K/V blocks, so neither side
 // can get two phases ahead. Where O has a buffer of its own (Sm90FwdTraits::kOwnOBuffer) the
 // consumers release Q once their last S = Q K^T of the tile is done, and where two Q buffers fit
-// beside it (kQBuffers, two consumers: d65-128) tile i + 1's Q loads into the other one while tile i runs; else O
-// is staged in Q's buffer and Q is released after O's store.
+// beside it (kQBuffers, two consumers: d65-128) tile i + 1's Q loads into the other one while tile
+// i runs; else O is staged in Q's buffer and Q is released after O's store.
 //
 // Memory model: the producer writes shared memory only with cp.async (zero-filling with a source
 // size of 0 where rows or columns lie outside the tensor) or TMA (the hardware zero-fills outside

@@ -97,7 +97,7 @@ struct Sm90FwdTraits {
     // Q in two buffers where they fit beside O's own and there are two consumers (d65-128): tile
     // i + 1's Q loads while tile i runs, where with one buffer it could load only once every
     // consumer's last S of tile i was done and arrived ~2,000 cycles after the consumers were ready
-    // for it (H200, d128, clock64 stamps, docs/perf-log.md session 33): 5% of a 1k-token tile. The
+    // for it (H200, d128, clock64 stamps, docs/perf-log.md, X and Y): 5% of a 1k-token tile. The
     // three consumers of d <= 64 gained nothing from it, and their extras kernel (160 registers)
     // doubled its spills in the step loop.
     static constexpr int kQBuffers =
