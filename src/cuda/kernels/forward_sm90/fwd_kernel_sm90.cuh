@@ -218,10 +218,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
 
         int ring_base = 0, tiles_done = 0;
         // Thread 0 claims each next tile a tile ahead (the atomic's latency hides under a tile's
-        // loads) and publishes it when the CTA moves on.
-        // The counter was cleared by the kernel before this one, of which this one is a
-        // programmatic dependent (fwd_launch_sm90.cuh): the claims wait for that kernel's end. Q, K
-        // and V need no wait: their writers had finished before the clearing kernel started.
+        // loads) and publishes it when the CTA moves on. The counter was cleared by the kernel before
+        // this one, of which this one is a programmatic dependent (fwd_launch_sm90.cuh), so the
+        // first claim waits for that kernel's end; Q, K and V need no wait: their writers had
+        // finished before the clearing kernel started.
         if (claim_tiles && ptid == 0) wait_for_prerequisite_grid();
         unsigned claimed = claim_tiles && ptid == 0 ? claim() : 0u;
         auto publish_next = [&](int published) {
@@ -332,8 +332,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
-    int q_now = 0; // this tile's Q buffer
-    Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(0)); // (its descriptors, set per tile)
+    Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(0)); // this tile's Q (its descriptors, set per tile)
     auto issue_s = [&](int s) {
         Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
@@ -425,10 +424,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         // Every tile waits for its Q and releases it once, also one without K/V blocks: that keeps
         // q_full and q_empty in step with the producer. With O in a buffer of its own, Q is released
         // when this thread's last S = Q K^T of the tile is done (after the wait that follows it).
+        const int q_now = q_buffer(tiles_done);
         auto release_q_after_s = [&](bool last_s) {
             if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty + q_now);
         };
-        q_now = q_buffer(tiles_done);
         tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         cutlass::arch::ClusterBarrier::wait(q_full + q_now, q_parity(tiles_done));
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
