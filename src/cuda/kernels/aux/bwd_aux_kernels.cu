@@ -196,19 +196,39 @@ __global__ void __launch_bounds__(kThreads) row_sum_kernel(const BwdArgs args, c
                                int64_t(it.h) * job.dst.head_stride;
     Element* dst = static_cast<Element*>(job.dst.data) + dst_offset;
     if (job.vector_rows) {
-        // src rows: accum_cols floats (a multiple of 32) in a 256-byte aligned scratch: float4 loads.
-        for (int c = it.lane * 4; c < job.cols; c += kLanesPerRow * 4) {
-            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        // src rows: accum_cols floats (a multiple of 32) in a 256-byte aligned scratch: float4 loads,
+        // all of a lane's share of a row (up to kChunks of them) issued before its first store, so
+        // that they are in flight together: loaded and stored one at a time, the dQ conversion moved
+        // 3.0 TB/s where cuDNN's reaches 3.5 (H200, d128, 16 x 1k).
+        constexpr int kChunks = 256 / (kLanesPerRow * 4); // a row of up to 256 columns in one pass
+        for (int c0 = it.lane * 4; c0 < job.cols; c0 += kChunks * kLanesPerRow * 4) {
+            float4 sum[kChunks];
+            CUTE_UNROLL
+            for (int k = 0; k < kChunks; ++k) sum[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             for (int t = 0; t < job.terms; ++t) {
-                const float4 v = *reinterpret_cast<const float4*>(src + t * job.term_stride + c);
-                sum.x += v.x;
-                sum.y += v.y;
-                sum.z += v.z;
-                sum.w += v.w;
+                float4 v[kChunks]; // (each its own registers: loads into one would wait for each other)
+                CUTE_UNROLL
+                for (int k = 0; k < kChunks; ++k) {
+                    const int c = c0 + k * kLanesPerRow * 4;
+                    v[k] = c < job.cols ? *reinterpret_cast<const float4*>(src + t * job.term_stride + c)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                CUTE_UNROLL
+                for (int k = 0; k < kChunks; ++k) {
+                    sum[k].x += v[k].x;
+                    sum[k].y += v[k].y;
+                    sum[k].z += v[k].z;
+                    sum[k].w += v[k].w;
+                }
             }
-            alignas(8) Element packed[4] = {Element(sum.x * job.scale), Element(sum.y * job.scale),
-                                            Element(sum.z * job.scale), Element(sum.w * job.scale)};
-            *reinterpret_cast<uint2*>(dst + c) = *reinterpret_cast<const uint2*>(packed);
+            CUTE_UNROLL
+            for (int k = 0; k < kChunks; ++k) {
+                const int c = c0 + k * kLanesPerRow * 4;
+                if (c >= job.cols) continue;
+                alignas(8) Element packed[4] = {Element(sum[k].x * job.scale), Element(sum[k].y * job.scale),
+                                                Element(sum[k].z * job.scale), Element(sum[k].w * job.scale)};
+                *reinterpret_cast<uint2*>(dst + c) = *reinterpret_cast<const uint2*>(packed);
+            }
         }
     } else {
         for (int c = it.lane; c < job.cols; c += kLanesPerRow) {
