@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(kThreads) row_sum_kernel(const BwdArgs args, c
     if (job.vector_rows) {
         // src rows: accum_cols floats (a multiple of 32) in a 256-byte aligned scratch: float4 loads,
         // all of a lane's share of a row (up to kChunks of them) issued before its first store, so
-        // that they are in flight together: loaded and stored one at a time, the dQ conversion moved
-        // 3.0 TB/s where cuDNN's reaches 3.5 (H200, d128, 16 x 1k).
+        // that they are in flight together: loaded and stored one at a time, the dQ conversion took
+        // 66.8 us at d128 16 x 1k (3.0 TB/s), 57.7 this way, as cuDNN's own (H200).
         constexpr int kChunks = 256 / (kLanesPerRow * 4); // a row of up to 256 columns in one pass
         for (int c0 = it.lane * 4; c0 < job.cols; c0 += kChunks * kLanesPerRow * 4) {
             float4 sum[kChunks];
