@@ -69,6 +69,7 @@ python3 scripts/gpu.py pytest tests/python/test_device_indices.py --sanitize mem
 python3 scripts/gpu.py bench forward -- --quick
 python3 scripts/gpu.py bench backward -- --quick
 python3 scripts/gpu.py bench decode -- --quick --variants
+python3 scripts/gpu.py bench power -- --seconds 3   # clocks and power: what bounds the ratios above
 python3 scripts/gpu.py summary
 """
 
