@@ -155,6 +155,8 @@ def main():
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--seconds", type=float, default=4.0, help="soak per kernel (readings: all but its first second)")
     args = ap.parse_args()
+    if not args.seconds > 1.0:
+        ap.error(f"--seconds {args.seconds}: expected more than 1 (the readings skip each soak's first second)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)

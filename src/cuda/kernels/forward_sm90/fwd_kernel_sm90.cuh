@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     constexpr int kQElems = cosize(typename Traits::SmemLayoutQ{});
     constexpr int kOElems = cosize(typename Traits::SmemLayoutO{});
     constexpr int kQBuffers = Traits::kQBuffers;
+    static_assert(kQBuffers <= 2, "the barrier block (Sm90FwdTraits::kBarrierBytes) has two q_full / q_empty slots");
     Element* smem_q = reinterpret_cast<Element*>(smem); // [kQBuffers]: tile i's Q in buffer i % kQBuffers
     Element* smem_k = smem_q + kQBuffers * kQElems;
     Element* smem_v = smem_k + kStages * kKElems;
