@@ -150,6 +150,25 @@ struct OnlineSoftmax {
         if (__any_sync(0xffffffffu, needed)) rescale(out, correction);
     }
 
+    // rescale_unless_all_one() after wait(), the wait for the product that writes out, placed in
+    // both arms of the branch on the vote, which also needs every row's sum and so every exponential
+    // of the block (the sums are never negative: the test is for the dependency, not its outcome).
+    // ptxas does not hoist a wait above a branch, so the softmax runs under the product; without
+    // the branch it placed the wait where its register allocation suited it, with Q in registers
+    // (fwd_kernel_sm90.cuh) above all 66 exponentials of a d128 block, which cost 3%.
+    template <typename Out, typename Wait>
+    __device__ __forceinline__ void rescale_after(Out& out, const float (&correction)[kRows], Wait&& wait) const {
+        bool needed = false;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) needed |= correction[r] != 1.0f || !(row_sum[r] >= 0.0f);
+        if (__any_sync(0xffffffffu, needed)) {
+            wait();
+            rescale(out, correction);
+        } else {
+            wait();
+        }
+    }
+
     // Normalise out (times out_scale, the dropout rescale) and return each row's natural-log lse:
     // -inf, with out = 0, for a row that saw no allowed key (with a sink, absorb_sink: lse = the
     // sink, out = 0). poison (an index of the sequence was out of range, device_faults.h): NaN in

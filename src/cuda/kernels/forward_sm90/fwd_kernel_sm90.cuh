@@ -7,7 +7,8 @@
 //                              (TMA's byte count, or cp.async.mbarrier.arrive), its reuse waits for
 //                              every consumer to release it (another mbarrier)
 //   warpgroups 1.. (consumers) 64 query rows each, two (three at d <= 64, tiles.h): S = Q K^T,
-//                              softmax, O += P V (wgmma), over the key blocks that its rows see
+//                              softmax, O += P V (wgmma), over the key blocks that its rows see;
+//                              at d128 the plain kernel holds Q in registers for S
 //
 // Nothing in the main loop synchronises the whole CTA, so the consumers can drift apart, and a ring
 // of named barriers makes them take turns ("ping-pong"): one issues its two products while the
@@ -325,7 +326,10 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     // (kEpilogueBarrier).
     constexpr uint32_t kTurnBarrier0 = 0, kEpilogueBarrier = kConsumers;
 
-    typename Traits::TiledMmaS mma_s;
+    // Q in registers for S (Sm90FwdTraits::kQInRegisters; not in the extras kernel, whose score
+    // policies already spill at 232 registers): loaded from its buffer once a tile.
+    constexpr bool kQRegs = Traits::kQInRegisters && !kExtras;
+    std::conditional_t<kQRegs, typename Traits::TiledMmaSQRegs, typename Traits::TiledMmaS> mma_s;
     typename Traits::TiledMmaO mma_o;
     auto mma_s_thr = mma_s.get_thread_slice(tid);
     auto mma_o_thr = mma_o.get_thread_slice(tid);
@@ -333,7 +337,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
-    Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(0)); // this tile's Q (its descriptors, set per tile)
+    // This tile's Q: its registers, or its descriptors (set per tile).
+    Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(0));
     auto issue_s = [&](int s) {
         Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
@@ -429,9 +434,16 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         auto release_q_after_s = [&](bool last_s) {
             if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty + q_now);
         };
-        tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
+        if constexpr (!kQRegs) tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         cutlass::arch::ClusterBarrier::wait(q_full + q_now, q_parity(tiles_done));
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
+        if constexpr (kQRegs) { // ldmatrix into S's A fragment (a consumer without blocks needs none)
+            if (own_blocks > 0) {
+                auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQ{}, mma_s);
+                auto copy_q_thr = copy_q.get_thread_slice(tid);
+                copy(copy_q, copy_q_thr.partition_S(q_tile(q_now)), copy_q_thr.retile_D(tSrQ));
+            }
+        }
         release_q_after_s(own_blocks == 0);
         // A block this consumer's rows do not see (fully masked for them, or rows past the
         // sequence's end): its turn and its stages' releases, no products. Every consumer takes
@@ -487,11 +499,21 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             release_q_after_s(j == mine.n_begin);
             float correction[kRows];
             softmax_block(j, masked_tag, correction);
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(acc_o);
-            release(v_empty, r - 1);
             // (With the slack most blocks past the first keep every row's max: no multiplies.)
-            OnlineSoftmax<kRows>::rescale_unless_all_one(acc_o_rows, correction);
+            auto wait_pv = [&]() __attribute__((always_inline)) {
+                warpgroup_wait<0>();
+                warpgroup_fence_operand(acc_o);
+                release(v_empty, r - 1);
+            };
+            // With Q in registers the wait needs holding below the exponentials (rescale_after); the
+            // other kernels' placement is ptxas's, which measured no worse than held (d64 lost 1-3%
+            // held: docs/perf-log.md, K).
+            if constexpr (kQRegs) {
+                softmax.rescale_after(acc_o_rows, correction, wait_pv);
+            } else {
+                wait_pv();
+                OnlineSoftmax<kRows>::rescale_unless_all_one(acc_o_rows, correction);
+            }
             scores_to_p();
         };
         for (int j = first - 1; j >= mine.n_begin;) {

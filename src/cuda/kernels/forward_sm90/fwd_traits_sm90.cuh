@@ -60,6 +60,11 @@ struct Sm90FwdTraits {
     using WarpGroups = Layout<Shape<Int<kWarpGroups>, _1, _1>>; // stacked along the query rows
     using TiledMmaS = decltype(make_tiled_mma(
         GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpGroups{}));
+    // The same product with Q from registers (RS, kQInRegisters): Q is read from shared memory once
+    // a tile (ldmatrix) instead of at every S, a third of S's shared-memory reads.
+    using TiledMmaSQRegs = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpGroups{}));
+    using SmemCopyQ = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
     // O += P V: P from registers (the S accumulator converted to 16 bits), V from shared memory.
     // V is stored keys x head_dim_v, so as the B operand (head_dim_v x keys) it is MN-major.
     using TiledMmaO = decltype(make_tiled_mma(
@@ -149,6 +154,11 @@ struct Sm90FwdTraits {
     // than the one-tile kernel, while persistence gained it 0-3%.
     static constexpr bool kCanPersist = tiles::forward_sm90(kHeadDim, kHeadDimV).can_persist;
     // Three consumers (512 threads, 128 registers each at launch) split 32 / 160: the whole file.
+    // Q in registers for S (the plain kernel, fwd_kernel_sm90.cuh), where it was measured: d128, 32
+    // registers a thread, which the consumers' 232 hold without new spills in the step loops. On the
+    // H200 at the power cap it saves energy, not cycles: the same kernel ran 1-2% higher clocks at
+    // 16k for a 1% lower tensor share per cycle, +1% TFLOP/s non-causal, 0 causal and at 1k.
+    static constexpr bool kQInRegisters = kHeadDim == 128 && kHeadDimV == 128 && kWarpGroups == 2;
     static constexpr bool kNarrowO = kHeadDimV <= 128;
     static constexpr int kProducerRegs = kWarpGroups == 3 ? 32 : kNarrowO ? 40 : 24;
     static constexpr int kConsumerRegs = kWarpGroups == 3 ? 160 : kNarrowO ? 232 : 240;
