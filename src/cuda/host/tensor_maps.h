@@ -49,10 +49,12 @@ inline bool tma_byte_strides(const int64_t (&strides)[3], cuuint64_t (&byte_stri
 
 // The map of x's (head_dim, rows, heads, batch) in 16-bit elements with boxes of box_cols x box_rows
 // (box_cols x 2 bytes: 128 or 64, the swizzle's row); false where TMA cannot address x (a base or a
-// stride not a multiple of 16 bytes, a zero stride): the caller then loads with cp.async.
+// stride not a multiple of 16 bytes, a zero stride, an empty extent, which the driver would refuse
+// with an error that a sanitizer reports): the caller then loads with cp.async.
 inline bool encode_rows_map(CUtensorMap& map, const fa_tensor& x, bool bf16, int head_dim, int rows, int heads,
                             int batch, int box_cols, int box_rows) {
     constexpr int64_t kElem = 2;
+    if (head_dim <= 0 || rows <= 0 || heads <= 0 || batch <= 0) return false;
     const TensorMapEncodeTiled encode = tensor_map_encoder();
     if (!encode || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) return false;
     const int64_t batch_stride = batch > 1 ? x.batch_stride : int64_t(rows) * x.row_stride;

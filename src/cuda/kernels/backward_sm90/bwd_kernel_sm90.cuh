@@ -1,7 +1,7 @@
 // The Hopper backward (sm_90a, wgmma, warp-specialised; the planner's backward_sm90): the same
 // algorithm, work items, scratch and policies as bwd_kernel.cuh, with FlashAttention-3's schedule.
 //
-//   warpgroup 0 (producer)      K, V of the key block once (kv_full), then for every query block
+//   warpgroup 0 (producer)      K, V of the key block once (by TMA where dense; kv_full), then for every query block
 //                               that meets it Q, dO (by TMA where dense), lse, dsum into a ring of
 //                               kQStages stages
 //                               (q_full[s]); a stage is refilled once both consumers released it
@@ -21,8 +21,8 @@
 //     block as by default, each query block's additions in a fixed key-block order under a counter,
 //     bwd_sm90_common.cuh), or per-chunk buffers as bwd_kernel.cuh (a CTA walks several key blocks,
 //     added with red.add: every address by one producer thread, in order)
-//   epilogue: dK *= scale, dV *= 1/(1-p), straight from registers to dk/dv (16-bit pairs) or to the
-//   per-query-head fp32 scratch.
+//   epilogue: dK *= scale, dV *= 1/(1-p), to dk/dv (16-bit; the last key block through K's and V's
+//   tiles, by TMA where dense) or to the per-query-head fp32 scratch.
 //
 // kGroupWalk (GQA, planner's kv_major): the CTA's item is a KV head, and for each key block the
 // producer and the consumers walk every query head of its group in turn, so dK/dV sum the group in
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits, kGroupWalk>(args, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -7,6 +7,8 @@
 // rows past seqlen_q and columns past head_dim zero-filled by the hardware. Varlen and unaligned
 // layouts keep the per-lane cp.async path.
 //
+// K and V of a key block likewise (kv_tma, below).
+//
 // Where the consumers stage dQ in shared memory (Traits::kDqStaged), the map of the fp32 dQ scratch
 // that their bulk tensor reductions add it through (dq_map; host/tensor_maps.h).
 #pragma once
@@ -19,8 +21,10 @@ namespace flashattn::cuda {
 struct Sm90BwdParams {
     BwdArgs args;
     CUtensorMap q_map, do_map; // valid when q_tma
+    CUtensorMap k_map, v_map;  // valid when kv_tma
+    CUtensorMap dk_map, dv_map; // valid when dkv_tma
     CUtensorMap dq_map;        // valid when dq_tma
-    bool q_tma, dq_tma;
+    bool q_tma, kv_tma, dkv_tma, dq_tma;
 };
 
 template <typename Traits>
@@ -35,6 +39,25 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
                                   Traits::kQBoxCols, Traits::kBlockM) &&
                   encode_rows_map(p.do_map, args.dout, bf16, do_cols, fa.seqlen_q, fa.num_heads, fa.batch,
                                   Traits::kDoBoxCols, Traits::kBlockM);
+    }
+    // K and V likewise, a box of kKBoxCols (kVBoxCols) columns by kBlockN rows per column block, where
+    // every sequence is the dense tensor's whole length: with seqused_k the rows between it and
+    // seqlen_k hold whatever the caller left there, which the cp.async path never reads (a NaN there
+    // would reach dS through dP, though P is 0).
+    if (fa.cu_seqlens_k == nullptr && fa.seqused_k == nullptr) {
+        const int v_cols = Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
+        const int heads_k = fa.num_heads / fa.heads_per_kv_head;
+        p.kv_tma = encode_rows_map(p.k_map, fa.k, bf16, fa.head_dim, fa.seqlen_k, heads_k, fa.batch,
+                                   Traits::kKBoxCols, Traits::kBlockN) &&
+                   encode_rows_map(p.v_map, fa.v, bf16, v_cols, fa.seqlen_k, heads_k, fa.batch,
+                                   Traits::kVBoxCols, Traits::kBlockN);
+        // dK and dV of a CTA's last key block, staged in K's and V's tiles, stored likewise where
+        // they go to dk / dv (not to the fp32 scratch).
+        p.dkv_tma = args.dk_accum == nullptr &&
+                    encode_rows_map(p.dk_map, args.dk, bf16, fa.head_dim, fa.seqlen_k, heads_k, fa.batch,
+                                    Traits::kKBoxCols, Traits::kBlockN) &&
+                    encode_rows_map(p.dv_map, args.dv, bf16, v_cols, fa.seqlen_k, heads_k, fa.batch,
+                                    Traits::kVBoxCols, Traits::kBlockN);
     }
     if constexpr (Traits::kDqStaged)
         p.dq_tma = encode_dq_accum_map(p.dq_map, args.dq_accum, Traits::kHeadDim, args.q_rows_total, fa.num_heads,

@@ -267,8 +267,9 @@ __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
     }
 }
 
-// The producer warpgroup (the caller has lowered its registers): K, V of a key block once
-// (kv_full; refilled once both consumers finished the block, kv_empty), then for every query block
+// The producer warpgroup (the caller has lowered its registers): K, V of a key block once (by TMA
+// from thread 0 where the launcher made their maps, params.kv_tma, else by cp.async from every
+// thread; kv_full; refilled once both consumers finished the block, kv_empty), then for every query block
 // that meets it Q, dO, lse, dsum into stage q_uses % kQStages (q_full; refilled once both consumers
 // released it, q_empty). Both roles walk the same sequence: key blocks n of the chunk, and for each
 // the query blocks of q_block_range (empty ranges skip the loads); q_uses counts query blocks over
@@ -476,8 +477,25 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if (range.m_end <= range.m_begin) continue;
         const Element* safe = k_rows; // k_len > n0 >= 0 whenever the range is not empty
         if (kv_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.kv_empty, (kv_uses - 1) & 1);
-        copy_k.load_async(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
-        copy_v.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, v_cols, safe);
+        if (params.kv_tma) {
+            if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
+                constexpr uint32_t kKBytes = Traits::kSmemKElems * sizeof(Element);
+                constexpr uint32_t kVBytes = Traits::kSmemVElems * sizeof(Element);
+                cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.kv_full, kKBytes + kVBytes);
+                constexpr uint64_t kHint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
+                CUTE_UNROLL
+                for (int c = 0; c < kHeadDim / Traits::kKBoxCols; ++c)
+                    SM90_TMA_LOAD_4D::copy(&params.k_map, sm.kv_full, kHint, sm.k + c * kBlockN * Traits::kKBoxCols,
+                                           c * Traits::kKBoxCols, n0, w.h_kv, w.b);
+                CUTE_UNROLL
+                for (int c = 0; c < Traits::kHeadDimV / Traits::kVBoxCols; ++c)
+                    SM90_TMA_LOAD_4D::copy(&params.v_map, sm.kv_full, kHint, sm.v + c * kBlockN * Traits::kVBoxCols,
+                                           c * Traits::kVBoxCols, n0, w.h_kv, w.b);
+            }
+        } else {
+            copy_k.load_async(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
+            copy_v.load_async(smem_v, v_rows + n0 * v_stride, v_stride, seq.k_len - n0, v_cols, safe);
+        }
         cutlass::arch::cpasync_barrier_arrive_noinc(sm.kv_full);
         ++kv_uses;
         for (int head = 0; head < group_heads; ++head) { // one pass unless the grid is over KV heads
@@ -572,6 +590,10 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.do_map));
         }
+        if (params.kv_tma) {
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.k_map));
+            cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.v_map));
+        }
         if constexpr (Traits::kDqStaged) {
             if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
         }
@@ -656,15 +678,19 @@ __device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& p
 // further key block), each thread puts its 16-bit pairs there, and the consumers store whole
 // 16-byte chunks, full rows of a warp at a time. Straight from the registers a warp's 4-byte stores
 // fall on 8 rows, 16 bytes each, and the timeline build measured the epilogue at ~6.5 us of a
-// ~50 us CTA (d128, 1k tokens). Earlier key blocks (deterministic mode's CTAs walk several) store
-// from the registers, as the producer may be refilling K and V for the next one.
+// ~50 us CTA (d128, 1k tokens). Where dk / dv are dense (params.dkv_tma) one thread stores the two
+// tiles by TMA instead and waits only until shared memory has been read; the others are done (the
+// kernel time of d128 1k causal -1.2%, deterministic -1 to -2.4%: session 35 of docs/perf-log.md).
+// Earlier key blocks (deterministic mode's CTAs walk several) store from the registers, as the
+// producer may be refilling K and V for the next one.
 // Transposed dK / dV (Traits::kDkvTransposed: dK^T, dV^T, tdKc / tdVc give (column, key), and
 // registers 2t, 2t+1 are neighbouring keys, not columns) go element by element where the others go
 // in pairs: through shared memory that is 2-byte stores of a once-per-CTA epilogue.
 template <typename Traits, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
-__device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const Sm90BwdWork& w,
+__device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                     const Sm90BwdSmem<Traits>& sm, int n, AccK& acc_dk, AccV& acc_dv,
                                                     CoordsK const& tdKc, CoordsV const& tdVc) {
+    const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
@@ -747,8 +773,28 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
                 }
             }
         }
-        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
         const int ctid = int(threadIdx.x) - Traits::kProducerThreads;
+        if (params.dkv_tma) {
+            // Every thread's stores made visible to the async proxy, then one thread stores both
+            // tiles by TMA (a box per swizzle-atom column, rows past seqlen_k clipped) and waits only
+            // until the copies have read shared memory, which the CTA's exit releases.
+            cutlass::arch::fence_view_async_shared();
+            cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
+            if (ctid == 0) {
+                CUTE_UNROLL
+                for (int c = 0; c < kHeadDim / Traits::kKBoxCols; ++c)
+                    SM90_TMA_STORE_4D::copy(&params.dk_map, sm.k + c * kBlockN * Traits::kKBoxCols, c * Traits::kKBoxCols,
+                                            n0, w.h_kv, w.b);
+                CUTE_UNROLL
+                for (int c = 0; c < kHeadDimV / Traits::kVBoxCols; ++c)
+                    SM90_TMA_STORE_4D::copy(&params.dv_map, sm.v + c * kBlockN * Traits::kVBoxCols, c * Traits::kVBoxCols,
+                                            n0, w.h_kv, w.b);
+                tma_store_arrive();
+                tma_store_wait<0>();
+            }
+            return;
+        }
+        cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
         const OutK out_k(ctid);
         const OutV out_v = copy_like<OutV>(out_k, ctid);
         const int64_t dk_stride = args.dk.row_stride, dv_stride = args.dv.row_stride;
@@ -797,10 +843,11 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& args, const S
 // consumers keep no more work-item state live than without the group.
 template <typename Traits, bool kGroupWalk, typename AccK, typename AccV, typename CoordsK, typename CoordsV,
           typename Block, typename OnHead>
-__device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90BwdWork& w,
+__device__ __forceinline__ void sm90_bwd_consume(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                  const Sm90BwdSmem<Traits>& sm, AccK& acc_dk, AccV& acc_dv,
                                                  CoordsK const& tdKc, CoordsV const& tdVc, Block&& block,
                                                  OnHead&& on_head) {
+    const BwdArgs& args = params.args;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     const int group_heads = kGroupWalk ? args.group_heads : 1;
@@ -826,7 +873,7 @@ __device__ __forceinline__ void sm90_bwd_consume(const BwdArgs& args, const Sm90
             cutlass::arch::ClusterBarrier::arrive(sm.kv_empty);
             ++kv_uses;
         }
-        sm90_bwd_store_dkdv<Traits>(args, w, sm, n, acc_dk, acc_dv, tdKc, tdVc);
+        sm90_bwd_store_dkdv<Traits>(params, w, sm, n, acc_dk, acc_dv, tdKc, tdVc);
     }
 }
 

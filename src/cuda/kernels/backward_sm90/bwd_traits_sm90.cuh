@@ -104,6 +104,9 @@ struct Sm90BwdTraits {
     using SmemLayoutKV = decltype(tile_to_shape(SmemAtomKV{}, Shape<Int<kBlockN>, Int<kHeadDim>>{})); // K, V
     // Q and dO by TMA (bwd_params_sm90.cuh): one box per atom column, kBlockM rows of 128 bytes.
     static constexpr int kQBoxCols = decltype(size<1>(SmemAtomQ{}))::value;
+    // K and V by TMA: one box per atom column, kBlockN rows.
+    static constexpr int kKBoxCols = decltype(size<1>(SmemAtomKV{}))::value;
+    static constexpr int kVBoxCols = kKBoxCols;
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
@@ -299,6 +302,8 @@ struct Sm90BwdPdSTraits {
     // Q and dO by TMA: one box per atom column (its swizzle: host/tensor_maps.h).
     static constexpr int kQBoxCols = kAtomColsQK;
     static constexpr int kDoBoxCols = kAtomColsVdO;
+    static constexpr int kKBoxCols = kAtomColsQK; // K and V by TMA: their atoms are Q's and dO's
+    static constexpr int kVBoxCols = kAtomColsVdO;
     // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
