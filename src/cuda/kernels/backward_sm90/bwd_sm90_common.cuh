@@ -680,7 +680,7 @@ __device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& p
 // fall on 8 rows, 16 bytes each, and the timeline build measured the epilogue at ~6.5 us of a
 // ~50 us CTA (d128, 1k tokens). Where dk / dv are dense (params.dkv_tma) one thread stores the two
 // tiles by TMA instead and waits only until shared memory has been read; the others are done (the
-// kernel time of d128 1k causal -1.2%, deterministic -1 to -2.4%: session 35 of docs/perf-log.md).
+// kernel time of d128 1k causal -1.2%, deterministic -1 to -2.4%: docs/perf-log.md, BB).
 // Earlier key blocks (deterministic mode's CTAs walk several) store from the registers, as the
 // producer may be refilling K and V for the next one.
 // Transposed dK / dV (Traits::kDkvTransposed: dK^T, dV^T, tdKc / tdVc give (column, key), and
