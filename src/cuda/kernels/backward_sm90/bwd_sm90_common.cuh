@@ -754,13 +754,37 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
             // they are computed here rather than hoisted in front of the main loop (and spilled).
             int row0 = get<0>(tdKc(0)), col0 = get<1>(tdKc(0));
             asm volatile("" : "+r"(row0), "+r"(col0));
-            CUTE_UNROLL
-            for (int t = 0; t < size(acc_dk); t += 2) {
-                const int row = row0 + (get<0>(tdKc(t)) - get<0>(tdKc(0))); // offsets: constants once folded
-                const int col = col0 + (get<1>(tdKc(t)) - get<1>(tdKc(0)));
-                const uint32_t offset = OutK::byte_offset(row, col);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(k_at + offset), "r"(dk_pairs(t / 2)));
-                if constexpr (kSameShape) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
+            if constexpr (!Traits::kPdSSchedule && kSameShape) {
+                // stmatrix (x4: four 8 x 8 tiles, 16 bytes of a row per lane and tile): a wgmma
+                // accumulator's pairs 4i .. 4i + 3 are rows g and g + 8 (g = lane / 4 of the warp's 16)
+                // of column groups 2i and 2i + 1, so lane l addresses row l % 8 of tile l / 8, i.e.
+                // row (l % 8) + 8 ((l / 8) % 2) and column 16 i + 8 (l / 16) of the warp's rows. One
+                // address a lane per tile instead of one per pair: the 4-byte stores' 64 swizzled
+                // addresses, computed ahead, had spilled into the GQA walk's block loop (17 / 11 local
+                // loads a block at d128, now 7 / 2; its kernel 3-8% faster, docs/perf-log.md, DD).
+                const int lane = int(threadIdx.x) % 32;
+                const int row = row0 - lane / 4 + lane % 8 + 8 * ((lane / 8) % 2);
+                const int col = col0 - 2 * (lane % 4) + 8 * (lane / 16);
+                CUTE_UNROLL
+                for (int i = 0; i < size(dk_pairs) / 4; ++i) {
+                    const uint32_t offset = OutK::byte_offset(row, col + 16 * i);
+                    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(k_at + offset),
+                                 "r"(dk_pairs(4 * i)), "r"(dk_pairs(4 * i + 1)), "r"(dk_pairs(4 * i + 2)),
+                                 "r"(dk_pairs(4 * i + 3)));
+                    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(v_at + offset),
+                                 "r"(dv_pairs(4 * i)), "r"(dv_pairs(4 * i + 1)), "r"(dv_pairs(4 * i + 2)),
+                                 "r"(dv_pairs(4 * i + 3)));
+                }
+            } else {
+                CUTE_UNROLL
+                for (int t = 0; t < size(acc_dk); t += 2) {
+                    const int row = row0 + (get<0>(tdKc(t)) - get<0>(tdKc(0))); // offsets: constants once folded
+                    const int col = col0 + (get<1>(tdKc(t)) - get<1>(tdKc(0)));
+                    const uint32_t offset = OutK::byte_offset(row, col);
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(k_at + offset), "r"(dk_pairs(t / 2)));
+                    if constexpr (kSameShape)
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(v_at + offset), "r"(dv_pairs(t / 2)));
+                }
             }
             if constexpr (!kSameShape) {
                 int vrow0 = get<0>(tdVc(0)), vcol0 = get<1>(tdVc(0));
