@@ -32,12 +32,12 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
     Sm90BwdParams p{};
     p.args = args;
     const FwdArgs& fa = args.fwd;
+    // V, dO and dV are kHeadDimV wide (fa.head_dim_v where the instance has a value head dim of its own).
+    const int v_cols = Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
     if (fa.cu_seqlens_q == nullptr) {
-        // dO is kHeadDimV wide (fa.head_dim_v where the instance has a value head dim of its own).
-        const int do_cols = Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
         p.q_tma = encode_rows_map(p.q_map, fa.q, bf16, fa.head_dim, fa.seqlen_q, fa.num_heads, fa.batch,
                                   Traits::kQBoxCols, Traits::kBlockM) &&
-                  encode_rows_map(p.do_map, args.dout, bf16, do_cols, fa.seqlen_q, fa.num_heads, fa.batch,
+                  encode_rows_map(p.do_map, args.dout, bf16, v_cols, fa.seqlen_q, fa.num_heads, fa.batch,
                                   Traits::kDoBoxCols, Traits::kBlockM);
     }
     // K and V likewise, a box of kKBoxCols (kVBoxCols) columns by kBlockN rows per column block, where
@@ -45,8 +45,7 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
     // seqlen_k hold whatever the caller left there, which the cp.async path never reads (a NaN there
     // would reach dS through dP, though P is 0).
     if (fa.cu_seqlens_k == nullptr && fa.seqused_k == nullptr) {
-        const int v_cols = Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
-        const int heads_k = fa.num_heads / fa.heads_per_kv_head;
+        const int heads_k = args.num_heads_k;
         p.kv_tma = encode_rows_map(p.k_map, fa.k, bf16, fa.head_dim, fa.seqlen_k, heads_k, fa.batch,
                                    Traits::kKBoxCols, Traits::kBlockN) &&
                    encode_rows_map(p.v_map, fa.v, bf16, v_cols, fa.seqlen_k, heads_k, fa.batch,

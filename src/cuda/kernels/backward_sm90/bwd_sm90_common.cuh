@@ -26,6 +26,7 @@
 #include "device/producer_copies.cuh"
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
+#include "device/tma_tiles.cuh"
 
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
@@ -479,18 +480,11 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if (kv_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.kv_empty, (kv_uses - 1) & 1);
         if (params.kv_tma) {
             if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
-                constexpr uint32_t kKBytes = Traits::kSmemKElems * sizeof(Element);
-                constexpr uint32_t kVBytes = Traits::kSmemVElems * sizeof(Element);
-                cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.kv_full, kKBytes + kVBytes);
-                constexpr uint64_t kHint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
-                CUTE_UNROLL
-                for (int c = 0; c < kHeadDim / Traits::kKBoxCols; ++c)
-                    SM90_TMA_LOAD_4D::copy(&params.k_map, sm.kv_full, kHint, sm.k + c * kBlockN * Traits::kKBoxCols,
-                                           c * Traits::kKBoxCols, n0, w.h_kv, w.b);
-                CUTE_UNROLL
-                for (int c = 0; c < Traits::kHeadDimV / Traits::kVBoxCols; ++c)
-                    SM90_TMA_LOAD_4D::copy(&params.v_map, sm.kv_full, kHint, sm.v + c * kBlockN * Traits::kVBoxCols,
-                                           c * Traits::kVBoxCols, n0, w.h_kv, w.b);
+                constexpr uint32_t kBytes = (Traits::kSmemKElems + Traits::kSmemVElems) * sizeof(Element);
+                cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.kv_full, kBytes);
+                tma_load_tile<kBlockN, kHeadDim, Traits::kKBoxCols>(&params.k_map, sm.kv_full, sm.k, n0, w.h_kv, w.b);
+                tma_load_tile<kBlockN, Traits::kHeadDimV, Traits::kVBoxCols>(&params.v_map, sm.kv_full, sm.v, n0,
+                                                                              w.h_kv, w.b);
             }
         } else {
             copy_k.load_async(smem_k, k_rows + n0 * k_stride, k_stride, seq.k_len - n0, fa.head_dim, safe);
@@ -805,14 +799,8 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
             cutlass::arch::fence_view_async_shared();
             cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
             if (ctid == 0) {
-                CUTE_UNROLL
-                for (int c = 0; c < kHeadDim / Traits::kKBoxCols; ++c)
-                    SM90_TMA_STORE_4D::copy(&params.dk_map, sm.k + c * kBlockN * Traits::kKBoxCols, c * Traits::kKBoxCols,
-                                            n0, w.h_kv, w.b);
-                CUTE_UNROLL
-                for (int c = 0; c < kHeadDimV / Traits::kVBoxCols; ++c)
-                    SM90_TMA_STORE_4D::copy(&params.dv_map, sm.v + c * kBlockN * Traits::kVBoxCols, c * Traits::kVBoxCols,
-                                            n0, w.h_kv, w.b);
+                tma_store_tile<kBlockN, kHeadDim, Traits::kKBoxCols>(&params.dk_map, sm.k, n0, w.h_kv, w.b);
+                tma_store_tile<kBlockN, kHeadDimV, Traits::kVBoxCols>(&params.dv_map, sm.v, n0, w.h_kv, w.b);
                 tma_store_arrive();
                 tma_store_wait<0>();
             }

@@ -48,6 +48,7 @@
 #include "device/score_policies.cuh"
 #include "device/tile_ops.cuh"
 #include "device/tile_order.cuh"
+#include "device/tma_tiles.cuh"
 #include "device/wgmma_ops.cuh"
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -264,11 +265,8 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                     if (ptid != 0) return;
                     if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
                     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full + s, kStageBytes);
-                    CUTE_UNROLL
-                    for (int c = 0; c < Copy::kColBlocks; ++c)
-                        SM90_TMA_LOAD_4D::copy(map, full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                               smem_ring + s * kStageElems + c * kBlockN * kBoxCols, c * kBoxCols,
-                                               j * kBlockN, h_kv, t.b);
+                    tma_load_tile<kBlockN, Copy::kCols, kBoxCols>(map, full + s, smem_ring + s * kStageElems,
+                                                                                  j * kBlockN, h_kv, t.b);
                     return;
                 }
                 if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
@@ -584,12 +582,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                 cutlass::arch::NamedBarrier::sync(kEpilogueThreads, epilogue_barrier);
                 if (store_leader) {
                     constexpr int kBoxCols = Traits::kSwizzleColsV;
-                    CUTE_UNROLL
-                    for (int c = 0; c < kHeadDimV / kBoxCols; ++c)
-                        SM90_TMA_STORE_4D::copy(&params.o_map,
-                                                smem_o + c * kBlockM * kBoxCols +
-                                                    epilogue_part * kEpilogueRows * kBoxCols,
-                                                c * kBoxCols, m0 + epilogue_part * kEpilogueRows, t.h, t.b);
+                    tma_store_tile<kBlockM, kHeadDimV, kBoxCols>(&params.o_map,
+                                                                smem_o + epilogue_part * kEpilogueRows * kBoxCols,
+                                                                m0 + epilogue_part * kEpilogueRows, t.h, t.b);
                     tma_store_arrive();
                 }
             } else {
