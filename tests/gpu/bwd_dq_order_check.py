@@ -183,7 +183,8 @@ def run(seed, broken=None, adders=2, walk=False):
                     while counter.get((p, head, m), 0) < turn: yield
                 flight = []
                 if m * BM + w * (BM // adders) < q_len:  # the warp's rows past the sequence add nothing
-                    op = [rnd.choice([rnd.randint(1, 10), rnd.randint(10, 120)]), (p, g, m, w), n, [False]]  # (some land late)
+                    landing = rnd.choice([rnd.randint(1, 10), rnd.randint(10, 120)])  # some land late
+                    op = [landing, (p, g, m, w), n, [False]]
                     pending.append(op)
                     flight.append(op)
                 for _ in range(rnd.randint(0, 2)): yield  # bulk_wait_group_read

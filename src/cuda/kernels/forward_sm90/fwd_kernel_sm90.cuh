@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
                     if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
                     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full + s, kStageBytes);
                     tma_load_tile<kBlockN, Copy::kCols, kBoxCols>(map, full + s, smem_ring + s * kStageElems,
-                                                                                  j * kBlockN, h_kv, t.b);
+                                                                  j * kBlockN, h_kv, t.b);
                     return;
                 }
                 if (r >= kStages) cutlass::arch::ClusterBarrier::wait(empty + s, ((r / kStages) - 1) & 1);
