@@ -5,16 +5,17 @@ dq_key_blocks).
 Each CTA owns one key block n of one (sequence, head) pair and adds its dQ to the query blocks m of
 q_block_range(n), in increasing m. On the GQA group walk (d128) a pair is a (sequence, KV head) and
 the CTA does that for each of the group's query heads in turn, each head's blocks with their own
-counters (modelled with `group` > 1). At d128 (and 192 / 128) two producer warps each add half the rows of a
-block (one bulk reduction per row); before that, each waits until block m's counter shows 2 x the number of key
-blocks that meet m and come before n in the fixed order (dq_key_blocks(m): from the first up, or
-from the last down with a right window edge), and after the reductions' writes have landed (not
-only their reads of the shared buffer) it adds 1 to the counter, at once (the two warps load nothing: the producer's roles split in
-the ordered instance, Sm90BwdProducerRoles). The consumers hand dQ over through one buffer (dq_full / dq_empty: a block's dQ is
-written only once both warps have read the previous one). At d256 (bwd_kernel_sm90_pds.cuh) the
-consumers add their dQ themselves once the producer thread has granted the block's turn, and the
-producer publishes one arrival per CTA (modelled as one adder with one arrival, its release after
-the adds have landed).
+counters (modelled with `group` > 1). At d128 (and 192 / 128) two producer warps take the blocks by
+turns (block u: warp u % 2), each adding all of its block's rows (bulk tensor reductions);
+before that it waits until block m's counter shows the number of key blocks that meet m and come
+before n in the fixed order (dq_key_blocks(m): from the first up, or from the last down with a
+right window edge), and after the reductions' writes have landed (not only their reads of the
+shared buffer) it adds 1 to the counter, at once (the warps load nothing: the producer's roles
+split in the ordered instance, Sm90BwdProducerRoles). The consumers hand dQ over through one buffer
+(dq_full[u % 2] / dq_empty: a block's dQ is written only once its warp has read the previous one). At d256
+(bwd_kernel_sm90_pds.cuh) the consumers add their dQ themselves once the producer thread has
+granted the block's turn, and the producer publishes one arrival per CTA (modelled as one warp
+taking every block, with one arrival, its release after the adds have landed).
 
 CTAs are launched in blockIdx.x order onto a random number of slots (the hardware's order, which
 the kernel's deadlock freedom assumes), a new one when one finishes; everything else is a random
@@ -22,7 +23,7 @@ interleaving, the reductions' writes land after a random delay. Checks, over ran
 (varlen lengths with empty sequences, seqused_k, causal, local, one-sided windows, ragged ends,
 block sizes scaled down): no deadlock; dq_key_blocks(m) is exactly the key blocks whose range holds
 m; every half of every dQ block receives the additions of exactly those key blocks, landed in the
-fixed order; every counter ends at 2 x their number.
+fixed order; every counter ends at their number.
 
 Broken variants (`broken=`) that must fail on some of the problems:
   "release_on_read"      the arrival after the reductions' reads only (writes may still be in flight)
@@ -30,7 +31,7 @@ Broken variants (`broken=`) that must fail on some of the problems:
   "count_every_block"    the turn counts every earlier key block, also those that never add to m
   "order_against_grid"   the wait order ascending while the grid runs the key blocks descending
                          (and the other way round): a CTA waits for one launched after it
-  "one_arrival"          one arrival per CTA (warp 0 only) where two are awaited (d128, 192 / 128)
+  "two_per_key_block"    the turn awaits two arrivals per earlier key block where one comes
   "keys_fastest_grid"    the default grid (a pair's key blocks neighbours, ascending) with the
                          descending order of a right window edge
   "walk_first_head_counters"  on the walk, every head's turn read from the first head's counters
@@ -108,11 +109,11 @@ def random_problem(rnd):
     return seqs, left, right
 
 
-def run(seed, broken=None, adders=2, walk=False):
-    """adders: 2, the hand-off schedule's two producer warps, each half the rows and one arrival; 1,
-    the d256 schedule, whose consumers add the block (granted their turn by the producer thread,
-    which publishes one arrival per CTA once their adds are issued and, by its release fence,
-    performed). walk: the group walk, 1 to 3 query heads per pair."""
+def run(seed, broken=None, warps=2, walk=False):
+    """warps: 2, the hand-off schedule's two producer warps, taking the blocks by turns, all rows and
+    one arrival each; 1, the d256 schedule, whose consumers add the block (granted their turn by
+    the producer thread, which publishes one arrival per CTA once their adds are issued and, by its
+    release fence, performed). walk: the group walk, 1 to 3 query heads per pair."""
     rnd = random.Random(seed)
     seqs, left, right = random_problem(rnd)
     group = rnd.randint(1, 3) if walk else 1
@@ -141,8 +142,8 @@ def run(seed, broken=None, adders=2, walk=False):
 
     counter = {}  # (pair, head, m)
     changed = [0]  # bumped by every change of state: a run without one for long is a deadlock
-    added = {}  # (pair, head, m, warp) -> key blocks in landing order
-    pending = []  # reductions in flight: [delay, (pair, head, m, warp), n, landed-flag holder]
+    added = {}  # (pair, head, m) -> key blocks in landing order
+    pending = []  # reductions in flight: [delay, (pair, head, m), n, landed-flag holder]
 
     def cta(p, n):
         q_len, k_len, k_stored = seqs[p]
@@ -151,13 +152,13 @@ def run(seed, broken=None, adders=2, walk=False):
         if mb >= me: return []
         blocks = [(g, m) for g in range(group) for m in range(mb, me)]  # the uses, head by head
         full = [False] * len(blocks)        # dq_full of each use
-        read = [[False] * adders for _ in blocks]  # dq_empty: each adder has read the use's buffer
+        read = [False] * len(blocks)  # dq_empty: the use's warp has read its buffer
 
         def consumers():
             for u in range(len(blocks)):
                 for _ in range(rnd.randint(1, 6)): yield  # the products of block u
                 if u > 0:
-                    while not all(read[u - 1]): yield  # dq_empty
+                    while not read[u - 1]: yield  # dq_empty
                 full[u] = True
                 changed[0] += 1
 
@@ -165,34 +166,32 @@ def run(seed, broken=None, adders=2, walk=False):
             nb, ne = dq_key_blocks(q_len, k_len, left, right, m)
             if broken == "count_every_block":
                 nb, ne = 0, (k_len + BN - 1) // BN
-            return adders * ((ne - 1 - n) if wait_descending else (n - nb))
+            per_key_block = 2 if broken == "two_per_key_block" else 1
+            return per_key_block * ((ne - 1 - n) if wait_descending else (n - nb))
 
-        def release(w, g, m, flight):
+        def release(g, m, flight):
             if broken != "release_on_read":
                 while flight and not flight[0][3][0]: yield  # bulk_wait_group 0: the writes landed
-            if broken == "one_arrival" and w == 1: return
             counter[(p, g, m)] = counter.get((p, g, m), 0) + 1
             changed[0] += 1
 
         def warp(w):
-            for u, (g, m) in enumerate(blocks):
+            for u in range(w, len(blocks), warps):
+                g, m = blocks[u]
                 turn = turn_of(m)
-                while not full[u]: yield  # dq_full
+                while not full[u]: yield  # dq_full[u % 2]
                 if broken != "no_wait":
                     head = 0 if broken == "walk_first_head_counters" else g
                     while counter.get((p, head, m), 0) < turn: yield
-                flight = []
-                if m * BM + w * (BM // adders) < q_len:  # the warp's rows past the sequence add nothing
-                    landing = rnd.choice([rnd.randint(1, 10), rnd.randint(10, 120)])  # some land late
-                    op = [landing, (p, g, m, w), n, [False]]
-                    pending.append(op)
-                    flight.append(op)
+                landing = rnd.choice([rnd.randint(1, 10), rnd.randint(10, 120)])  # some land late
+                op = [landing, (p, g, m), n, [False]]
+                pending.append(op)
                 for _ in range(rnd.randint(0, 2)): yield  # bulk_wait_group_read
-                read[u][w] = True
+                read[u] = True
                 changed[0] += 1
-                yield from release(w, g, m, flight)
+                yield from release(g, m, [op])
 
-        return [consumers()] + [warp(w) for w in range(adders)]
+        return [consumers()] + [warp(w) for w in range(warps)]
 
     live = {}  # resident CTA -> its live actors
     next_cta = 0
@@ -224,39 +223,33 @@ def run(seed, broken=None, adders=2, walk=False):
         raise AssertionError(f"deadlock: seed {seed}, seqs {seqs}, window ({left}, {right}), section {section}, "
                              f"slots {slots}, {len(live)} resident, {len(order) - next_cta} not launched")
     for (p, g, m), keys in expected.items():
-        q_len = seqs[p][0]
-        for w in range(adders):
-            want = keys if m * BM + w * (BM // adders) < q_len else []
-            got = added.get((p, g, m, w), [])
-            assert got == want, (seed, seqs[p], (left, right), g, m, w, got, want)
-        if broken != "one_arrival":
-            assert counter.get((p, g, m), 0) == adders * len(keys), (seed, p, g, m, counter.get((p, g, m)), keys)
+        got = added.get((p, g, m), [])
+        assert got == keys, (seed, seqs[p], (left, right), g, m, got, keys)
+        assert counter.get((p, g, m), 0) == len(keys), (seed, p, g, m, counter.get((p, g, m)), keys)
     return len(order)
 
 
-def caught(broken, seeds=600, adders=2, walk=False):
+def caught(broken, seeds=600, warps=2, walk=False):
     hits = 0
     for seed in range(seeds):
         try:
-            run(seed, broken, adders, walk)
+            run(seed, broken, warps, walk)
         except AssertionError:
             hits += 1
     return hits
 
 
 if __name__ == "__main__":
-    for adders, BN, walk, schedule in ((2, 8, False, "d128 and 192 / 128: two producer warps"),
-                                       (2, 8, True, "d128 on the GQA group walk: 1-3 query heads per CTA, in turn"),
-                                       (1, 4, False, "d256 (key blocks as tall as query blocks): the consumers, one arrival")):
-        ctas = sum(run(seed, adders=adders, walk=walk) for seed in range(1500))
+    for warps, BN, walk, schedule in ((2, 8, False, "d128 and 192 / 128: two producer warps by turns"),
+                                      (2, 8, True, "d128 on the GQA group walk: 1-3 query heads per CTA, in turn"),
+                                      (1, 4, False, "d256 (key blocks as tall as query blocks): the consumers, one arrival")):
+        ctas = sum(run(seed, warps=warps, walk=walk) for seed in range(1500))
         print(f"ordered dQ, {schedule}: 1500 random problems ({ctas} CTAs), no deadlock, every dQ block's "
               "additions complete and in the fixed order, dq_key_blocks the inverse of q_block_range")
-        for broken in ("release_on_read", "no_wait", "count_every_block", "order_against_grid", "one_arrival",
+        for broken in ("release_on_read", "no_wait", "count_every_block", "order_against_grid", "two_per_key_block",
                        "keys_fastest_grid", "walk_first_head_counters"):
-            if broken == "one_arrival" and adders == 1:
-                continue  # one arrival is the d256 schedule's count
             if broken == "walk_first_head_counters" and not walk:
                 continue
-            hits = caught(broken, 300, adders, walk)
+            hits = caught(broken, 300, warps, walk)
             assert hits > 0, f"broken={broken}: not caught by any problem"
             print(f"  broken variant {broken}: caught on {hits} of 300 problems")

@@ -139,6 +139,57 @@ void check_traits() {
     }
 }
 
+// The ordered dQ's hand-off boxes (Sm90BwdDqBoxes): each consumer thread's per-register form of the address
+// equals the swizzled box offset of the (row, column) the register holds; the block's elements land
+// once each inside the buffer; and each warp's store of a register (transposed: one float; else a
+// float2 pair) is as few shared-memory wavefronts as its bytes need (no bank conflicts).
+template <typename Traits>
+void check_dq_boxes(const char* name) {
+    constexpr int M = Traits::kBlockM, D = Traits::kHeadDim, T = Traits::kConsumerThreads;
+    using Boxes = Sm90BwdDqBoxes<Traits>;
+    CHECK(M * D * 4 <= Traits::kSmemDqBytes && Traits::kDqBoxBytes == M * 128 && D % Traits::kDqBoxCols == 0,
+          "%s: dQ hand-off boxes", name);
+    // The default layout's rows: 16-byte aligned for the bulk reductions (bwd_sm90_common.cuh, add_dq).
+    CHECK(Traits::kDqRowStride * 4 % 16 == 0 && Traits::kDqRowStride >= D && Traits::kSmemDqBytes == M * Traits::kDqRowStride * 4,
+          "%s: dQ hand-off rows", name);
+    typename Traits::TiledMmaDq mma_dq;
+    using DqShape = std::conditional_t<Traits::kDqTransposed, Shape<Int<D>, Int<M>>, Shape<Int<M>, Int<D>>>;
+    constexpr int kStep = Traits::kDqTransposed ? 1 : 2; // floats per store
+    std::vector<int> hits(M * D, 0);
+    std::vector<std::vector<uint32_t>> warp_addresses; // [warp * registers + t] -> its lanes' addresses
+    int registers = 0;
+    for (int tid = 0; tid < T; ++tid) {
+        Tensor c = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(DqShape{}));
+        registers = int(size(c));
+        auto row_of = [&](int t) { return Traits::kDqTransposed ? int(get<1>(c(t))) : int(get<0>(c(t))); };
+        auto col_of = [&](int t) { return Traits::kDqTransposed ? int(get<0>(c(t))) : int(get<1>(c(t))); };
+        const Boxes boxes(row_of(0), col_of(0));
+        if (warp_addresses.empty()) warp_addresses.resize(size_t(T / 32) * registers);
+        for (int t = 0; t < registers; t += kStep) {
+            const int row = row_of(t), col = col_of(t);
+            const uint32_t at = boxes.at(row - row_of(0), col - col_of(0));
+            CHECK(at == Boxes::offset(row, col), "%s: thread %d, dQ register %d at (%d, %d): %u, its box offset %u",
+                  name, tid, t, row, col, at, Boxes::offset(row, col));
+            CHECK(at + 4 * kStep <= uint32_t(M * D * 4), "%s: dQ register %d outside the boxes", name, t);
+            for (int e = 0; e < kStep; ++e) {
+                CHECK(Boxes::offset(row, col + e) == at + 4 * e, "%s: a dQ pair is not contiguous", name);
+                hits[(at + 4 * e) / 4] += 1;
+            }
+            warp_addresses[size_t(tid / 32) * registers + t].push_back(at);
+        }
+    }
+    for (int h : hits) CHECK(h == 1, "%s: a dQ hand-off element written %d times", name, h);
+    for (const std::vector<uint32_t>& lanes : warp_addresses) {
+        if (lanes.empty()) continue;
+        int words[32] = {};
+        for (uint32_t at : lanes)
+            for (int e = 0; e < kStep; ++e) words[(at / 4 + e) % 32] += 1;
+        int wavefronts = 0;
+        for (int w : words) wavefronts = std::max(wavefronts, w);
+        CHECK(wavefronts == kStep, "%s: a warp's dQ store takes %d wavefronts, not %d", name, wavefronts, kStep);
+    }
+}
+
 template <typename Traits>
 void check_sm90_traits() {
     constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim, T = Traits::kConsumerThreads;
@@ -166,6 +217,7 @@ void check_sm90_traits() {
     check_tma_boxes<Element, typename Traits::SmemLayoutQ, Traits::kQBoxCols>(name, "Q/dO by TMA", Traits::kBlockM);
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kProducerThreads>(name, "K/V");
     check_producer_copy<Element, typename Traits::SmemLayoutKV, Traits::kConsumerThreads>(name, "dK/dV epilogue");
+    check_dq_boxes<Traits>(name);
 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaKV mma_kv;
@@ -297,10 +349,7 @@ void check_sm90_pds_traits() {
         check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T columns");
     }
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
-    if constexpr (Traits::kDqHandoff) {
-        // The hand-off buffer's rows: 16-byte aligned for the bulk reductions (bwd_sm90_common.cuh, add_dq).
-        CHECK(Traits::kDqRowStride * 4 % 16 == 0 && Traits::kDqRowStride >= D, "%s: dQ hand-off rows", name);
-    }
+    if constexpr (Traits::kDqHandoff) check_dq_boxes<Traits>(name);
 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaDk mma_dk;

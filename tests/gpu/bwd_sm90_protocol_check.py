@@ -5,8 +5,8 @@ by parity, as mbarrier.try_wait.parity), the named barrier gathers both consumer
 after a random delay, the three run in random interleavings. The walk is the kernel's: a chunk's
 key blocks, each with a range of query blocks (empty ranges skip every barrier), K/V in one stage
 (kv_full / kv_empty), Q/dO/lse/dsum in a ring of S stages (q_full / q_empty), dS in two buffers
-handed over by the named barrier, dQ in one buffer handed to the producer (dq_full / dq_empty),
-which adds block u-1's after loading block u's stage and the last one after its loop. Checks, for
+handed over by the named barrier, dQ in one buffer handed to the producer (dq_full[u % 2] /
+dq_empty), which adds block u-1's after loading block u's stage and the last one after its loop. Checks, for
 random walks, S = 2 and 3: no deadlock; every product reads the K/V block and the query block it
 expects; the dQ product of each consumer reads a dS buffer that holds both consumers' dS of its own
 query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
@@ -41,9 +41,11 @@ run_pds(ordered=True) adds deterministic mode's ordered dQ at d256 (one key bloc
 thread waits for each block's turn (a random wait for the counter) before issuing its reductions
 and counts the block once they have completed, then releases the stage. Checks as run_pds's, and
 every block counted once, in order, none before its reductions completed.
-run(split=True) and run_pds(ordered=True, handoff=True) model the split at d128 and 192 / 128: the
-dQ warps take each block's hand-off in turn (after a random wait for the counter) while the loader
-runs on. (The order between CTAs, and the counters: tests/gpu/bwd_dq_order_check.py.)
+run(split=True) and run_pds(ordered=True, handoff=True) model the split at d128 and 192 / 128: two
+dQ warps take the blocks' hand-offs by turns (block u: warp u % 2, on dq_full[u % 2]), each after a
+random wait for the counter, and after its read a random while (the writes landing, the fence, the
+count) before its next block, while the loader runs on. (The order between CTAs, and the counters:
+tests/gpu/bwd_dq_order_check.py.)
 
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
@@ -51,6 +53,8 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
   run_pds(handoff=True), run(split=True), run_pds(ordered=True, handoff=True): "no_dq_empty_wait"
+  run(split=True), run_pds(ordered=True, handoff=True): "one_dq_full" (both warps on one dq_full,
+           by the parity of their block)
   run_pds: "stage_before_wait" (dQ staged before the dV / dK reads end), "release_before_read"
            (the stage released as the reductions are issued), "retire_after_read" (with several
            key blocks, or ordered: the reductions' read waited for, not their completion),
@@ -107,7 +111,7 @@ def run(walk, S, seed, broken=None, split=False):
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
-    dq_full = MBar(2); dq_empty = MBar(1)
+    dq_full = [MBar(2), MBar(2)]; dq_empty = MBar(1)
     dq = [None, None]  # [consumer half] -> use index whose dQ is in the buffer
     added = []
     ds_ready = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
@@ -116,7 +120,7 @@ def run(walk, S, seed, broken=None, split=False):
     pending = []  # async copies: [delay, stage list, slot, value, barrier]
 
     def add_dq(use):
-        while not dq_full.done(use & 1): yield
+        while not dq_full_of(use).done(dq_full_parity(use)): yield
         for _ in range(rnd.randint(1, 4)):  # the reads and reductions take a while
             assert dq == [use, use], (use, dq)
             yield
@@ -141,10 +145,14 @@ def run(walk, S, seed, broken=None, split=False):
                 yield
         if q_uses > 0 and not split: yield from add_dq(q_uses - 1)
 
-    def adder():  # split roles: every block's dQ in walk order, each after its turn
-        for use in range(sum(blocks for _, blocks in walk)):
+    def dq_full_of(use): return dq_full[0] if broken == "one_dq_full" else dq_full[use % 2]
+    def dq_full_parity(use): return use & 1 if broken == "one_dq_full" else (use // 2) & 1
+
+    def adder(warp):  # split roles: dQ warp `warp` takes every other block, each after its turn
+        for use in range(warp, sum(blocks for _, blocks in walk), 2):
             for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
             yield from add_dq(use)
+            for _ in range(rnd.randint(0, 12)): yield  # its writes land, the fence, its count
 
     def consumer(c):
         q_uses = kv_uses = 0
@@ -173,7 +181,7 @@ def run(walk, S, seed, broken=None, split=False):
                 if q_uses > 0 and broken != "no_dq_empty_wait":
                     while not dq_empty.done((q_uses - 1) & 1): yield
                 dq[c] = q_uses
-                dq_full.arrive()
+                dq_full_of(q_uses).arrive()
                 q_uses += 1
             kv_empty.arrive()
             kv_uses += 1
@@ -181,7 +189,7 @@ def run(walk, S, seed, broken=None, split=False):
                 yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
 
     uses = sum(blocks for _, blocks in walk)
-    actors = [producer(), consumer(0), consumer(1)] + ([adder()] if split else [])
+    actors = [producer(), consumer(0), consumer(1)] + ([adder(0), adder(1)] if split else [])
     live = list(actors)
     for _ in range(200000):
         for p in list(pending):
@@ -210,7 +218,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
     deterministic mode's ordered dQ (the walk is then one key block): the dQ thread waits for the
     turn (a random wait for the counter) before issuing, and counts the block once the reductions
     have completed, then releases the stage. With the hand-off (192 / 128) the producer's dQ
-    threads take each block's dQ in turn, as run's split adder. single_buffer (192 / 128's 96-key
+    warps take the blocks' dQ by turns, as run's split adders. single_buffer (192 / 128's 96-key
     blocks): one P / dS buffer, written by each consumer only after a named barrier that both reach
     after their products of the block before completed."""
     rnd = random.Random(seed)
@@ -224,14 +232,16 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
     pds = [[None, None] for _ in range(buffers)]  # [buffer][consumer] -> use whose P and dS it holds
     added = [[], []]  # [consumer] -> uses whose dQ half was added (handed off, or its reduction issued)
     pending = []
-    dq_full = MBar(2); dq_empty = MBar(1)  # the hand-off
+    dq_full = [MBar(2), MBar(2)]; dq_empty = MBar(1)  # the hand-off
+    def dq_full_of(use): return dq_full[0] if broken == "one_dq_full" else dq_full[use % 2]
+    def dq_full_parity(use): return use & 1 if broken == "one_dq_full" else (use // 2) & 1
     dq = [None, None]  # [consumer half] -> use whose dQ is in the hand-off buffer
     reduced = []  # uses the producer added from the hand-off buffer
     reductions = []  # staged: [stage, use, (key block, query block), ticks to read, ticks to complete]
     published = []  # ordered, staged: uses counted, in order
 
     def add_dq(use):
-        while not dq_full.done(use & 1): yield
+        while not dq_full_of(use).done(dq_full_parity(use)): yield
         for _ in range(rnd.randint(1, 4)):
             assert dq == [use, use], (use, dq)
             yield
@@ -287,10 +297,11 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
                 use += 1
                 yield
 
-    def dq_threads():  # ordered with the hand-off: the split roles' dQ side, block by block
-        for use in range(sum(blocks for _, blocks in walk)):
+    def dq_warp(warp):  # ordered with the hand-off: the split roles' dQ warps, by turns
+        for use in range(warp, sum(blocks for _, blocks in walk), 2):
             for _ in range(rnd.randint(0, 12)): yield  # the counter reaches the block's turn
             yield from add_dq(use)
+            for _ in range(rnd.randint(0, 12)): yield  # its writes land, the fence, its count
 
     def consumer(c):
         q_uses = kv_uses = 0
@@ -328,7 +339,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
                         if q_uses > 0 and broken != "no_dq_empty_wait":
                             while not dq_empty.done((q_uses - 1) & 1): yield
                         dq[c] = q_uses
-                        dq_full.arrive()
+                        dq_full_of(q_uses).arrive()
                         added[c].append(q_uses)
                     if step == 0 and not handoff and broken == "stage_before_wait":
                         halves[s][c] = q_uses
@@ -353,7 +364,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
 
     uses = sum(blocks for _, blocks in walk)
     added_staged = []  # staged: uses whose reductions the dQ thread issued
-    live = [producer(), consumer(0), consumer(1)] + ([dq_threads()] if ordered and handoff else []) + \
+    live = [producer(), consumer(0), consumer(1)] + ([dq_warp(0), dq_warp(1)] if ordered and handoff else []) + \
         ([] if handoff else [staged_adds()])
     for _ in range(200000):
         for p in list(pending):
@@ -440,9 +451,10 @@ if __name__ == "__main__":
     assert hits > 0, "run_pds handoff single_buffer broken=no_pds_free_barrier: not caught by any walk"
     print(f"  broken variant run_pds(handoff, one buffer)/no_pds_free_barrier: caught on {hits} of 400 walks")
     for model, kw in ((run, dict(split=True)), (run_pds, dict(ordered=True, handoff=True))):
-        hits = caught(model, "no_dq_empty_wait", seeds=100, **kw)
-        assert hits > 0, f"{model.__name__} {kw} broken=no_dq_empty_wait: not caught by any walk"
-        print(f"  broken variant {model.__name__}({kw})/no_dq_empty_wait: caught on {hits} of 100 walks")
+        for broken in ("no_dq_empty_wait", "one_dq_full"):
+            hits = caught(model, broken, seeds=100, **kw)
+            assert hits > 0, f"{model.__name__} {kw} broken={broken}: not caught by any walk"
+            print(f"  broken variant {model.__name__}({kw})/{broken}: caught on {hits} of 100 walks")
     for broken in ("stage_before_wait", "release_before_read", "retire_after_read", "no_staged_wait"):
         hits = caught(run_pds, broken)
         assert hits > 0, f"run_pds broken={broken}: not caught by any walk"

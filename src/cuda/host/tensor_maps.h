@@ -71,30 +71,42 @@ inline bool encode_rows_map(CUtensorMap& map, const fa_tensor& x, bool bf16, int
 }
 
 // The map of the backward's fp32 dQ scratch (bwd_args.h: dq_accum [chunk][head][row][tile_dim]) as
-// (tile_dim, rows, heads, chunks) for bulk tensor reductions from shared memory: boxes of 32 floats
-// (one 128-byte swizzle row) x box_rows rows. A box may cross from one sequence's rows into the
-// next, so the kernel adds only blocks that end inside their sequence this way (the others with
-// per-thread reductions). chunk_stride 0: one buffer. False where TMA cannot address it (a
-// coordinate past int32, a stride past 2^40 bytes).
-inline bool encode_dq_accum_map(CUtensorMap& map, float* data, int tile_dim, int64_t rows, int heads,
+// (tile_dim, rows of a sequence, sequences, heads, chunks) for bulk tensor reductions from shared
+// memory: boxes of 32 floats (one 128-byte swizzle row) x box_rows rows. Dense batches
+// (seqlen_rows > 0: the rows of sequence b are b * seqlen_rows + i) have the sequences as a
+// dimension of their own, so the hardware drops a box's rows past seqlen_rows; packed (varlen) rows
+// are one sequence of `rows`, and there a box may cross from one sequence's rows into the next, so
+// the kernel adds only blocks that end inside their sequence this way (the others with
+// red.global, bwd_sm90_common.cuh). chunk_stride 0: one buffer. False where TMA cannot address the
+// scratch (a coordinate past int32, a stride past 2^40 bytes).
+inline bool encode_dq_accum_map(CUtensorMap& map, float* data, int tile_dim, int64_t rows, int seqlen_rows, int heads,
                                 int chunks, int64_t chunk_stride, int box_rows) {
     constexpr int64_t kElem = 4;
     constexpr int kBoxCols = 128 / kElem;
     const TensorMapEncodeTiled encode = tensor_map_encoder();
     if (!encode || reinterpret_cast<uintptr_t>(data) % 16 != 0 || rows <= 0 || rows > INT32_MAX ||
-        tile_dim % kBoxCols != 0)
+        tile_dim % kBoxCols != 0 || seqlen_rows < 0 || (seqlen_rows > 0 && rows % seqlen_rows != 0))
         return false;
     const int buffers = chunk_stride > 0 ? chunks : 1;
     const int64_t head_stride = rows * tile_dim;
-    const cuuint64_t dims[4] = {cuuint64_t(tile_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(buffers)};
-    cuuint64_t byte_strides[3];
+    const int64_t seq_rows = seqlen_rows > 0 ? seqlen_rows : rows;
+    const cuuint64_t dims[5] = {cuuint64_t(tile_dim), cuuint64_t(seq_rows), cuuint64_t(rows / seq_rows),
+                                cuuint64_t(heads), cuuint64_t(buffers)};
+    cuuint64_t byte_strides[4];
+    cuuint64_t outer[3];
     if (!tma_byte_strides({tile_dim * kElem, head_stride * kElem,
                            (chunk_stride > 0 ? chunk_stride : head_stride * heads) * kElem},
-                          byte_strides))
+                          outer))
         return false;
-    const cuuint32_t box[4] = {cuuint32_t(kBoxCols), cuuint32_t(box_rows), 1, 1};
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, data, dims, byte_strides, box, element_strides,
+    const int64_t sequence_bytes = seq_rows * tile_dim * kElem; // a multiple of 16 as tile_dim is
+    if (sequence_bytes >= (int64_t(1) << 40)) return false;
+    byte_strides[0] = outer[0];
+    byte_strides[1] = cuuint64_t(sequence_bytes);
+    byte_strides[2] = outer[1];
+    byte_strides[3] = outer[2];
+    const cuuint32_t box[5] = {cuuint32_t(kBoxCols), cuuint32_t(box_rows), 1, 1, 1};
+    const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, data, dims, byte_strides, box, element_strides,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

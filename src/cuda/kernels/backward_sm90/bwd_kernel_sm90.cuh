@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         warpgroup_fence_operand(acc_dk);
         warpgroup_fence_operand(acc_dq);
         cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
-        sm90_bwd_hand_off_dq<Traits>(sm, acc_dq, tdQc, q_uses);
+        sm90_bwd_hand_off_dq<Traits, kOrderedDq>(sm, acc_dq, tdQc, q_uses);
         ++q_uses;
     };
 

@@ -154,9 +154,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     // swizzle, the first half over its dO half, the rest over its Q half; then it arrives on
     // dq_staged[s] and q_empty and goes on. The producer's dQ thread adds the boxes with bulk tensor
     // reductions and releases the stage once they have read it (its own q_empty arrival), ordering
-    // them where deterministic mode asks for it (bwd_sm90_common.cuh). Blocks that end past their
-    // sequence (varlen: a box would reach into the next sequence's rows) and launches without the
-    // map add their rows from the stage here (add_staged_dq; one thread per address, so
+    // them where deterministic mode asks for it (bwd_sm90_common.cuh). Blocks of packed (varlen) rows
+    // that end past their sequence (a box would reach into the next sequence's rows) and launches
+    // without the map add their rows from the stage here (add_staged_dq; one thread per address, so
     // deterministic chunks keep their order); with the ordered dQ each consumer's first thread waits
     // for the turn before and counts the consumer's adds after them (one arrival each; two per key
     // block, as the producer's).
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         if constexpr (Traits::kDqHandoff) {
             warpgroup_wait<2>(); // dQ (dV, dK may still run)
             warpgroup_fence_operand(acc_dq);
-            sm90_bwd_hand_off_dq<Traits>(sm, acc_dq, tdQc, q_uses);
+            sm90_bwd_hand_off_dq<Traits, kOrderedDq>(sm, acc_dq, tdQc, q_uses);
             warpgroup_wait<0>(); // dV, dK: the stage's Q and dO, the P / dS buffer are read
             warpgroup_fence_operand(acc_dv);
             warpgroup_fence_operand(acc_dk);
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             warpgroup_fence_operand(acc_dk);
             cutlass::arch::NamedBarrier::sync(128, staged_barrier); // every warp's dV, dK read the halves
             store_staged_dq(s);
-            if (!params.dq_tma || m0 + kBlockM > seq.q_len) {
+            if (!params.dq_tma || (w.varlen && m0 + kBlockM > seq.q_len)) { // (the producer's dq_by_tma, negated)
                 if constexpr (kOrderedDq) {
                     if (dq_issuer) wait_turn(m);
                 }

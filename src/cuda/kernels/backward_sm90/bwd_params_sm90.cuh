@@ -9,8 +9,9 @@
 //
 // K and V of a key block likewise (kv_tma, below).
 //
-// Where the consumers stage dQ in shared memory (Traits::kDqStaged), the map of the fp32 dQ scratch
-// that their bulk tensor reductions add it through (dq_map; host/tensor_maps.h).
+// The map of the fp32 dQ scratch (dq_map; host/tensor_maps.h) that the producer's bulk tensor
+// reductions add the consumers' dQ through, from the hand-off buffer (Traits::kDqHandoff) or from
+// the consumers' staging in the Q / dO stage (Traits::kDqStaged): boxes of 32 columns by kBlockM rows.
 #pragma once
 
 #include "host/tensor_maps.h"
@@ -58,8 +59,9 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
                     encode_rows_map(p.dv_map, args.dv, bf16, v_cols, fa.seqlen_k, heads_k, fa.batch,
                                     Traits::kVBoxCols, Traits::kBlockN);
     }
-    if constexpr (Traits::kDqStaged)
-        p.dq_tma = encode_dq_accum_map(p.dq_map, args.dq_accum, Traits::kHeadDim, args.q_rows_total, fa.num_heads,
+    if constexpr (Traits::kDqStaged || Traits::kDqHandoff)
+        p.dq_tma = encode_dq_accum_map(p.dq_map, args.dq_accum, Traits::kHeadDim, args.q_rows_total,
+                                       fa.cu_seqlens_q == nullptr ? fa.seqlen_q : 0, fa.num_heads,
                                        args.num_chunks, args.dq_chunk_stride, Traits::kBlockM);
     return p;
 }

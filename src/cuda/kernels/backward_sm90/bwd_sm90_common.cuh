@@ -11,7 +11,7 @@
 // A schedule's traits provide: Element, kHeadDim, kHeadDimV (of V, dO, dV; kHeadDim but in the
 // value-dim instance), kBlockM, kBlockN, kQStages, kProducerThreads, kConsumerThreads, kSmemQElems,
 // kSmemDoElems, kSmemKElems, kSmemVElems, kSmemScoreElems (the schedule's own P/dS buffers),
-// kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride,
+// kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqBoxCols, kDqBoxBytes,
 // kQBoxCols, kDoBoxCols, SmemLayoutQ, SmemLayoutQt, SmemLayoutDo, SmemLayoutDot, SmemLayoutK,
 // SmemLayoutV (the producer copies with SwizzledTileCopy).
 #pragma once
@@ -168,8 +168,8 @@ __device__ __forceinline__ int value_cols(const FwdArgs& fa) {
 }
 
 // Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
-// 1024-byte aligned: whole swizzle periods), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the
-// dQ hand-off buffer (if any), the mbarriers.
+// 1024-byte aligned: whole swizzle periods), the dQ hand-off buffer (if any; its boxes too),
+// lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the mbarriers.
 template <typename Traits>
 struct Sm90BwdSmem {
     using Element = typename Traits::Element;
@@ -177,11 +177,12 @@ struct Sm90BwdSmem {
     static constexpr int kTileBytes = (kQStages * (Traits::kSmemQElems + Traits::kSmemDoElems) + Traits::kSmemKElems +
                                        Traits::kSmemVElems + Traits::kSmemScoreElems) *
                                       int(sizeof(Element));
-    // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty (used with the hand-off only).
-    static constexpr int kBarriers = 2 * kQStages + 4;
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full[2], dq_empty (used with the hand-off only).
+    static constexpr int kBarriers = 2 * kQStages + 5;
     static constexpr int kBytes = kTileBytes + Traits::kSmemRowStatsBytes + Traits::kSmemDqBytes + kBarriers * 8;
     static_assert(kBytes == Traits::kSmemBytes && kTileBytes == Traits::kSmemTileBytes,
                   "the traits' shared-memory budget describes this carve-up");
+    static_assert(kTileBytes % 1024 == 0, "the dQ hand-off's boxes start on a whole swizzle period");
 
     Element* q;
     Element* d_o;
@@ -190,14 +191,19 @@ struct Sm90BwdSmem {
     Element* scores; // the schedule's P / dS buffers
     float* lse;      // [stage][kBlockM]
     float* dsum;
-    float* dq;       // (kBlockM, kDqRowStride) with the hand-off
+    float* dq;       // with the hand-off: (kBlockM, kDqRowStride), or the ordered dQ's boxes (Sm90BwdDqBoxes)
     uint64_t* q_full;   // [kQStages] Q, dO, lse, dsum of the stage landed
     uint64_t* q_empty;  // [kQStages] both consumers are done with the stage
     uint64_t* kv_full;
     uint64_t* kv_empty;
-    uint64_t* dq_full;  // the consumers' dQ of a block is in `dq`
+    // dq_full[u % 2]: the consumers' dQ of block u is in `dq`. Two, so that each of the two dQ warps
+    // that take the blocks in turn (Sm90BwdProducerRoles) has its own: a warp that skips every other
+    // phase of one barrier could not tell by parity whether its block's phase or the one two back
+    // completed. (Block u + 2 needs block u + 1's read, after block u's wait: a phase never completes
+    // twice before its wait.)
+    uint64_t* dq_full;
     uint64_t* dq_empty; // the producer has read it
-    // Staged dQ (Traits::kDqStaged, no hand-off): dq_staged[s] (the same two mbarriers, one per
+    // Staged dQ (Traits::kDqStaged, no hand-off): dq_staged[s] (dq_full's two mbarriers, one per
     // stage): both consumers' dQ of the stage's block is staged in it. One per stage, so that the
     // consumers, which may stage block u+1 before the producer waits for block u, never complete
     // a barrier's phase twice before its wait (block u+2, the next on the same barrier, needs the
@@ -210,9 +216,9 @@ struct Sm90BwdSmem {
         k = d_o + kQStages * Traits::kSmemDoElems;
         v = k + Traits::kSmemKElems;
         scores = v + Traits::kSmemVElems;
-        lse = reinterpret_cast<float*>(smem + kTileBytes);
+        dq = reinterpret_cast<float*>(smem + kTileBytes);
+        lse = reinterpret_cast<float*>(smem + kTileBytes + Traits::kSmemDqBytes);
         dsum = lse + kQStages * Traits::kBlockM;
-        dq = dsum + kQStages * Traits::kBlockM;
         uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + kTileBytes + Traits::kSmemRowStatsBytes +
                                                           Traits::kSmemDqBytes);
         q_full = bar;
@@ -220,9 +226,9 @@ struct Sm90BwdSmem {
         kv_full = bar + 2 * kQStages;
         kv_empty = bar + 2 * kQStages + 1;
         dq_full = bar + 2 * kQStages + 2;
-        dq_empty = bar + 2 * kQStages + 3;
+        dq_empty = bar + 2 * kQStages + 4;
         dq_staged = dq_full;
-        static_assert(!Traits::kDqStaged || kQStages == 2, "dq_staged: dq_full and dq_empty, one per stage");
+        static_assert(!Traits::kDqStaged || kQStages == 2, "dq_staged: dq_full's two, one per stage");
     }
 
     // By thread 0, before the CTA's one __syncthreads. Roles: Sm90BwdProducerRoles (the producer
@@ -236,9 +242,8 @@ struct Sm90BwdSmem {
         }
         cutlass::arch::ClusterBarrier::init(kv_full, Traits::kProducerThreads);
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
-        cutlass::arch::ClusterBarrier::init(dq_full, Traits::kConsumerThreads);
-        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Roles::kDqThreads
-                                                      : Traits::kDqStaged ? Traits::kConsumerThreads : 1);
+        for (int i = 0; i < 2; ++i) cutlass::arch::ClusterBarrier::init(dq_full + i, Traits::kConsumerThreads);
+        cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Roles::kBlockDqThreads : 1);
         cutlass::arch::fence_barrier_init();
     }
 
@@ -347,18 +352,24 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // blocks' rows differ, and the wait is normally long over.
     const bool revisits_rows = !kOrderedDq && (w.chunk + args.num_chunks) * kBlockN < w.k_stored;
     int added_n = -1; // the key block of the last dQ added (revisits_rows)
-    // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the two warps that
-    // issue a block's reductions (its rows dealt to their threads) each wait, before them, until
-    // the block's counter shows the arrivals of every key block before this one in the order (two
-    // each, one per warp: dq_key_blocks says which key blocks add to the block at all), and after
-    // them, once their writes are performed (not only their reads of the buffer), add their own
-    // arrival. The wait's first read is issued before the wait for the consumers' dQ, where it
+    // Ordered dQ (deterministic mode, args.dq_semaphore; one key block per CTA): the dQ warp that
+    // takes a block (u % 2; Sm90BwdProducerRoles, all of the block's rows dealt to its lanes) waits,
+    // before its reductions, until the block's counter shows the arrivals of every key block before
+    // this one in the order (one each: dq_key_blocks says which key blocks add to the block at all),
+    // and after them, once their writes are performed (not only their reads of the buffer), adds
+    // its arrival. The wait's first read is issued before the wait for the consumers' dQ, where it
     // normally costs nothing; the arrival (release_dq) follows at once: these warps load nothing
     // (split roles). A separate kernel instance (kOrderedDq): in the others this code, though never
     // run, cost the 24-register producer (d128) 72-96 B more of spills, some on its copies'
     // addresses.
     constexpr bool ordered = kOrderedDq;
-    const bool counts = ordered && Traits::kDqHandoff && adds && dq_tid < kBlockM; // whole warps
+    constexpr bool kAlternate = Roles::kDqWarpsAlternate;
+    static_assert(!ordered || !Traits::kDqHandoff || kAlternate, "the ordered hand-off counts a warp per block");
+    const bool counts = ordered && Traits::kDqHandoff && adds;
+    // Whether this dQ thread adds block use `use` (alternating: its warp's turn), and its place
+    // among the threads that add a block.
+    const auto adds_block = [&](int use) { return !kAlternate || dq_tid / 32 == use % 2; };
+    const int block_dq_tid = kAlternate ? dq_tid % 32 : dq_tid;
     const bool lane0 = ptid % 32 == 0;
     int* const dq_counters =
         ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
@@ -367,7 +378,6 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if constexpr (kGroupWalk) return args.dq_semaphore + (int64_t(wh.b) * fa.num_heads + wh.h) * args.dq_semaphore_blocks;
         else return dq_counters;
     };
-    constexpr int kDqWarps = Roles::kDqWarps;
     auto release_dq = [&](int m) {
         if (counts) {
             bulk_wait_group<0>();
@@ -376,21 +386,27 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             if (lane0) add_release_gpu(head_counters() + m, 1);
         }
     };
+    // dQ blocks added by bulk tensor reductions through params.dq_map (host/tensor_maps.h): every
+    // block of a dense batch (the map's rows are a sequence's, so the hardware drops a box's rows past
+    // it), on packed (varlen) rows only blocks that end inside their sequence (a box would reach into
+    // the next sequence's rows, which other CTAs are adding to). Their coordinates in the map.
+    auto dq_by_tma = [&](int m0) { return params.dq_tma && (!w.varlen || m0 + kBlockM <= seq.q_len); };
+    auto dq_map_row = [&](int m0) { return w.varlen ? int(w.q_global_row0 + m0) : m0; };
+    auto dq_map_sequence = [&]() { return w.varlen ? 0 : w.b; };
     // Staged dQ (Traits::kDqStaged): the first dQ thread waits until both consumers have staged the
     // block (dq_staged), adds each consumer's boxes (kDqBoxes, over its halves of the stage's dO and Q)
     // with a bulk tensor reduction (params.dq_map) and releases the stage (its q_empty arrival) once
     // they have read it. Where the order of additions matters it waits, as above, for the key block
     // before to complete (chunks), or for the block's turn before and the completion after, then
     // counts the block (the ordered dQ: two arrivals per key block, as the consumers' own adds of
-    // the blocks that end past the sequence count, one per consumer). Those blocks (their boxes
-    // would reach into the next sequence's rows) and launches without the map the consumers add
-    // from the stage themselves; then it only releases the stage.
+    // the blocks that end past the sequence count, one per consumer). The blocks that dq_by_tma
+    // leaves out the consumers add from the stage themselves; then it only releases the stage.
     auto add_staged_dq = [&](int use, int m0, int head, int n) {
         if constexpr (Traits::kDqStaged) {
             if (dq_tid != 0) return;
             const int s = use % kQStages;
             cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
-            if (params.dq_tma && m0 + kBlockM <= seq.q_len) {
+            if (dq_by_tma(m0)) {
                 int* const counter = ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + head) *
                                                                        args.dq_semaphore_blocks + m0 / kBlockM
                                              : nullptr;
@@ -405,7 +421,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
                 constexpr int kBoxElems = Traits::kDqBoxBytes / int(sizeof(Element));
                 constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
-                const int row = int(w.q_global_row0 + m0), buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
+                const int buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
                 CUTE_UNROLL
                 for (int c = 0; c < Traits::kConsumerWarpGroups; ++c) {
                     CUTE_UNROLL
@@ -414,8 +430,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                             (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems : sm.q + s * Traits::kSmemQElems) +
                             c * kHalfElems;
                         const int col = c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols;
-                        SM90_TMA_REDUCE_ADD_4D::copy(&params.dq_map, stage_half + (box % kHalfBoxes) * kBoxElems, col,
-                                                     row, head, buffer);
+                        SM90_TMA_REDUCE_ADD_5D::copy(&params.dq_map, stage_half + (box % kHalfBoxes) * kBoxElems, col,
+                                                     dq_map_row(m0), dq_map_sequence(), head, buffer);
                     }
                 }
                 bulk_commit_group();
@@ -431,16 +447,21 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         }
     };
     static_assert(!Traits::kDqStaged || Roles::kSplit, "staged dQ is added by the split roles' dQ thread");
-    // dq_rows, head: of that use's head (head: staged dQ only, so the split roles' call only).
-    auto add_dq = [&](int use, int m0, float* dq_rows, int n, int head = 0) {
+    // The dQ of use `use` (first row m0, its head's scratch rows dq_rows), key block n. With the
+    // hand-off, once the consumers' dQ is in the buffer (dq_full[use % 2]) and, ordered, the block's
+    // turn has come: by default each row's dQ thread adds it with a bulk reduction; with the ordered
+    // dQ (the box layout, sm90_bwd_hand_off_dq) one thread adds the boxes by bulk tensor reductions
+    // (params.dq_map) where dq_by_tma, and the warp's threads the others from the buffer with
+    // red.global, 16 bytes each. Either way the buffer is released once it has been read.
+    auto add_dq = [&](int use, int m0, float* dq_rows, int n, int head) {
         if constexpr (Traits::kDqStaged) add_staged_dq(use, m0, head, n);
         if constexpr (Traits::kDqHandoff) {
             int turn = 0, seen = 0; // (lane 0 of the counting warps)
             if (counts && lane0) {
-                turn = kDqWarps * w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
+                turn = Roles::kDqArrivals * w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
                 seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
             }
-            cutlass::arch::ClusterBarrier::wait(sm.dq_full, use & 1);
+            cutlass::arch::ClusterBarrier::wait(sm.dq_full + use % 2, (use / 2) & 1);
             if (counts) {
                 if (lane0)
                     while (seen < turn) seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
@@ -449,28 +470,53 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             }
             if (revisits_rows && n != added_n) bulk_wait_group<0>();
             added_n = n;
-            if constexpr (Roles::kDqThreads >= kBlockM) {
-                if (dq_tid < kBlockM && m0 + dq_tid < seq.q_len) {
-                    bulk_reduce_add_f32(dq_rows + int64_t(m0 + dq_tid) * kHeadDim, sm.dq + dq_tid * Traits::kDqRowStride,
-                                        kHeadDim * int(sizeof(float)));
+            if constexpr (!kOrderedDq) {
+                if constexpr (Roles::kBlockDqThreads >= kBlockM) {
+                    if (block_dq_tid < kBlockM && m0 + block_dq_tid < seq.q_len) {
+                        bulk_reduce_add_f32(dq_rows + int64_t(m0 + block_dq_tid) * kHeadDim,
+                                            sm.dq + block_dq_tid * Traits::kDqRowStride, kHeadDim * int(sizeof(float)));
+                        bulk_commit_group();
+                        bulk_wait_group_read<0>();
+                    }
+                } else { // fewer dQ threads than rows: rows r, r + dQ threads, ...
+                    for (int r = block_dq_tid; r < kBlockM; r += Roles::kBlockDqThreads) {
+                        if (m0 + r < seq.q_len)
+                            bulk_reduce_add_f32(dq_rows + int64_t(m0 + r) * kHeadDim, sm.dq + r * Traits::kDqRowStride,
+                                                kHeadDim * int(sizeof(float)));
+                    }
                     bulk_commit_group();
                     bulk_wait_group_read<0>();
                 }
-            } else { // fewer dQ threads than rows (split roles at 80 or 128): rows r, r + dQ threads, ...
-                for (int r = dq_tid; r < kBlockM; r += Roles::kDqThreads) {
-                    if (m0 + r < seq.q_len)
-                        bulk_reduce_add_f32(dq_rows + int64_t(m0 + r) * kHeadDim, sm.dq + r * Traits::kDqRowStride,
-                                            kHeadDim * int(sizeof(float)));
+            } else if (dq_by_tma(m0)) {
+                if (block_dq_tid == 0) {
+                    const int buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
+                    CUTE_UNROLL
+                    for (int box = 0; box < kHeadDim / Traits::kDqBoxCols; ++box)
+                        SM90_TMA_REDUCE_ADD_5D::copy(&params.dq_map, reinterpret_cast<char*>(sm.dq) + box * Traits::kDqBoxBytes,
+                                                     box * Traits::kDqBoxCols, dq_map_row(m0), dq_map_sequence(), head,
+                                                     buffer);
+                    bulk_commit_group();
+                    bulk_wait_group_read<0>();
                 }
-                bulk_commit_group();
-                bulk_wait_group_read<0>();
+            } else { // the rows of the sequence, 16 bytes a thread at a time
+                constexpr int kChunks = kHeadDim / 4;
+                const uint32_t buffer = cast_smem_ptr_to_uint(sm.dq);
+                const int chunks = min(seq.q_len - m0, kBlockM) * kChunks;
+                for (int i = block_dq_tid; i < chunks; i += Roles::kBlockDqThreads) {
+                    const int r = i / kChunks, col = (i % kChunks) * 4;
+                    float4 v;
+                    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                                 : "r"(buffer + Sm90BwdDqBoxes<Traits>::offset(r, col)));
+                    red_add_quad(dq_rows + int64_t(m0 + r) * kHeadDim + col, v);
+                }
             }
             cutlass::arch::ClusterBarrier::arrive(sm.dq_empty);
         }
     };
 
     const int group_heads = kGroupWalk ? args.group_heads : 1;
-    int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0;
+    int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0, last_head = 0;
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -553,21 +599,22 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                     cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
                 }
                 if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
-                    if (adds) {
+                    if (adds && adds_block(q_uses)) {
                         add_dq(q_uses, m0, dq_rows, n, wh.h);
                         release_dq(m0 / kBlockM);
                     }
                 } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
-                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
+                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n, last_head);
                 }
                 last_m0 = m0;
                 last_n = n;
+                last_head = wh.h;
                 last_dq_rows = dq_rows;
             }
         }
     }
     if constexpr (!Roles::kSplit) {
-        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n, last_head);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }
@@ -588,9 +635,7 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.k_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.v_map));
         }
-        if constexpr (Traits::kDqStaged) {
-            if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
-        }
+        if (params.dq_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.dq_map));
     }
     __syncthreads(); // the last CTA-wide barrier
     if (int(threadIdx.x) / 128 == 0) {
@@ -626,14 +671,43 @@ __device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], cons
 }
 
 // dQ of a block handed to the producer (the schedules with Traits::kDqHandoff): once the producer
-// has read the previous block's (dq_empty), the fp32 accumulator to shared memory (register pairs
-// 2t, 2t + 1 are neighbouring columns; tdQc: their (query, column)), made visible to the async proxy
-// that the producer's bulk reductions read through, then dq_full.
-template <typename Traits, typename Smem, typename Acc, typename Coords>
+// has read the previous block's (dq_empty), the fp32 accumulator to the hand-off buffer (tdQc: each
+// register's (query, column), or (column, query) where dQ is transposed; register pairs 2t, 2t + 1
+// are neighbouring columns where not), made visible to the async proxy that the producer's bulk
+// reductions read through, then dq_full[q_uses % 2]. kBoxes (the ordered dQ): in Sm90BwdDqBoxes'
+// layout, for a bulk tensor reduction per box, with the addresses in its per-thread form (a warp's
+// 32 stores, transposed 8 columns of 4 rows, or float2 pairs, 8 rows of 4 pairs, cover all 32
+// banks); else in padded rows, a bulk reduction per row. As the ordered dQ's link per block the
+// rows' reductions, issued and read by one warp, were the longer part (H200, d128 1k: the ordered
+// dQ 0.73 -> 0.88 of the default's kernel time with boxes, 16k 0.84 -> 0.99); in the default
+// instances the boxes measured 1-9% slower at 1k (their address arithmetic where the consumers'
+// registers are scarcest: the GQA walk's block loop took 26 local loads), so those keep the rows
+// (docs/perf-log.md, session 37).
+template <typename Traits, bool kBoxes, typename Smem, typename Acc, typename Coords>
 __device__ __forceinline__ void sm90_bwd_hand_off_dq(const Smem& sm, Acc const& acc_dq, Coords const& tdQc,
                                                      int q_uses) {
     if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.dq_empty, (q_uses - 1) & 1);
-    if constexpr (Traits::kDqTransposed) { // (head dim, query) per register: one float each
+    if constexpr (kBoxes) {
+        auto row_of = [&](int t) { return Traits::kDqTransposed ? get<1>(tdQc(t)) : get<0>(tdQc(t)); };
+        auto col_of = [&](int t) { return Traits::kDqTransposed ? get<0>(tdQc(t)) : get<1>(tdQc(t)); };
+        const int row0 = row_of(0), col0 = col_of(0);
+        int base_row = row0, base_col = col0;
+        uint32_t buffer = cast_smem_ptr_to_uint(sm.dq);
+        // The bases computed here, not held across the main loop.
+        asm volatile("" : "+r"(base_row), "+r"(base_col), "+r"(buffer));
+        const Sm90BwdDqBoxes<Traits> boxes(base_row, base_col);
+        auto address = [&](int t) { return buffer + boxes.at(row_of(t) - row0, col_of(t) - col0); };
+        if constexpr (Traits::kDqTransposed) { // neighbouring queries per register pair: one float each
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dq); ++t)
+                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(address(t)), "f"(acc_dq(t)) : "memory");
+        } else {
+            CUTE_UNROLL
+            for (int t = 0; t < size(acc_dq); t += 2)
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address(t)), "f"(acc_dq(t)), "f"(acc_dq(t + 1))
+                             : "memory");
+        }
+    } else if constexpr (Traits::kDqTransposed) { // (head dim, query) per register: one float each
         CUTE_UNROLL
         for (int t = 0; t < size(acc_dq); ++t)
             sm.dq[get<1>(tdQc(t)) * Traits::kDqRowStride + get<0>(tdQc(t))] = acc_dq(t);
@@ -645,7 +719,7 @@ __device__ __forceinline__ void sm90_bwd_hand_off_dq(const Smem& sm, Acc const& 
         }
     }
     cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions
-    cutlass::arch::ClusterBarrier::arrive(sm.dq_full);
+    cutlass::arch::ClusterBarrier::arrive(sm.dq_full + q_uses % 2);
 }
 
 // dS = P (dP - dsum[query]) in place on dP's (query, key) view (P already carries the softcap

@@ -145,19 +145,23 @@ struct Sm90BwdTraits {
         (2 * kQStages * kSmemQElems + 2 * kSmemKVElems + kDsBuffers * kSmemdSElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
     // dQ of one query block in fp32, handed from the consumers to the producer warpgroup, which adds
-    // it to the global scratch (a bulk reduction per row, bwd_sm90_common.cuh) while the consumers
-    // go on. Rows padded by 8 floats: the consumers'
-    // float2 stores (8 rows x 4 column pairs per warp) then fill all 32 banks in two wavefronts; a
-    // row stays contiguous and 16-byte aligned (544 bytes apart at d128), as a bulk copy needs.
+    // it to the global scratch (bwd_sm90_common.cuh) while the consumers go on. Two layouts of the
+    // same buffer (sm90_bwd_hand_off_dq): rows, a bulk reduction each, padded by 8 floats (the
+    // consumers' float2 stores, 8 rows x 4 column pairs per warp, then fill all 32 banks in two
+    // wavefronts; a row stays contiguous and 16-byte aligned, as a bulk copy needs), or, for the
+    // ordered dQ, boxes of 32 columns by kBlockM rows in the 128-byte swizzle that bulk tensor
+    // reductions read (Sm90BwdDqBoxes).
     static constexpr bool kDqHandoff = true;
     static constexpr bool kDqStaged = false; // (Sm90BwdPdSTraits)
     static constexpr bool kDkvTransposed = false; // (Sm90BwdPdSTraits)
     // Transposed dQ's registers hold neighbouring queries, stored one float each: rows padded by 4
     // floats put a warp's 32 stores on 32 banks (and leave room in shared memory at 80 queries).
     static constexpr int kDqRowStride = kHeadDim + (kDqTransposed ? 4 : 8);
+    static constexpr int kDqBoxCols = 32;
+    static constexpr int kDqBoxBytes = kDqBoxCols * kBlockM * int(sizeof(float));
     static constexpr int kSmemDqBytes = kBlockM * kDqRowStride * int(sizeof(float));
-    // q_full, q_empty per stage; kv_full, kv_empty; dq_full, dq_empty.
-    static constexpr int kBarriers = 2 * kQStages + 4;
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full[2], dq_empty.
+    static constexpr int kBarriers = 2 * kQStages + 5;
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
 
@@ -328,12 +332,12 @@ struct Sm90BwdPdSTraits {
     static constexpr int kSmemTileBytes =
         (kQStages * (kSmemQElems + kSmemDoElems) + kSmemKElems + kSmemVElems + kSmemScoreElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
-    static constexpr int kBarriers = 2 * kQStages + 4;
+    static constexpr int kBarriers = 2 * kQStages + 5;
     // dQ of one query block in fp32 handed to the producer warpgroup, which adds it to the scratch
-    // with a bulk reduction per row (bwd_kernel_sm90.cuh's hand-off, rows padded by 8 floats), where
-    // it fits beside two Q/dO stages: at 192 / 128, Q 2 x 24 KB + dO 2 x 16 KB + K 36 KB + V 24 KB +
-    // P, dS 2 x 12 KB + lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 64 B = 220,224 B. At d256 (Q 2 x 32 KB
-    // + dO 2 x 32 KB + K 32 KB + V 32 KB + P, dS 32 KB + 1 KB + 64 B = 230,464 B of the 232,448 an
+    // (bwd_kernel_sm90.cuh's hand-off, rows padded by 8 floats, or boxes), where it fits beside two
+    // Q/dO stages: at 192 / 128, Q 2 x 24 KB + dO 2 x 16 KB + K 36 KB + V 24 KB + P, dS 2 x 12 KB +
+    // lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 72 B = 220,232 B. At d256 (Q 2 x 32 KB
+    // + dO 2 x 32 KB + K 32 KB + V 32 KB + P, dS 32 KB + 1 KB + 72 B = 230,472 B of the 232,448 an
     // sm_90 CTA may use) the 64 KB buffer would only fit with one Q and one dO stage (210 KB): the
     // alternative that schedule did not take (see kQStages). There the consumers stage dQ in the
     // stage instead (kDqStaged): once a consumer's dV and dK of the block have completed, its column
@@ -359,8 +363,8 @@ struct Sm90BwdPdSTraits {
                   "a consumer's dQ fills its halves of the stage's dO and Q, whole boxes in each");
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
-    static_assert(kHeadDim != 256 || (kSmemBytes == 230464 && !kDqHandoff), "the budget written above");
-    static_assert(!(kHeadDim == 192 && kHeadDimV == 128) || (kSmemBytes == 220224 && kDqHandoff), "the budget written above");
+    static_assert(kHeadDim != 256 || (kSmemBytes == 230472 && !kDqHandoff), "the budget written above");
+    static_assert(!(kHeadDim == 192 && kHeadDimV == 128) || (kSmemBytes == 220232 && kDqHandoff), "the budget written above");
 
     // Registers per thread after setmaxnreg (see Sm90BwdTraits), producer / consumers, each split
     // summing to 168 x 384. d256: 24 / 240 (the consumers' peak is 192 accumulators). 192 / 128: the
@@ -378,6 +382,34 @@ struct Sm90BwdPdSTraits {
     static_assert(2 * kBlockM == kProducerThreads, "one producer thread per lse / dsum value of a stage");
 };
 
+// The dQ hand-off buffer of a schedule with Traits::kDqHandoff in the ordered dQ's layout
+// (sm90_bwd_hand_off_dq): kHeadDim / kDqBoxCols boxes of 32 fp32 columns by kBlockM rows, a row's 128 bytes in the 128-byte swizzle (its 16-byte chunk c at
+// c ^ (row % 8)), as the boxes of params.dq_map (host/tensor_maps.h) that the producer's bulk tensor
+// reductions read. offset: the byte offset of (row, col). A consumer thread's form: from its first
+// register's (row0, col0), the offset of a register (dr, dc) away; it equals offset(row0 + dr,
+// col0 + dc) where dc % 4 == 0 and the offsets add to row0 % 8 and to col0's chunk bits without a
+// carry (tests/gpu/bwd_layout_check.cu checks every thread of the accumulators' layouts), and with
+// dr, dc known to ptxas it takes a base per distinct chunk constant and immediates for the rest.
+template <typename Traits>
+struct Sm90BwdDqBoxes {
+    static constexpr int kBoxCols = Traits::kDqBoxCols;
+    static_assert(kBoxCols * 4 == 128, "a box row is one 128-byte swizzle row");
+    static_assert(Traits::kHeadDim / kBoxCols * Traits::kDqBoxBytes <= Traits::kSmemDqBytes, "the boxes fit the buffer");
+    __host__ __device__ static constexpr uint32_t offset(int row, int col) {
+        return uint32_t((col / kBoxCols) * Traits::kDqBoxBytes + row * 128 + ((((col % kBoxCols) / 4) ^ (row % 8)) * 16) +
+                        (col % 4) * 4);
+    }
+    uint32_t first; // offset of (row0, col0) without its chunk
+    int chunk0;     // its swizzled chunk
+    __host__ __device__ Sm90BwdDqBoxes(int row0, int col0)
+        : first(uint32_t((col0 / kBoxCols) * Traits::kDqBoxBytes + row0 * 128 + (col0 % 4) * 4)),
+          chunk0(((col0 % kBoxCols) / 4) ^ (row0 % 8)) {}
+    __host__ __device__ uint32_t at(int dr, int dc) const {
+        return first + uint32_t((dc / kBoxCols) * Traits::kDqBoxBytes + dr * 128 +
+                                ((chunk0 ^ ((dc % kBoxCols) / 4) ^ (dr % 8)) * 16));
+    }
+};
+
 // The producer warpgroup's roles. With the ordered dQ, and wherever dQ is staged in the Q/dO stage
 // (kDqStaged), its warps split: the first half loads (thread 0 issues the TMA copies, loader r the
 // lse and dsum values of rows r, r + 64, ... of each stage) and the second adds dQ in its order
@@ -390,13 +422,26 @@ struct Sm90BwdPdSTraits {
 // samples at a stage's q_full, 1% without the order; the kernel 1.41x the default's time). Without
 // the order every producer thread does both: its adds never wait for another CTA. K and V, loaded
 // once (the ordered dQ's CTA has one key block), come from every producer thread either way.
+// With the ordered dQ and the hand-off the two dQ warps take the blocks by turns (block u: warp
+// u % 2, its first lane issuing the block's bulk tensor reductions): a block's link is the turn,
+// the reductions' reads, the buffer's release, then the wait for their writes and the release fence
+// before the count. With both warps on every block (a row's reduction per thread) that link held the
+// next block's reductions and the consumers waited at the buffer (H200, d128 MHA 1k with the turns
+// taken away: ordered / default kernel time 0.81, and 0.98 without the count's completion wait, fence
+// and add; docs/perf-log.md, session 37); by turns, one block's completion and fence run while the
+// other warp takes the next block.
 template <typename Traits, bool kOrderedDq>
 struct Sm90BwdProducerRoles {
     static constexpr bool kSplit = kOrderedDq || Traits::kDqStaged;
     static constexpr int kLoaders = kSplit ? Traits::kProducerThreads / 2 : Traits::kProducerThreads;
     static constexpr int kDqThreads = kSplit ? Traits::kProducerThreads - kLoaders : Traits::kProducerThreads;
     static_assert(kLoaders % 32 == 0 && kDqThreads % 32 == 0, "roles and counting warps are whole warps");
-    static constexpr int kDqWarps = kDqThreads / 32; // arrivals per block on an ordered dQ counter
+    static constexpr bool kDqWarpsAlternate = kOrderedDq && Traits::kDqHandoff;
+    static_assert(!kDqWarpsAlternate || kDqThreads == 64, "two dQ warps take the blocks in turn");
+    // Threads that add one block's dQ (and arrive on dq_empty for it), and arrivals per block on an
+    // ordered dQ counter (one per warp that adds it).
+    static constexpr int kBlockDqThreads = kDqWarpsAlternate ? 32 : kDqThreads;
+    static constexpr int kDqArrivals = kBlockDqThreads / 32;
 };
 
 // The Hopper backward of a tile head dim and value head dim (tiles.h's backward_sm90_pds_schedule
