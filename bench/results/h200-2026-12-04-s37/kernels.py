@@ -30,9 +30,10 @@ def run(label, fn, reps=20):
         print(f"   {len(durs)/reps:4.1f}x {durs[len(durs)//2]:8.1f} us  grid {grid:>14} block {block:>12} regs {regs} smem {smem}  {name}")
     sys.stdout.flush()
 
-d = 128
+d = int(os.environ.get("KP_D", "128"))
 only = os.environ.get("KP_ONLY")  # e.g. "ours bwd": only those implementations, 1k shapes only
 shapes = ((1024, 16, 16, 16), (1024, 16, 64, 8), (16384, 1, 16, 16)) if only else ((1024, 16, 16, 16), (16384, 1, 16, 16), (1024, 16, 64, 8))
+if d == 256: shapes = ((1024, 16, 8, 8), (1024, 16, 32, 4), (16384, 1, 8, 8))
 _run = run
 def run(label, fn, reps=20):
     if only is None or label.startswith(only):

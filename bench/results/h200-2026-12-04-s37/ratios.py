@@ -1,5 +1,6 @@
 """Main-kernel CUPTI times of a run's kernels.txt (kernels.py, rounds alternating per library): the mean over
-rounds per library and shape, and each one's ratio to main's default-mode kernel of the same shape.
+rounds per library and shape, and each one's ratio to the first library's (main's) default-mode kernel of the
+same shape.
 Usage: python3 ratios.py run1/kernels.txt"""
 import re, collections, sys
 d = collections.defaultdict(lambda: collections.defaultdict(list)); lib = shape = None
@@ -12,12 +13,13 @@ for l in open(sys.argv[1]):
     if m and shape and lib and 'bwd_kernel_sm90' in l: d[lib][shape].append(float(m.group(1)))
 libs = list(d)
 print(f"{'shape':30s}" + "".join(f"{x:>15s}" for x in libs))
-for sh in d['main']:
+base_lib = libs[0]
+for sh in d[base_lib]:
     base = sh[4:] if sh.startswith('det ') else sh
-    ref = sum(d['main'][base]) / len(d['main'][base])
+    ref = sum(d[base_lib][base]) / len(d[base_lib][base])
     cells = []
     for x in libs:
         v = d[x].get(sh)
         cells.append(f"{sum(v)/len(v):8.0f} {ref/(sum(v)/len(v)):5.2f}" if v else " " * 15)
     print(f"{sh:30s}" + "".join(f"{c:>15s}" for c in cells))
-print("(us, then main's default-mode kernel time over this one: the speed relative to main's default)")
+print(f"(us, then {base_lib}'s default-mode kernel time over this one: the speed relative to its default)")
