@@ -682,7 +682,7 @@ __device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], cons
 // dQ 0.73 -> 0.88 of the default's kernel time with boxes, 16k 0.84 -> 0.99); in the default
 // instances the boxes measured 1-9% slower at 1k (their address arithmetic where the consumers'
 // registers are scarcest: the GQA walk's block loop took 26 local loads), so those keep the rows
-// (docs/perf-log.md, session 37).
+// (docs/perf-log.md, FF).
 template <typename Traits, bool kBoxes, typename Smem, typename Acc, typename Coords>
 __device__ __forceinline__ void sm90_bwd_hand_off_dq(const Smem& sm, Acc const& acc_dq, Coords const& tdQc,
                                                      int q_uses) {

@@ -427,9 +427,9 @@ struct Sm90BwdDqBoxes {
 // the reductions' reads, the buffer's release, then the wait for their writes and the release fence
 // before the count. With both warps on every block (a row's reduction per thread) that link held the
 // next block's reductions and the consumers waited at the buffer (H200, d128 MHA 1k with the turns
-// taken away: ordered / default kernel time 0.81, and 0.98 without the count's completion wait, fence
-// and add; docs/perf-log.md, session 37); by turns, one block's completion and fence run while the
-// other warp takes the next block.
+// taken away: ordered / default kernel time 0.81, and 0.98 without the count's completion wait,
+// fence and add; docs/perf-log.md, "Where the ordered dQ's cost lies"); by turns, one block's
+// completion and fence run while the other warp takes the next block.
 template <typename Traits, bool kOrderedDq>
 struct Sm90BwdProducerRoles {
     static constexpr bool kSplit = kOrderedDq || Traits::kDqStaged;
