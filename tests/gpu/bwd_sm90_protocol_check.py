@@ -86,6 +86,14 @@ class NBar:  # named barrier: completes when `count` arrivals gathered
         if self.arrived == self.count: self.arrived = 0; self.gen += 1
 
 
+def dq_full_of(dq_full, use, broken):
+    """The hand-off's dq_full barrier of block `use` and the parity its phase completes with:
+    dq_full[use % 2], phase use // 2 ("one_dq_full": both warps on dq_full[0], by their block's
+    parity)."""
+    if broken == "one_dq_full": return dq_full[0], use & 1
+    return dq_full[use % 2], (use // 2) & 1
+
+
 def staged_epilogue(c, rnd, bar, kv_stage, staged, broken):
     """Consumer c's dK/dV epilogue through K's and V's buffers (the CTA's last key block)."""
     if broken != "no_epilogue_barrier":
@@ -120,7 +128,8 @@ def run(walk, S, seed, broken=None, split=False):
     pending = []  # async copies: [delay, stage list, slot, value, barrier]
 
     def add_dq(use):
-        while not dq_full_of(use).done(dq_full_parity(use)): yield
+        bar, parity = dq_full_of(dq_full, use, broken)
+        while not bar.done(parity): yield
         for _ in range(rnd.randint(1, 4)):  # the reads and reductions take a while
             assert dq == [use, use], (use, dq)
             yield
@@ -144,9 +153,6 @@ def run(walk, S, seed, broken=None, split=False):
                 q_uses += 1
                 yield
         if q_uses > 0 and not split: yield from add_dq(q_uses - 1)
-
-    def dq_full_of(use): return dq_full[0] if broken == "one_dq_full" else dq_full[use % 2]
-    def dq_full_parity(use): return use & 1 if broken == "one_dq_full" else (use // 2) & 1
 
     def adder(warp):  # split roles: dQ warp `warp` takes every other block, each after its turn
         for use in range(warp, sum(blocks for _, blocks in walk), 2):
@@ -181,7 +187,7 @@ def run(walk, S, seed, broken=None, split=False):
                 if q_uses > 0 and broken != "no_dq_empty_wait":
                     while not dq_empty.done((q_uses - 1) & 1): yield
                 dq[c] = q_uses
-                dq_full_of(q_uses).arrive()
+                dq_full_of(dq_full, q_uses, broken)[0].arrive()
                 q_uses += 1
             kv_empty.arrive()
             kv_uses += 1
@@ -233,15 +239,14 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
     added = [[], []]  # [consumer] -> uses whose dQ half was added (handed off, or its reduction issued)
     pending = []
     dq_full = [MBar(2), MBar(2)]; dq_empty = MBar(1)  # the hand-off
-    def dq_full_of(use): return dq_full[0] if broken == "one_dq_full" else dq_full[use % 2]
-    def dq_full_parity(use): return use & 1 if broken == "one_dq_full" else (use // 2) & 1
     dq = [None, None]  # [consumer half] -> use whose dQ is in the hand-off buffer
     reduced = []  # uses the producer added from the hand-off buffer
     reductions = []  # staged: [stage, use, (key block, query block), ticks to read, ticks to complete]
     published = []  # ordered, staged: uses counted, in order
 
     def add_dq(use):
-        while not dq_full_of(use).done(dq_full_parity(use)): yield
+        bar, parity = dq_full_of(dq_full, use, broken)
+        while not bar.done(parity): yield
         for _ in range(rnd.randint(1, 4)):
             assert dq == [use, use], (use, dq)
             yield
@@ -339,7 +344,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
                         if q_uses > 0 and broken != "no_dq_empty_wait":
                             while not dq_empty.done((q_uses - 1) & 1): yield
                         dq[c] = q_uses
-                        dq_full_of(q_uses).arrive()
+                        dq_full_of(dq_full, q_uses, broken)[0].arrive()
                         added[c].append(q_uses)
                     if step == 0 and not handoff and broken == "stage_before_wait":
                         halves[s][c] = q_uses

@@ -37,10 +37,11 @@ inline TensorMapEncodeTiled tensor_map_encoder() {
     return encode;
 }
 
-// The byte strides of a 4D map's outer dimensions as cuTensorMapEncodeTiled takes them: false where
+// The byte strides of a map's outer dimensions as cuTensorMapEncodeTiled takes them: false where
 // one is not positive, not a multiple of 16 or not below 2^40 (TMA's limits).
-inline bool tma_byte_strides(const int64_t (&strides)[3], cuuint64_t (&byte_strides)[3]) {
-    for (int i = 0; i < 3; ++i) {
+template <int N>
+inline bool tma_byte_strides(const int64_t (&strides)[N], cuuint64_t (&byte_strides)[N]) {
+    for (int i = 0; i < N; ++i) {
         if (strides[i] <= 0 || strides[i] % 16 != 0 || strides[i] >= (int64_t(1) << 40)) return false;
         byte_strides[i] = cuuint64_t(strides[i]);
     }
@@ -93,17 +94,10 @@ inline bool encode_dq_accum_map(CUtensorMap& map, float* data, int tile_dim, int
     const cuuint64_t dims[5] = {cuuint64_t(tile_dim), cuuint64_t(seq_rows), cuuint64_t(rows / seq_rows),
                                 cuuint64_t(heads), cuuint64_t(buffers)};
     cuuint64_t byte_strides[4];
-    cuuint64_t outer[3];
-    if (!tma_byte_strides({tile_dim * kElem, head_stride * kElem,
+    if (!tma_byte_strides({tile_dim * kElem, seq_rows * tile_dim * kElem, head_stride * kElem,
                            (chunk_stride > 0 ? chunk_stride : head_stride * heads) * kElem},
-                          outer))
+                          byte_strides))
         return false;
-    const int64_t sequence_bytes = seq_rows * tile_dim * kElem; // a multiple of 16 as tile_dim is
-    if (sequence_bytes >= (int64_t(1) << 40)) return false;
-    byte_strides[0] = outer[0];
-    byte_strides[1] = cuuint64_t(sequence_bytes);
-    byte_strides[2] = outer[1];
-    byte_strides[3] = outer[2];
     const cuuint32_t box[5] = {cuuint32_t(kBoxCols), cuuint32_t(box_rows), 1, 1, 1};
     const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
     return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, data, dims, byte_strides, box, element_strides,

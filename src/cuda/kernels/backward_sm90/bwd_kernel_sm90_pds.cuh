@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             warpgroup_fence_operand(acc_dk);
             cutlass::arch::NamedBarrier::sync(128, staged_barrier); // every warp's dV, dK read the halves
             store_staged_dq(s);
-            if (!params.dq_tma || (w.varlen && m0 + kBlockM > seq.q_len)) { // (the producer's dq_by_tma, negated)
+            if (!sm90_bwd_dq_by_tma<kBlockM>(params, w, m0)) { // the producer adds the others
                 if constexpr (kOrderedDq) {
                     if (dq_issuer) wait_turn(m);
                 }

@@ -10,8 +10,9 @@
 // K and V of a key block likewise (kv_tma, below).
 //
 // The map of the fp32 dQ scratch (dq_map; host/tensor_maps.h) that the producer's bulk tensor
-// reductions add the consumers' dQ through, from the hand-off buffer (Traits::kDqHandoff) or from
-// the consumers' staging in the Q / dO stage (Traits::kDqStaged): boxes of 32 columns by kBlockM rows.
+// reductions add the consumers' dQ through, from the consumers' staging in the Q / dO stage
+// (Traits::kDqStaged) or, with the ordered dQ, from the hand-off buffer's boxes: boxes of 32 columns
+// by kBlockM rows. (The default hand-off adds rows and reads no map.)
 #pragma once
 
 #include "host/tensor_maps.h"
@@ -59,7 +60,7 @@ Sm90BwdParams sm90_backward_params(const BwdArgs& args, bool bf16) {
                     encode_rows_map(p.dv_map, args.dv, bf16, v_cols, fa.seqlen_k, heads_k, fa.batch,
                                     Traits::kVBoxCols, Traits::kBlockN);
     }
-    if constexpr (Traits::kDqStaged || Traits::kDqHandoff)
+    if (Traits::kDqStaged || (Traits::kDqHandoff && args.dq_semaphore != nullptr))
         p.dq_tma = encode_dq_accum_map(p.dq_map, args.dq_accum, Traits::kHeadDim, args.q_rows_total,
                                        fa.cu_seqlens_q == nullptr ? fa.seqlen_q : 0, fa.num_heads,
                                        args.num_chunks, args.dq_chunk_stride, Traits::kBlockM);

@@ -145,6 +145,21 @@ struct Sm90BwdWork {
     }
 };
 
+// Whether query block m0's dQ is added by bulk tensor reductions through params.dq_map
+// (host/tensor_maps.h): every block of a dense batch (the map's rows are a sequence's, so the
+// hardware drops a box's rows past it), on packed (varlen) rows only blocks that end inside their
+// sequence (a box would reach into the next sequence's rows, which other CTAs are adding to); the
+// others are added from shared memory with red.global. Both the producer and, with staged dQ, the
+// consumers decide by it. Its map coordinates: sm90_bwd_dq_map_row / _sequence.
+template <int kBlockM>
+__device__ __forceinline__ bool sm90_bwd_dq_by_tma(const Sm90BwdParams& params, const Sm90BwdWork& w, int m0) {
+    return params.dq_tma && (!w.varlen || m0 + kBlockM <= w.seq.q_len);
+}
+__device__ __forceinline__ int sm90_bwd_dq_map_row(const Sm90BwdWork& w, int m0) {
+    return w.varlen ? int(w.q_global_row0 + m0) : m0;
+}
+__device__ __forceinline__ int sm90_bwd_dq_map_sequence(const Sm90BwdWork& w) { return w.varlen ? 0 : w.b; }
+
 // The ordered dQ's counters (bwd_args.h, dq_semaphore): read with acquire and added to with release
 // at GPU scope, so that what a key block's CTA added to a dQ block before its arrival is visible to
 // the CTA that sees the arrival; the proxy fence orders the bulk reductions (async proxy) after the
@@ -386,27 +401,21 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             if (lane0) add_release_gpu(head_counters() + m, 1);
         }
     };
-    // dQ blocks added by bulk tensor reductions through params.dq_map (host/tensor_maps.h): every
-    // block of a dense batch (the map's rows are a sequence's, so the hardware drops a box's rows past
-    // it), on packed (varlen) rows only blocks that end inside their sequence (a box would reach into
-    // the next sequence's rows, which other CTAs are adding to). Their coordinates in the map.
-    auto dq_by_tma = [&](int m0) { return params.dq_tma && (!w.varlen || m0 + kBlockM <= seq.q_len); };
-    auto dq_map_row = [&](int m0) { return w.varlen ? int(w.q_global_row0 + m0) : m0; };
-    auto dq_map_sequence = [&]() { return w.varlen ? 0 : w.b; };
     // Staged dQ (Traits::kDqStaged): the first dQ thread waits until both consumers have staged the
     // block (dq_staged), adds each consumer's boxes (kDqBoxes, over its halves of the stage's dO and Q)
     // with a bulk tensor reduction (params.dq_map) and releases the stage (its q_empty arrival) once
     // they have read it. Where the order of additions matters it waits, as above, for the key block
     // before to complete (chunks), or for the block's turn before and the completion after, then
     // counts the block (the ordered dQ: two arrivals per key block, as the consumers' own adds of
-    // the blocks that end past the sequence count, one per consumer). The blocks that dq_by_tma
-    // leaves out the consumers add from the stage themselves; then it only releases the stage.
+    // the blocks that end past the sequence count, one per consumer). The blocks that
+    // sm90_bwd_dq_by_tma leaves out the consumers add from the stage themselves; then it only
+    // releases the stage.
     auto add_staged_dq = [&](int use, int m0, int head, int n) {
         if constexpr (Traits::kDqStaged) {
             if (dq_tid != 0) return;
             const int s = use % kQStages;
             cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
-            if (dq_by_tma(m0)) {
+            if (sm90_bwd_dq_by_tma<kBlockM>(params, w, m0)) {
                 int* const counter = ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + head) *
                                                                        args.dq_semaphore_blocks + m0 / kBlockM
                                              : nullptr;
@@ -431,7 +440,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                             c * kHalfElems;
                         const int col = c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols;
                         SM90_TMA_REDUCE_ADD_5D::copy(&params.dq_map, stage_half + (box % kHalfBoxes) * kBoxElems, col,
-                                                     dq_map_row(m0), dq_map_sequence(), head, buffer);
+                                                     sm90_bwd_dq_map_row(w, m0), sm90_bwd_dq_map_sequence(w), head,
+                                                     buffer);
                     }
                 }
                 bulk_commit_group();
@@ -451,14 +461,15 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     // hand-off, once the consumers' dQ is in the buffer (dq_full[use % 2]) and, ordered, the block's
     // turn has come: by default each row's dQ thread adds it with a bulk reduction; with the ordered
     // dQ (the box layout, sm90_bwd_hand_off_dq) one thread adds the boxes by bulk tensor reductions
-    // (params.dq_map) where dq_by_tma, and the warp's threads the others from the buffer with
+    // (params.dq_map) where sm90_bwd_dq_by_tma, and the warp's threads the others from the buffer with
     // red.global, 16 bytes each. Either way the buffer is released once it has been read.
-    auto add_dq = [&](int use, int m0, float* dq_rows, int n, int head) {
+    // head: of that use (read by the staged dQ and the ordered boxes, so by the split roles' call only).
+    auto add_dq = [&](int use, int m0, float* dq_rows, int n, int head = 0) {
         if constexpr (Traits::kDqStaged) add_staged_dq(use, m0, head, n);
         if constexpr (Traits::kDqHandoff) {
             int turn = 0, seen = 0; // (lane 0 of the counting warps)
             if (counts && lane0) {
-                turn = Roles::kDqArrivals * w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
+                turn = w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM); // an arrival per key block
                 seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
             }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full + use % 2, (use / 2) & 1);
@@ -487,14 +498,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                     bulk_commit_group();
                     bulk_wait_group_read<0>();
                 }
-            } else if (dq_by_tma(m0)) {
+            } else if (sm90_bwd_dq_by_tma<kBlockM>(params, w, m0)) {
                 if (block_dq_tid == 0) {
                     const int buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
                     CUTE_UNROLL
                     for (int box = 0; box < kHeadDim / Traits::kDqBoxCols; ++box)
                         SM90_TMA_REDUCE_ADD_5D::copy(&params.dq_map, reinterpret_cast<char*>(sm.dq) + box * Traits::kDqBoxBytes,
-                                                     box * Traits::kDqBoxCols, dq_map_row(m0), dq_map_sequence(), head,
-                                                     buffer);
+                                                     box * Traits::kDqBoxCols, sm90_bwd_dq_map_row(w, m0),
+                                                     sm90_bwd_dq_map_sequence(w), head, buffer);
                     bulk_commit_group();
                     bulk_wait_group_read<0>();
                 }
@@ -516,7 +527,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     };
 
     const int group_heads = kGroupWalk ? args.group_heads : 1;
-    int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0, last_head = 0;
+    int q_uses = 0, kv_uses = 0, last_m0 = 0, last_n = 0;
     float* last_dq_rows = nullptr;
     for (int n = w.chunk; n * kBlockN < w.k_stored; n += args.num_chunks) {
         const int n0 = n * kBlockN;
@@ -604,17 +615,16 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                         release_dq(m0 / kBlockM);
                     }
                 } else if (q_uses > 0) { // the previous block's dQ, after this block's loads
-                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n, last_head);
+                    add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
                 }
                 last_m0 = m0;
                 last_n = n;
-                last_head = wh.h;
                 last_dq_rows = dq_rows;
             }
         }
     }
     if constexpr (!Roles::kSplit) {
-        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n, last_head);
+        if (q_uses > 0) add_dq(q_uses - 1, last_m0, last_dq_rows, last_n);
     }
     cp_async_wait<0>(); // stay resident until the copies land (the barriers are in this CTA)
 }

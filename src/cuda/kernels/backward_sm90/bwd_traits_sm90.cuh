@@ -438,10 +438,8 @@ struct Sm90BwdProducerRoles {
     static_assert(kLoaders % 32 == 0 && kDqThreads % 32 == 0, "roles and counting warps are whole warps");
     static constexpr bool kDqWarpsAlternate = kOrderedDq && Traits::kDqHandoff;
     static_assert(!kDqWarpsAlternate || kDqThreads == 64, "two dQ warps take the blocks in turn");
-    // Threads that add one block's dQ (and arrive on dq_empty for it), and arrivals per block on an
-    // ordered dQ counter (one per warp that adds it).
+    // Threads that add one block's dQ (and arrive on dq_empty for it).
     static constexpr int kBlockDqThreads = kDqWarpsAlternate ? 32 : kDqThreads;
-    static constexpr int kDqArrivals = kBlockDqThreads / 32;
 };
 
 // The Hopper backward of a tile head dim and value head dim (tiles.h's backward_sm90_pds_schedule
