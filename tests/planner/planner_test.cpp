@@ -807,8 +807,8 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_FALSE(plan(chunked, h200(), overrides("deterministic_dq=chunks,backward_gqa=kv_major")).kv_major);
 }
 
-// Automatic: the ordered dQ at d128 and d256 (where the ordered instance exists, for every length);
-// the chunks at d64 (no ordered instance, even when asked for) and where asked for.
+// Automatic: the ordered dQ at d64, d128 and d256 (where the ordered instance exists, for every
+// length); the chunks where asked for.
 TEST(PlannerBackward, DeterministicOrderedDqWhereItMeasuredFaster) {
     Backward b;
     b.deterministic = true;
@@ -825,8 +825,9 @@ TEST(PlannerBackward, DeterministicOrderedDqWhereItMeasuredFaster) {
     EXPECT_EQ(plan(d256).kernel, Kernel::backward_sm90);
     Backward d64 = b;
     d64.fwd.head_dim = 64, d64.fwd.seqlen_k = 16384;
-    EXPECT_FALSE(plan(d64).ordered_dq); // no ordered instance: it measured slower than the chunks
-    EXPECT_FALSE(plan(d64, h200(), overrides("deterministic_dq=ordered")).ordered_dq);
+    EXPECT_TRUE(plan(d64).ordered_dq);
+    EXPECT_EQ(plan(d64).dq_semaphore_rows, 128); // its counters count the d64 kernel's 128-row blocks
+    EXPECT_FALSE(plan(d64, h200(), overrides("deterministic_dq=chunks")).ordered_dq);
     EXPECT_EQ(plan(d64).kernel, Kernel::backward_sm90);
 }
 

@@ -34,6 +34,7 @@ d = int(os.environ.get("KP_D", "128"))
 only = os.environ.get("KP_ONLY")  # e.g. "ours bwd": only those implementations, 1k shapes only
 shapes = ((1024, 16, 16, 16), (1024, 16, 64, 8), (16384, 1, 16, 16)) if only else ((1024, 16, 16, 16), (16384, 1, 16, 16), (1024, 16, 64, 8))
 if d == 256: shapes = ((1024, 16, 8, 8), (1024, 16, 32, 4), (16384, 1, 8, 8))
+if d == 64: shapes = ((1024, 16, 32, 32), (16384, 1, 32, 32))
 _run = run
 def run(label, fn, reps=20):
     if only is None or label.startswith(only):

@@ -41,7 +41,7 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     if (ordered && (args.fwd.transform_scores || args.num_chunks != args.num_n_blocks ||
                     !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV) ||
                     (walk && !tiles::backward_sm90_ordered_walk(kTileDim, kTileDimV))))
-        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 128, 256 and 192 / 128 (on the GQA "
+        fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 64, 128, 256 and 192 / 128 (on the GQA "
                                 "walk at 128), without softcap/ALiBi, one key block per CTA");
     // One kernel per (extras, group walk, ordered dQ) in the head dim's schedule; the ordered
     // instance exists only where tiles.h names it.
