@@ -797,12 +797,17 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     const BackwardPlan lg = plan(long_gqa, h200(), overrides("deterministic_dq=ordered,backward_gqa=kv_major"));
     EXPECT_TRUE(lg.kv_major);
     EXPECT_EQ(lg.dq_section_pairs, 1);
-    Backward gqa256 = d256; // d256 has no ordered walk: the scratch
+    Backward gqa256 = d256; // d256 walks the group too, ordered (its staged dQ counted per head)
     gqa256.fwd.heads_k = 4;
     const BackwardPlan g256 = plan_ordered(gqa256);
     EXPECT_TRUE(g256.ordered_dq);
-    EXPECT_FALSE(g256.kv_major);
-    EXPECT_TRUE(g256.dkv_scratch);
+    EXPECT_TRUE(g256.kv_major);
+    EXPECT_FALSE(g256.dkv_scratch);
+    EXPECT_EQ(g256.ctas, 16 * 2 * 4); // key blocks x batch x KV heads
+    Backward causal256 = gqa256; // but not under a causal mask, as outside deterministic mode: the scratch
+    causal256.fwd.causal = true;
+    EXPECT_FALSE(plan_ordered(causal256).kv_major);
+    EXPECT_TRUE(plan_ordered(causal256).dkv_scratch);
     Backward chunked = gqa; // the chunks' CTAs walk key blocks: no group walk
     EXPECT_FALSE(plan(chunked, h200(), overrides("deterministic_dq=chunks,backward_gqa=kv_major")).kv_major);
 }

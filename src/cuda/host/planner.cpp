@@ -513,7 +513,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // GQA on the Hopper kernel: a CTA per (sequence, KV head, key block) walks the group's query
     // heads, so dK/dV stay in registers and are written once in 16 bits: no fp32 scratch per query
     // head (1 GB at 64/8 heads, 16k) and no finishing sum over the group. In deterministic mode only
-    // with the ordered dQ where it has a walking instance (d128; not with the chunks, whose CTAs
+    // with the ordered dQ where it has a walking instance (d128, d256; not with the chunks, whose CTAs
     // walk key blocks), not with softcap or ALiBi (no such instance), staged widths or dk/dv outside
     // 16-byte chunks. Automatic up to kKvMajorMaxKeys keys, where the scratch's fixed cost
     // dominates; past it the longer CTAs measured slower, as at d256 with a causal mask

@@ -143,9 +143,9 @@ constexpr bool backward_sm90_ordered_dq(int tile_head_dim, int tile_head_dim_v) 
 }
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return backward_sm90_ordered_dq(tile_head_dim, tile_head_dim); }
 // ... and the ordered dQ on the GQA group walk (a CTA per KV head walking its group's query heads,
-// its own instance): d128, whose GQA rows the walk serves at short lengths.
+// its own instance): d128 and d256, whose GQA rows the walk serves at short lengths.
 constexpr bool backward_sm90_ordered_walk(int tile_head_dim, int tile_head_dim_v) {
-    return tile_head_dim == 128 && tile_head_dim_v == 128;
+    return (tile_head_dim == 128 || tile_head_dim == 256) && tile_head_dim_v == tile_head_dim;
 }
 
 // The backward's row kernels (kernels/aux/bwd_aux_kernels.cu: dsum, the finishing sums): query rows

@@ -163,11 +163,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     const int consumer = tid / 128;
     const bool dq_issuer = tid % 128 == 0;
     const uint32_t staged_barrier = 2 + consumer; // one per consumer (0: P/dS ready, 1: the epilogue)
-    int* const dq_counters =
-        kOrderedDq ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
+    // The counter of query block m of the current query head (on the group walk, dq_head's).
+    auto dq_counter = [&](int m) {
+        return args.dq_semaphore + (int64_t(w.b) * fa.num_heads + dq_head) * args.dq_semaphore_blocks + m;
+    };
     auto wait_turn = [&](int m) { // the issuer, before its consumer's adds to query block m
         const int turn = Traits::kConsumerWarpGroups * w.template dq_rank<kBlockM, kBlockN>(args, m);
-        while (load_acquire_gpu(dq_counters + m) < turn) {}
+        while (load_acquire_gpu(dq_counter(m)) < turn) {}
     };
     // acc_dq -> consumer's boxes of stage s. wgmma's accumulator layout: register v = v0 + 2 h + 4 j
     // holds row row0 + 8 h, column col0 + v0 + 8 j (col0 even, below 8 in the consumer's columns), so
@@ -313,7 +315,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
                 add_staged_dq(s, m0);
                 if constexpr (kOrderedDq) {
                     cutlass::arch::NamedBarrier::sync(128, staged_barrier); // the consumer's adds before its count
-                    if (dq_issuer) add_release_gpu(dq_counters + m, 1);
+                    if (dq_issuer) add_release_gpu(dq_counter(m), 1);
                 }
             }
             cutlass::arch::fence_view_async_shared(); // dQ (generic stores) -> the producer's bulk reductions

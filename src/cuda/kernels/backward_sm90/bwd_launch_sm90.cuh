@@ -32,7 +32,7 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
     const bool walk = args.group_heads > 1;
     if (walk && args.fwd.transform_scores) fail(FA_ERROR_INTERNAL, "the sm90 backward walks GQA groups without softcap/ALiBi only");
     // The ordered dQ (deterministic mode): its own instances of the plain kernel, one key block per
-    // CTA, and at d128 also on the group walk.
+    // CTA, and at d128 and d256 also on the group walk.
     const bool ordered = args.dq_semaphore != nullptr;
     // Its counters count the kernel's query blocks (the dsum kernel zeroes them by the same height).
     if (ordered && args.dq_semaphore_rows != Traits::kBlockM)
@@ -42,7 +42,7 @@ void run_backward_sm90(const BwdArgs& args, int64_t ctas, cudaStream_t stream) {
                     !tiles::backward_sm90_ordered_dq(kTileDim, kTileDimV) ||
                     (walk && !tiles::backward_sm90_ordered_walk(kTileDim, kTileDimV))))
         fail(FA_ERROR_INTERNAL, "the sm90 backward orders dQ at tile head dims 64, 128, 256 and 192 / 128 (on the GQA "
-                                "walk at 128), without softcap/ALiBi, one key block per CTA");
+                                "walk at 128 and 256), without softcap/ALiBi, one key block per CTA");
     // One kernel per (extras, group walk, ordered dQ) in the head dim's schedule; the ordered
     // instance exists only where tiles.h names it.
     auto run = [&](auto extras, auto group_walk, auto ordered_dq) {

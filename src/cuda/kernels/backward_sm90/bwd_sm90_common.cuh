@@ -307,7 +307,8 @@ __device__ __forceinline__ Copy copy_like(const Other& other, int tid) {
 template <typename Traits, bool kGroupWalk, bool kOrderedDq>
 __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                   const Sm90BwdSmem<Traits>& sm) {
-    static_assert(!(kOrderedDq && kGroupWalk) || Traits::kDqHandoff, "the ordered dQ walks groups with the hand-off only");
+    static_assert(!(kOrderedDq && kGroupWalk) || Traits::kDqHandoff || Traits::kDqStaged,
+                  "the ordered dQ walks groups with the hand-off or staged dQ");
     const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
