@@ -269,17 +269,17 @@ def test_deterministic_chunks_on_the_hopper_kernel_d256(overrides):
     run_and_check(q, k, v, name="deterministic chunks, Hopper kernel, d256", deterministic=True)
 
 
-SM90_BWD_INSTANCE = (re.compile(r"bwd_kernel_sm90<.*>,\s*(false|true),\s*(false|true),\s*(false|true)\s*>"),  # demangled
-                     re.compile(r"bwd_kernel_sm90I.*?ELb([01])ELb([01])ELb([01])EEEv"))  # mangled
+SM90_BWD_INSTANCE = (re.compile(r"bwd_kernel_sm90(?:_pds)?<.*>,\s*(false|true),\s*(false|true),\s*(false|true)\s*>"),  # demangled
+                     re.compile(r"bwd_kernel_sm90(?:_pds)?I.*?ELb([01])ELb([01])ELb([01])EEEv"))  # mangled
 
 
 def sm90_backward_instances(fn):
     """fn() under torch.profiler on CUDA: (its result, the (extras, group walk, ordered dQ) flags of
-    every Hopper backward kernel it launched; empty where none ran or no CUPTI)."""
+    every Hopper backward kernel it launched, either schedule; empty where none ran or no CUPTI)."""
     result, names = kernels_launched(fn)
     found = set()
     for name in names:
-        if "bwd_kernel_sm90" in name and "_pds" not in name:
+        if "bwd_kernel_sm90" in name:
             match = SM90_BWD_INSTANCE[0].search(name) or SM90_BWD_INSTANCE[1].search(name)
             assert match, f"no instance flags in the kernel name {name!r}"
             found.add(tuple(flag in ("1", "true") for flag in match.groups()))
@@ -288,12 +288,14 @@ def sm90_backward_instances(fn):
 
 @pytest.mark.parametrize("gqa", ["kv_major", "scratch"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_deterministic_ordered_dq_gqa(causal, gqa, overrides):
-    """GQA at d128: the ordered dQ on the walk over the group (a CTA adds to each of its 4 query
-    heads in turn, on that head's counters; automatic up to 2048 keys) and on the scratch."""
-    torch.manual_seed(40 + causal)
+@pytest.mark.parametrize("hdim", [128, 256])
+def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
+    """GQA at d128 and d256: the ordered dQ on the walk over the group (a CTA adds to each of its 4
+    query heads in turn, on that head's counters; automatic up to 2048 keys, at d256 not under a
+    causal mask) and on the scratch."""
+    torch.manual_seed(40 + causal + hdim)
     overrides(f"deterministic_dq=ordered,backward_gqa={gqa}")
-    q, k, v = ordered_inputs(128, (1, 520, 900, 8, 2))  # >= 512 queries: the Hopper kernel
+    q, k, v = ordered_inputs(hdim, (1, 520, 900, 8, 2))  # >= 512 queries: the Hopper kernel
     assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, causal=causal)
     _, ran = sm90_backward_instances(
         lambda: run_and_check(q, k, v, name=f"deterministic ordered GQA {gqa}", deterministic=True, causal=causal))
