@@ -13,10 +13,10 @@ right window edge), and after the reductions' writes have landed (not only their
 shared buffer) it adds 1 to the counter, at once (the warps load nothing: the producer's roles
 split in the ordered instance, Sm90BwdProducerRoles). The consumers hand dQ over through one buffer
 (dq_full[u % 2] / dq_empty: a block's dQ is written only once its warp has read the previous one). At d256
-(bwd_kernel_sm90_pds.cuh) the consumers stage dQ in the block's Q/dO stage, and the first lanes of
-the two dQ warps take the stages by turns (block u: stage and warp u % 2) in the same way, adding
-two per block (one per consumer: modelled as one); the stage is refilled once its reductions have
-landed (modelled as the buffer's release after the reads, which frees sooner).
+(bwd_kernel_sm90_pds.cuh) the consumers stage dQ in the block's Q/dO stage and one dQ thread takes
+every block in the same way, adding two per block (one per consumer: modelled as one); the stage is
+refilled once its reductions have landed (modelled as the buffer's release after the reads, which
+frees sooner).
 
 CTAs are launched in blockIdx.x order onto a random number of slots (the hardware's order, which
 the kernel's deadlock freedom assumes), a new one when one finishes; everything else is a random
@@ -112,7 +112,8 @@ def random_problem(rnd):
 
 def run(seed, broken=None, warps=2, walk=False):
     """warps: the producer's dQ warps that take the blocks by turns, each adding all of its block's
-    rows with one arrival (2 in every schedule). walk: the group walk, 1 to 3 query heads per pair."""
+    rows with one arrival (2: d128 and 192 / 128; 1: d256's one dQ thread). walk: the group walk, 1
+    to 3 query heads per pair."""
     rnd = random.Random(seed)
     seqs, left, right = random_problem(rnd)
     group = rnd.randint(1, 3) if walk else 1
@@ -241,8 +242,8 @@ def caught(broken, seeds=600, warps=2, walk=False):
 if __name__ == "__main__":
     for warps, BN, walk, schedule in ((2, 8, False, "d128 and 192 / 128: two producer warps by turns"),
                                       (2, 8, True, "d128 on the GQA group walk: 1-3 query heads per CTA, in turn"),
-                                      (2, 4, False, "d256 (key blocks as tall as query blocks): two dQ threads by turns"),
-                                      (2, 4, True, "d256 on the GQA group walk")):
+                                      (1, 4, False, "d256 (key blocks as tall as query blocks): one dQ thread"),
+                                      (1, 4, True, "d256 on the GQA group walk")):
         ctas = sum(run(seed, warps=warps, walk=walk) for seed in range(1500))
         print(f"ordered dQ, {schedule}: 1500 random problems ({ctas} CTAs), no deadlock, every dQ block's "
               "additions complete and in the fixed order, dq_key_blocks the inverse of q_block_range")
