@@ -754,8 +754,8 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_EQ(p.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 13 * 4);
     EXPECT_EQ(p.workspace.at(Piece::dq_semaphore) % 256, 0u);
     EXPECT_FALSE(p.dq_keys_descending); // no right window edge: from the first key block up
-    // Q, dO and dQ of a 1024-row head take 1 MB: all 32 pairs fit one 40 MB section.
-    EXPECT_EQ(p.dq_section_pairs, 32);
+    // Q, dO and dQ of a 1024-row head take 1 MB: 24 pairs to a 24 MB section.
+    EXPECT_EQ(p.dq_section_pairs, 24);
     EXPECT_EQ(plan_ordered(Backward{}).workspace.size(Piece::dq_semaphore), 0u); // not deterministic: none
 
     Backward causal = b;
@@ -766,11 +766,11 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_TRUE(plan_ordered(local).dq_keys_descending);
     local.fwd.window_right = -1; // a left edge only: every key block meets the blocks from the first
     EXPECT_FALSE(plan_ordered(local).dq_keys_descending);
-    Backward long_rows = b; // 16 MB per pair: 2 a section
+    Backward long_rows = b; // 16 MB per pair: 1 a section
     long_rows.fwd.batch = 1, long_rows.fwd.heads = long_rows.fwd.heads_k = 32;
     long_rows.fwd.seqlen_q = long_rows.fwd.seqlen_k = 16384;
     const BackwardPlan l = plan_ordered(long_rows);
-    EXPECT_EQ(l.dq_section_pairs, 2);
+    EXPECT_EQ(l.dq_section_pairs, 1);
     EXPECT_EQ(l.dq_semaphore_blocks, 205); // 16384 / 80, the last block ragged
     Backward d256 = b; // the d256 schedule too (key blocks of 64: 16 CTAs per pair)
     d256.fwd.head_dim = 256;
@@ -789,7 +789,7 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_TRUE(g.kv_major);
     EXPECT_FALSE(g.dkv_scratch);
     EXPECT_EQ(g.ctas, 8 * 2 * 4);           // key blocks x batch x KV heads
-    EXPECT_EQ(g.dq_section_pairs, 8);       // 2 x 4 pairs of 4 heads' rows (4 MB each): one section
+    EXPECT_EQ(g.dq_section_pairs, 6);       // of 2 x 4 pairs of 4 heads' rows (4 MB each)
     EXPECT_EQ(g.dq_semaphore_blocks, 13);   // counters per query head, as without the walk
     EXPECT_EQ(g.workspace.size(Piece::dq_semaphore), size_t(2) * 16 * 13 * 4);
     Backward long_gqa = long_rows; // 64 MB per (sequence, KV head) of 4 heads at 16k: one pair a section

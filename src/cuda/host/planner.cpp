@@ -537,9 +537,12 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     }
 
     // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about 40 MB
-    // (FlashAttention-3's L2 figure). On the group walk a pair is a (sequence, KV head) with the
-    // rows of its group's query heads.
-    constexpr double kSectionBytes = 40.0 * 1024 * 1024;
+    // (FlashAttention-3's L2 figure), 24 MB for the ordered dQ's grid, whose sections hold a pair's
+    // key blocks far apart in launch order, each reading its rows again: there 40 MB left 3-11% of
+    // the deterministic kernel's time to the L2 against 24 MB at 1k-2k (H200, d128 and d256;
+    // docs/perf-log.md, KK), where the default grid's tail (below) lost 2-4% at 24 MB. On the group
+    // walk a pair is a (sequence, KV head) with the rows of its group's query heads.
+    constexpr double kSectionBytes = 40.0 * 1024 * 1024, kOrderedSectionBytes = 24.0 * 1024 * 1024;
     const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads_k : p.num_heads));
     const double pair_bytes = std::max(1.0, (varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q)) *
                                                 (plan.kv_major ? int(pr.group) : 1) *
@@ -557,7 +560,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         // section's width apart in launch order, so each starts well after its predecessor (no wait
         // once the grid runs staggered), and the L2 holds the section's rows while its key blocks
         // pass (docs/perf-log.md, ordered dQ).
-        plan.dq_section_pairs = int(std::clamp<double>(section_fit, 1.0, double(pairs)));
+        plan.dq_section_pairs = int(std::clamp<double>(std::floor(kOrderedSectionBytes / pair_bytes), 1.0, double(pairs)));
         plan.dq_semaphore_rows = tiles::backward_sm90_block_m(plan.tile_dim);
         plan.dq_semaphore_blocks = int(ceil_div(p.seqlen_q, plan.dq_semaphore_rows));
     } else if (sm90 && plan.num_chunks == plan.num_n_blocks && pr.mask.window_right >= 0) {
