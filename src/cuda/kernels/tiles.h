@@ -134,12 +134,11 @@ constexpr int backward_sm90_block_m(int tile_head_dim) {
     return tile_head_dim <= 64 ? 128 : tile_head_dim == 128 ? 80 : kBackwardSm90BlockM;
 }
 // Tile head dims whose Hopper schedule adds dQ in deterministic mode's fixed order (its own kernel
-// instance, at the head dim's block height: the unit its counters count): d64, d128, d256 and
-// 192 / 128 (the P/dS schedule, whose chunked form at d256 measured slower than the mma.sync
-// kernel).
+// instance, at the head dim's block height: the unit its counters count): every one the Hopper
+// backward has (at d256 and 192 / 128 the chunked form measured slower than the mma.sync kernel;
+// at d64 and d128 the ordered dQ beat the chunks, docs/perf-log.md).
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim, int tile_head_dim_v) {
-    return tile_head_dim_v == tile_head_dim ? tile_head_dim == 64 || tile_head_dim == 128 || tile_head_dim == 256
-                                            : backward_sm90_has(tile_head_dim, tile_head_dim_v);
+    return backward_sm90_has(tile_head_dim, tile_head_dim_v);
 }
 constexpr bool backward_sm90_ordered_dq(int tile_head_dim) { return backward_sm90_ordered_dq(tile_head_dim, tile_head_dim); }
 // ... and the ordered dQ on the GQA group walk (a CTA per KV head walking its group's query heads,
