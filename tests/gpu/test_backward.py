@@ -303,16 +303,19 @@ def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
     assert ran in (set(), {(False, walk, True)}), f"ran the Hopper backward instances {sorted(ran)}"
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("hdim", [64, 128, 256])
-def test_deterministic_ordered_dq_varlen(hdim, overrides):
+def test_deterministic_ordered_dq_varlen(hdim, causal, overrides):
     """Empty sequences on either side, seqused_k shorter than the keys (key blocks that meet no
-    query block), a causal mask over ragged lengths."""
-    torch.manual_seed(30 + hdim)
+    query block), ragged lengths with and without a causal mask; GQA (4 / 2 heads), so that d128
+    and, without the mask, d256 walk the group, where the blocks that end past a packed sequence
+    count on the current head's counters."""
+    torch.manual_seed(30 + hdim + causal)
     overrides("deterministic_dq=ordered")  # automatic as well
     lq, lk = [600, 0, 513, 64, 1, 300], [650, 300, 0, 700, 200, 130]
     used = torch.tensor([650, 100, 0, 333, 200, 0], device=DEV, dtype=torch.int32)
     q, k, v = rand(sum(lq), 4, hdim), rand(sum(lk), 2, hdim), rand(sum(lk), 2, hdim)
-    kw = dict(causal=True, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk),
+    kw = dict(causal=causal, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk),
               seqused_k=used)
     assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, **kw)
     _, ran = sm90_backward_instances(lambda: run_and_check(q, k, v, name="deterministic varlen", deterministic=True, **kw))
