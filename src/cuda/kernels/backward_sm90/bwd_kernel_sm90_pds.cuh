@@ -164,9 +164,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     const bool dq_issuer = tid % 128 == 0;
     const uint32_t staged_barrier = 2 + consumer; // one per consumer (0: P/dS ready, 1: the epilogue)
     // The counter of query block m of the current query head (on the group walk, dq_head's).
-    auto dq_counter = [&](int m) {
-        return args.dq_semaphore + (int64_t(w.b) * fa.num_heads + dq_head) * args.dq_semaphore_blocks + m;
-    };
+    auto dq_counter = [&](int m) { return w.dq_counter(args, dq_head, m); };
     auto wait_turn = [&](int m) { // the issuer, before its consumer's adds to query block m
         const int turn = Traits::kConsumerWarpGroups * w.template dq_rank<kBlockM, kBlockN>(args, m);
         while (load_acquire_gpu(dq_counter(m)) < turn) {}

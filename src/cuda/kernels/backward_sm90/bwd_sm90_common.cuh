@@ -114,6 +114,12 @@ struct Sm90BwdWork {
     }
 
     // Query head h_first + i of the item: its lse / dsum rows (and, through h, its Q, dO and dQ rows).
+    // The ordered dQ's counter of query block m of query head `head` of this sequence (bwd_args.h,
+    // dq_semaphore).
+    __device__ __forceinline__ int* dq_counter(const BwdArgs& args, int head, int m) const {
+        return args.dq_semaphore + (int64_t(b) * args.fwd.num_heads + head) * args.dq_semaphore_blocks + m;
+    }
+
     __device__ __forceinline__ void set_head(const BwdArgs& args, int i) {
         const FwdArgs& fa = args.fwd;
         h = h_first + i;
@@ -387,19 +393,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const auto adds_block = [&](int use) { return !kAlternate || dq_tid / 32 == use % 2; };
     const int block_dq_tid = kAlternate ? dq_tid % 32 : dq_tid;
     const bool lane0 = ptid % 32 == 0;
-    int* const dq_counters =
-        ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + w.h) * args.dq_semaphore_blocks : nullptr;
-    // The counters of the current query head's blocks (on the group walk, wh's head: set_head).
-    auto head_counters = [&]() {
-        if constexpr (kGroupWalk) return args.dq_semaphore + (int64_t(wh.b) * fa.num_heads + wh.h) * args.dq_semaphore_blocks;
-        else return dq_counters;
-    };
+    // The counter of query block m of the current query head (on the group walk, wh's: set_head).
+    auto counter_of = [&](int m) { return wh.dq_counter(args, wh.h, m); };
     auto release_dq = [&](int m) {
         if (counts) {
             bulk_wait_group<0>();
             fence_proxy_async_global();
             __syncwarp();
-            if (lane0) add_release_gpu(head_counters() + m, 1);
+            if (lane0) add_release_gpu(counter_of(m), 1);
         }
     };
     // Staged dQ (Traits::kDqStaged): the first dQ thread waits until both consumers have staged the
@@ -417,9 +418,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             const int s = use % kQStages;
             cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
             if (sm90_bwd_dq_by_tma<kBlockM>(params, w, m0)) {
-                int* const counter = ordered ? args.dq_semaphore + (int64_t(w.b) * fa.num_heads + head) *
-                                                                       args.dq_semaphore_blocks + m0 / kBlockM
-                                             : nullptr;
+                int* const counter = ordered ? w.dq_counter(args, head, m0 / kBlockM) : nullptr;
                 if constexpr (ordered) {
                     const int rank = w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
                     const int turn = Traits::kConsumerWarpGroups * rank; // an arrival per consumer and key block
@@ -471,12 +470,12 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             int turn = 0, seen = 0; // (lane 0 of the counting warps)
             if (counts && lane0) {
                 turn = w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM); // an arrival per key block
-                seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
+                seen = load_acquire_gpu(counter_of(m0 / kBlockM));
             }
             cutlass::arch::ClusterBarrier::wait(sm.dq_full + use % 2, (use / 2) & 1);
             if (counts) {
                 if (lane0)
-                    while (seen < turn) seen = load_acquire_gpu(head_counters() + m0 / kBlockM);
+                    while (seen < turn) seen = load_acquire_gpu(counter_of(m0 / kBlockM));
                 __syncwarp();
                 fence_proxy_async_global();
             }
