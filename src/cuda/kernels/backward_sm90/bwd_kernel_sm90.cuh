@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         // issued after dS (below); either, kept as at 64, left ptxas too few registers, and it
         // serialised every wgmma of the kernel (C7512).
         constexpr bool kRoomy = kQueries <= 16;
-        const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len};
+        const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM};
         [[maybe_unused]] float lse_array[kRoomy ? kQueries : 1];
         if constexpr (kRoomy) sm90_bwd_lse_log2(lse_array, stage_lse);
         const auto& lse_log2 = first_if<kRoomy>(lse_array, stage_lse);

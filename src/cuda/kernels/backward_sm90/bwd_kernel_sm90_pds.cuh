@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
 
         float lse_log2[kRows];
-        sm90_bwd_lse_log2(lse_log2, Sm90BwdStageLse<decltype(coords_qk)>{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len});
+        sm90_bwd_lse_log2(lse_log2, Sm90BwdStageLse<decltype(coords_qk)>{coords_qk, sm.lse + s * kBlockM});
 
         warpgroup_wait<1>(); // S (dP may still run)
         warpgroup_fence_operand(acc_s);
