@@ -110,6 +110,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     auto sdp_thr = mma_sdp.get_thread_slice(tid);
     auto kv_thr = mma_kv.get_thread_slice(tid);
     auto dq_thr = mma_dq.get_thread_slice(tid);
+    auto sdp_ops = sm90_bwd_operand_slice<Traits>(mma_sdp); // (the operands' descriptors)
+    auto kv_ops = sm90_bwd_operand_slice<Traits>(mma_kv);
+    auto dq_ops = sm90_bwd_operand_slice<Traits>(mma_dq);
 
     Tensor acc_dk = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
     Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -163,18 +166,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         Element* k_base = smem_k;
         Element* v_base = smem_v;
         if constexpr (kHeadDim > 64 || kExtras || kGroupWalk) asm volatile("" : "+l"(k_base), "+l"(v_base));
-        Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
-        Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
+        Tensor tSrK = sdp_ops.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
+        Tensor tdPrV = sdp_ops.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
         // K^T: dQ's B, or transposed dQ's A (the head dim as M).
         auto tdQrKt = [&]() {
             Tensor kt = make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{});
-            if constexpr (Traits::kDqTransposed) return dq_thr.partition_fragment_A(kt);
-            else return dq_thr.partition_fragment_B(kt);
+            if constexpr (Traits::kDqTransposed) return dq_ops.partition_fragment_A(kt);
+            else return dq_ops.partition_fragment_B(kt);
         }();
         Element* const q_base = sm.q;
         Element* const do_base = sm.d_o;
-        Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
-        Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.do_stage(do_base, s));
+        Tensor tSrQ = sdp_ops.partition_fragment_B(sm.q_stage(q_base, s));
+        Tensor tdPrdO = sdp_ops.partition_fragment_B(sm.do_stage(do_base, s));
         // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
         // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
         // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
         };
         auto issue_dv = [&]() {
-            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.dot_stage(do_base, s));
+            Tensor tdVrdOt = kv_ops.partition_fragment_B(sm.dot_stage(do_base, s));
             wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
         };
         // dV under the dS arithmetic, the softcap derivative into P before dS; else (P^T and dV
@@ -236,7 +239,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if constexpr (!kRoomy) issue_dv();
 
         // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
-        Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));
+        Tensor tdKrQt = kv_ops.partition_fragment_B(sm.qt_stage(q_base, s));
         wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
         const int ds_buf = q_uses % Traits::kDsBuffers;
         copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
@@ -249,10 +252,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if constexpr (Traits::kDqTransposed) {
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_dv);
-            Tensor tdQrdS = dq_thr.partition_fragment_B(ds_buffer(ds_buf));
+            Tensor tdQrdS = dq_ops.partition_fragment_B(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrKt, tdQrdS, acc_dq); // dQ^T = K^T dS^T
         } else {
-            Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
+            Tensor tdQrdS = dq_ops.partition_fragment_A(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
         }
         warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read

@@ -113,6 +113,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     auto dk_thr = mma_dk.get_thread_slice(tid);
     auto dv_thr = mma_dv.get_thread_slice(tid);
     auto dq_thr = mma_dq.get_thread_slice(tid);
+    auto sdp_ops = sm90_bwd_operand_slice<Traits>(mma_sdp); // (the operands' descriptors)
+    auto dk_ops = sm90_bwd_operand_slice<Traits>(mma_dk);
+    auto dv_ops = sm90_bwd_operand_slice<Traits>(mma_dv);
+    auto dq_ops = sm90_bwd_operand_slice<Traits>(mma_dq);
 
     using DkShape = typename Traits::template DkvShape<kHeadDim>; // (keys, d), or transposed (d, keys)
     using DvShape = typename Traits::template DkvShape<kHeadDimV>;
@@ -236,10 +240,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         Element* k_base = sm.k;
         Element* v_base = sm.v;
         asm volatile("" : "+l"(k_base), "+l"(v_base));
-        Tensor tSrQ = sdp_thr.partition_fragment_A(sm.q_stage(sm.q, s));
-        Tensor tSrK = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutK{}));
-        Tensor tdPrdO = sdp_thr.partition_fragment_A(sm.do_stage(sm.d_o, s));
-        Tensor tdPrV = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutV{}));
+        Tensor tSrQ = sdp_ops.partition_fragment_A(sm.q_stage(sm.q, s));
+        Tensor tSrK = sdp_ops.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutK{}));
+        Tensor tdPrdO = sdp_ops.partition_fragment_A(sm.do_stage(sm.d_o, s));
+        Tensor tdPrV = sdp_ops.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutV{}));
         // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
         wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
         wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
@@ -271,22 +275,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSReadyBarrier);
 
         // dQ first: its result leaves while dV and dK run.
-        Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
-        Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+        Tensor tdQrdS = dq_ops.partition_fragment_A(pds_buffer(smem_ds, buf));
+        Tensor tdQrKt = dq_ops.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
         wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
         if constexpr (Traits::kDkvTransposed) { // dV^T += dO^T P, dK^T += Q^T dS: P, dS as (keys, queries) B
-            Tensor tdVrdOt = dv_thr.partition_fragment_A(sm.dot_stage(sm.d_o, s));
-            Tensor tdVrP = dv_thr.partition_fragment_B(pdst_buffer(smem_p, buf));
+            Tensor tdVrdOt = dv_ops.partition_fragment_A(sm.dot_stage(sm.d_o, s));
+            Tensor tdVrP = dv_ops.partition_fragment_B(pdst_buffer(smem_p, buf));
             wgmma_issue<false>(mma_dv, tdVrdOt, tdVrP, acc_dv);
-            Tensor tdKrQt = dk_thr.partition_fragment_A(sm.qt_stage(sm.q, s));
-            Tensor tdKrdS = dk_thr.partition_fragment_B(pdst_buffer(smem_ds, buf));
+            Tensor tdKrQt = dk_ops.partition_fragment_A(sm.qt_stage(sm.q, s));
+            Tensor tdKrdS = dk_ops.partition_fragment_B(pdst_buffer(smem_ds, buf));
             wgmma_issue<false>(mma_dk, tdKrQt, tdKrdS, acc_dk);
         } else {
-            Tensor tdVrPt = dv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
-            Tensor tdVrdOt = dv_thr.partition_fragment_B(sm.dot_stage(sm.d_o, s));
+            Tensor tdVrPt = dv_ops.partition_fragment_A(pdst_buffer(smem_p, buf));
+            Tensor tdVrdOt = dv_ops.partition_fragment_B(sm.dot_stage(sm.d_o, s));
             wgmma_issue<false>(mma_dv, tdVrPt, tdVrdOt, acc_dv);
-            Tensor tdKrdSt = dk_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
-            Tensor tdKrQt = dk_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
+            Tensor tdKrdSt = dk_ops.partition_fragment_A(pdst_buffer(smem_ds, buf));
+            Tensor tdKrQt = dk_ops.partition_fragment_B(sm.qt_stage(sm.q, s));
             wgmma_issue<false>(mma_dk, tdKrdSt, tdKrQt, acc_dk);
         }
 

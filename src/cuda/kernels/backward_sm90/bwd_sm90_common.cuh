@@ -660,6 +660,16 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
     return false;
 }
 
+// A consumer's slice of a tiled wgmma for its shared-memory operands, whose descriptors are the same
+// in every thread of a warpgroup: taken at the warpgroup's first thread, by an index ptxas can see
+// is the same across the warp (a shuffle from lane 0), so that it builds the descriptors in uniform
+// registers. From the thread's own index (partition_C's, which the accumulators need) it builds
+// them in vector registers and moves both halves to uniform ones at every wgmma.
+template <typename Traits, typename TiledMma>
+__device__ __forceinline__ auto sm90_bwd_operand_slice(TiledMma const& mma) {
+    return mma.get_thread_slice(cutlass::canonical_warp_group_idx() * 128 - Traits::kProducerThreads);
+}
+
 // lse of the query rows a thread holds in log2 units, as the stage holds them (args.lse_log2: +inf
 // where the row saw no key and for rows past the sequence, so that P = 0 there).
 // coords_qk: the thread's (query, key) coordinates, one query per row of the view.
