@@ -159,13 +159,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
         cutlass::arch::fence_view_async_shared();
 
-        // Descriptors of K, V (loop-invariant) are rebuilt per block from a base the compiler
-        // cannot see through: hoisted out of the loop they held ~30 registers (ptxas: spills
-        // 412 -> 312 B at d128). The plain d64 kernel has the registers: hoisted there (its
-        // block 537 -> 496 instructions, no spills; its group walk and extras spilled 56 and 44 B).
+        // Descriptors of K, V (loop-invariant) are rebuilt per block, in uniform registers (the
+        // operand slices), from a base the compiler cannot see through: hoisted out of the loop
+        // they held vector registers (d128: spills 412 -> 312 B), and with uniform ones hoisted at
+        // d64 ptxas serialised the wgmmas (C7512).
         Element* k_base = smem_k;
         Element* v_base = smem_v;
-        if constexpr (kHeadDim > 64 || kExtras || kGroupWalk) asm volatile("" : "+l"(k_base), "+l"(v_base));
+        asm volatile("" : "+l"(k_base), "+l"(v_base));
         Tensor tSrK = sdp_ops.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
         Tensor tdPrV = sdp_ops.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
         // K^T: dQ's B, or transposed dQ's A (the head dim as M).
