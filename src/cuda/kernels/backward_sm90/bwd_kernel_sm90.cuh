@@ -133,7 +133,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr int kQueries = decltype(size<0>(coords_qk))::value; // query columns per thread (kBlockM / 4)
     // dS^T registers -> shared: stmatrix, 16 bytes of neighbouring queries per thread and
     // instruction from a 32-bit shared address (4-byte stores came out as generic stores with the
-    // swizzle computed on 64-bit addresses, ~6 instructions each).
+    // swizzle computed on 64-bit addresses, ~6 instructions each). The buffer's tensor is taken in
+    // its position-independent form (the swizzle on the element offset, not the pointer): the five
+    // stores' addresses then cost ~35 instructions a block less at d128.
     auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
     auto copy_ds_thr = copy_ds.get_thread_slice(tid);
     Tensor tdSr = copy_ds_thr.retile_S(ds_storage);
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         Tensor tdKrQt = kv_ops.partition_fragment_B(sm.qt_stage(q_base, s));
         wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
         const int ds_buf = q_uses % Traits::kDsBuffers;
-        copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
+        copy(copy_ds, tdSr, copy_ds_thr.partition_D(as_position_independent_swizzle_tensor(dst_buffer(ds_buf))));
         cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
         // dQ queues behind dK on the tensor cores (no wait in between); with dQ transposed (80-query

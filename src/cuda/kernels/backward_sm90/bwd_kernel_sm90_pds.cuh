@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     Tensor scores_qk = make_tensor(acc_s.data(), wgmma_rows_cols(acc_s.layout()));
     Tensor grads_qk = make_tensor(acc_dp.data(), wgmma_rows_cols(acc_dp.layout()));
     constexpr int kRows = decltype(size<0>(coords_qk))::value; // query rows per thread (2)
-    // P, dS registers -> shared: stmatrix, 16 bytes of neighbouring keys per thread and instruction
-    // (as dS^T in bwd_kernel_sm90.cuh).
+    // P, dS registers -> shared: stmatrix, 16 bytes of neighbouring keys per thread and instruction,
+    // into position-independent views of the buffers (as dS^T in bwd_kernel_sm90.cuh).
     auto copy_pds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto copy_pds_thr = copy_pds.get_thread_slice(tid);
     // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         if constexpr (kPdSBuffers == 1) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSFreeBarrier);
         {
             Tensor p16 = convert_fragment<Element>(acc_s);
-            copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));
+            copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(as_position_independent_swizzle_tensor(pds_buffer(smem_p, buf))));
         }
         if constexpr (kExtras) {
             if (fa.softcap > 0.0f)
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
         {
             Tensor ds16 = convert_fragment<Element>(acc_dp);
-            copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(pds_buffer(smem_ds, buf)));
+            copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(as_position_independent_swizzle_tensor(pds_buffer(smem_ds, buf))));
         }
         cutlass::arch::fence_view_async_shared(); // P, dS (generic stores) -> the wgmmas below
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSReadyBarrier);
