@@ -25,7 +25,7 @@ if [ "$FLASHATTN_HAS_GPU" != 1 ]; then
     start=$(date +%s)
     echo "test: tests/gpu in the CPU check mode (FA_TEST_DEVICE=cpu, the CPU backend)"
     FA_TEST_DEVICE=cpu PYTHONPATH="$root/python:$root/tests/gpu" FLASHATTN_LIBRARY="$FLASHATTN_BUILD/src/libflashattn.so" \
-        "${FLASHATTN_VENV:-$root/build-py/venv}/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/gpu" || status=$?
+        "${FLASHATTN_VENV:-$root/build-py/venv}/bin/python" -m pytest -q "$root/tests/gpu" || status=$?
     echo "test: tests/gpu in the CPU check mode took $(( $(date +%s) - start )) s"
 fi
 
