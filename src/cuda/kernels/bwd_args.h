@@ -39,10 +39,10 @@ struct BwdArgs {
     float* dsum;
     // The Hopper kernels' lse per query row, indexed like dsum, written by the dsum pass: lse * log2(e),
     // or +inf where the row saw no key (lse = -inf), so that P = exp2(S * scale_log2 - lse_log2) is 0
-    // there. lse_log2_none holds one +inf, which a stage's rows past their sequence load. The
-    // consumers then read each query's value as it is (converted by every consumer thread for
-    // each of its query columns at every block, the lse took five instructions each: a sixth of
-    // the d128 block loop). Null for the mma.sync kernel, which converts the lse itself.
+    // there. lse_log2_none holds one +inf, which a stage's rows past their sequence load. Converted
+    // once per row here, not by every consumer thread for each of its query columns at every block
+    // (five instructions each: 100 of the d128 block loop's 691). Null for the mma.sync kernel,
+    // which converts the lse itself.
     float* lse_log2;
     float* lse_log2_none;
     float* dq_accum;
