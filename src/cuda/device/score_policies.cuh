@@ -231,6 +231,22 @@ __host__ __device__ __forceinline__ uint32_t pair_values_below(int e) {
     return low_bits(((e + 7) >> 3) + ((e + 6) >> 3));
 }
 
+// Bits of row r of a fragment view whose columns, counted from the thread's first, lie in [begin,
+// end): pair_values_below's where the columns come in pairs 8 apart, else one compare a value.
+template <typename Coords>
+__host__ __device__ __forceinline__ uint32_t row_bits_between(Coords const& coords, int r, bool pairs, int begin, int end) {
+    constexpr int kCols = decltype(size<1>(coords))::value;
+    if (pairs) return pair_values_below<kCols>(end) & ~pair_values_below<kCols>(begin);
+    const int col0 = get<1>(coords(0, 0));
+    uint32_t bits = 0;
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+        const int j = get<1>(coords(r, c)) - col0; // a constant once folded
+        bits |= uint32_t(j >= begin && j < end) << c;
+    }
+    return bits;
+}
+
 // The keys a thread's rows may see in the block at column n0, as bits: bit c of entry r says value
 // (r, c) of the fragment view `coords` is allowed (at most 32 values a row). Applying them
 // (apply_row_key_bits) is a bit test and a select a value, the bit tests mostly R2P, seven at a time.
@@ -251,17 +267,7 @@ __host__ __device__ __forceinline__ auto row_key_bits(Coords const& coords, cons
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
         const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
-        const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
-        if (pairs) {
-            bits[r] = pair_values_below<kCols>(end) & ~pair_values_below<kCols>(begin);
-        } else {
-            bits[r] = 0;
-            CUTE_UNROLL
-            for (int c = 0; c < kCols; ++c) {
-                const int j = get<1>(coords(r, c)) - col0; // a constant once folded
-                bits[r] |= uint32_t(j >= begin && j < end) << c;
-            }
-        }
+        bits[r] = row_bits_between(coords, r, pairs, in_thread_frame(keys.begin, first), in_thread_frame(keys.end, first));
     }
     return bits;
 }
@@ -297,19 +303,7 @@ __host__ __device__ __forceinline__ auto tile_row_key_bits(Coords const& coords,
     const bool pairs = values_in_pairs<1>(coords);
     cute::array<uint32_t, kRows> bits;
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-        const int begin = keys[r].begin - first, end = keys[r].end - first;
-        if (pairs) {
-            bits[r] = pair_values_below<kCols>(end) & ~pair_values_below<kCols>(begin);
-        } else {
-            bits[r] = 0;
-            CUTE_UNROLL
-            for (int c = 0; c < kCols; ++c) {
-                const int j = get<1>(coords(r, c)) - col0; // a constant once folded
-                bits[r] |= uint32_t(j >= begin && j < end) << c;
-            }
-        }
-    }
+    for (int r = 0; r < kRows; ++r) bits[r] = row_bits_between(coords, r, pairs, keys[r].begin - first, keys[r].end - first);
     return bits;
 }
 
