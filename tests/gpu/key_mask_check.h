@@ -60,10 +60,11 @@ void check_key_mask(const char* name, int threads, int block_m, int block_n, Mak
                     CHECK((by_key(r, c) == -INFINITY) == masked && (by_row(r, c) == -INFINITY) == masked &&
                               (chosen(r, c) == -INFINITY) == masked && (!kRowBits || (tiled(r, c) == -INFINITY) == masked),
                           "%s: thread %d, q_len %d k_len %d heads %d window (%lld, %lld) m0 %d n0 %d: (%lld, %lld) "
-                          "masked %d, by key %d, by row %d",
+                          "masked %d, by key %d, by row %d, by tile row %d",
                           name, tid, s.q_len, s.k_len, int(s.rows_are_heads), (long long)mask.window_left,
                           (long long)mask.window_right, m0, n0, (long long)i, (long long)j, int(masked),
-                          int(by_key(r, c) == -INFINITY), int(by_row(r, c) == -INFINITY));
+                          int(by_key(r, c) == -INFINITY), int(by_row(r, c) == -INFINITY),
+                          kRowBits ? int(tiled(r, c) == -INFINITY) : -1);
                 }
         }
     }
