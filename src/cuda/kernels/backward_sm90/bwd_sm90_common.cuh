@@ -114,16 +114,16 @@ struct Sm90BwdWork {
     }
 
     // Query head h_first + i of the item: its lse / dsum rows (and, through h, its Q, dO and dQ rows).
-    // The ordered dQ's counter of query block m of query head `head` of this sequence (bwd_args.h,
-    // dq_semaphore).
-    __device__ __forceinline__ int* dq_counter(const BwdArgs& args, int head, int m) const {
-        return args.dq_semaphore + (int64_t(b) * args.fwd.num_heads + head) * args.dq_semaphore_blocks + m;
-    }
-
     __device__ __forceinline__ void set_head(const BwdArgs& args, int i) {
         const FwdArgs& fa = args.fwd;
         h = h_first + i;
         row_stat0 = varlen ? int64_t(h) * fa.total_q + seq.q_row0 : (int64_t(b) * fa.num_heads + h) * fa.seqlen_q;
+    }
+
+    // The ordered dQ's counter of query block m of query head `head` of this sequence (bwd_args.h,
+    // dq_semaphore).
+    __device__ __forceinline__ int* dq_counter(const BwdArgs& args, int head, int m) const {
+        return args.dq_semaphore + (int64_t(b) * args.fwd.num_heads + head) * args.dq_semaphore_blocks + m;
     }
 
     // Rows [row0, row0 + rows) of one head of t, (rows, kHeadDim).
