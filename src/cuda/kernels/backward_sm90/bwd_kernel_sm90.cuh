@@ -152,6 +152,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
 
+    // The key block's keys' query rows, for its masked blocks (tile_key_queries).
+    decltype(tile_key_queries(coords_qk, fa.mask, seq, 0)) key_queries;
+    auto on_key_block = [&](int n0) { key_queries = tile_key_queries(coords_qk, fa.mask, seq, n0); };
+
     // Query block m of key block n0's range (sm90_bwd_consume); q_uses counts them over the walk.
     int q_uses = 0;
     auto process_block = [&](int m, int n0, auto masked_tag) __attribute__((always_inline)) {
@@ -201,7 +205,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
 
         warpgroup_wait<1>(); // S^T (dP^T may still run)
         warpgroup_fence_operand(acc_s);
-        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2,
+                                          tile_key_mask(key_queries, seq, m0));
         auto to_p16 = [&]() {
             Tensor p16 = convert_fragment<Element>(acc_s);
             CUTE_UNROLL
@@ -269,7 +274,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_key_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

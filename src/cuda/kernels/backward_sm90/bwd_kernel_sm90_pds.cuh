@@ -253,7 +253,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
 
         warpgroup_wait<1>(); // S (dP may still run)
         warpgroup_fence_operand(acc_s);
-        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2,
+                                          block_key_mask(fa.mask, seq, m0, n0));
         if constexpr (kPdSBuffers == 1) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSFreeBarrier);
         {
             Tensor p16 = convert_fragment<Element>(acc_s);
@@ -327,7 +328,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKc, tdVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKc, tdVc, process_block, [](int) {}, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -938,18 +938,19 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
 }
 
 // The consumers' walk, the producer's order (sm90_bwd_producer): for every key block n of the
-// chunk, dK and dV cleared; if any query block meets it, once K and V have landed (kv_full), for
+// chunk, dK and dV cleared; if any query block meets it, on_key_block(n0) (what the key block's
+// masked blocks share), once K and V have landed (kv_full), for
 // each query head of the item (one unless the grid is over KV heads; on_head(i) first) the query
 // blocks of its range, block(m, n0, masked_tag); then K and V released
 // (kv_empty: every wgmma reading them has completed); and the key block's epilogue. on_head(i) is
 // given the index in the group (query head w.h_first + i); w itself does not move, so that the
 // consumers keep no more work-item state live than without the group.
 template <typename Traits, bool kGroupWalk, typename AccK, typename AccV, typename CoordsK, typename CoordsV,
-          typename Block, typename OnHead>
+          typename Block, typename OnKeyBlock, typename OnHead>
 __device__ __forceinline__ void sm90_bwd_consume(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                  const Sm90BwdSmem<Traits>& sm, AccK& acc_dk, AccV& acc_dv,
                                                  CoordsK const& tdKc, CoordsV const& tdVc, Block&& block,
-                                                 OnHead&& on_head) {
+                                                 OnKeyBlock&& on_key_block, OnHead&& on_head) {
     const BwdArgs& args = params.args;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -961,6 +962,7 @@ __device__ __forceinline__ void sm90_bwd_consume(const Sm90BwdParams& params, co
         clear(acc_dk);
         clear(acc_dv);
         if (range.m_end > range.m_begin) {
+            on_key_block(n0);
             cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
             cutlass::arch::fence_view_async_shared();
             for (int head = 0; head < group_heads; ++head) {
