@@ -331,27 +331,19 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     typename Traits::TiledMmaO mma_o;
     auto mma_s_thr = mma_s.get_thread_slice(tid);
     auto mma_o_thr = mma_o.get_thread_slice(tid);
-    // Shared-memory operands' descriptors are the same in every thread of a warpgroup: partitioned at
-    // its first thread, whose index is warp-uniform, ptxas builds them in uniform registers (from
-    // tid: in vector registers, both halves moved to uniform ones at every wgmma; Q's where it is in
-    // shared memory: d256's step 503 -> 470 instructions). Not in the extras kernel, whose steps
-    // spilled more that way (local loads in its step loop: d64 151 -> 273, d128 35 -> 58).
-    const int operand_thread = kExtras ? tid : (warpgroup - 1) * 128;
-    auto mma_s_ops = mma_s.get_thread_slice(operand_thread);
-    auto mma_o_ops = mma_o.get_thread_slice(operand_thread);
     Tensor acc_o = partition_fragment_C(mma_o, Shape<Int<kBlockM>, Int<kHeadDimV>>{});
     Tensor acc_s = partition_fragment_C(mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor p_storage = make_tensor<Element>(acc_s.layout());
     Tensor tOrP = make_tensor(p_storage.data(), wgmma_accumulator_as_a_operand(acc_s.layout()));
     // This tile's Q: its registers, or its descriptors (set per tile).
-    Tensor tSrQ = mma_s_ops.partition_fragment_A(q_tile(0));
+    Tensor tSrQ = mma_s_thr.partition_fragment_A(q_tile(0));
     auto issue_s = [&](int s) {
-        Tensor tSrK = mma_s_ops.partition_fragment_B(k_stage(s));
+        Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
     };
     // A tile's first P V starts O (wgmma's scale-d 0), so O is not cleared per tile.
     auto issue_pv = [&](int s, bool first) {
-        Tensor tOrVt = mma_o_ops.partition_fragment_B(vt_stage(s));
+        Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
         wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o, first);
     };
     // (The proxy fence only after cp.async, whose writes go through the generic proxy: TMA's are
@@ -441,7 +433,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         auto release_q_after_s = [&](bool last_s) {
             if (Traits::kOwnOBuffer && last_s) cutlass::arch::ClusterBarrier::arrive(q_empty + q_now);
         };
-        if constexpr (!kQRegs) tSrQ = mma_s_ops.partition_fragment_A(q_tile(q_now));
+        if constexpr (!kQRegs) tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         cutlass::arch::ClusterBarrier::wait(q_full + q_now, q_parity(tiles_done));
         cutlass::arch::fence_view_async_shared(); // Q came by cp.async
         if constexpr (kQRegs) { // ldmatrix into S's A fragment (a consumer without blocks needs none)
