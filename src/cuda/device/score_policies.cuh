@@ -231,22 +231,6 @@ __host__ __device__ __forceinline__ uint32_t pair_values_below(int e) {
     return low_bits(((e + 7) >> 3) + ((e + 6) >> 3));
 }
 
-// Bits of row r of a fragment view whose columns, counted from the thread's first, lie in [begin,
-// end): pair_values_below's where the columns come in pairs 8 apart, else one compare a value.
-template <typename Coords>
-__host__ __device__ __forceinline__ uint32_t row_bits_between(Coords const& coords, int r, bool pairs, int begin, int end) {
-    constexpr int kCols = decltype(size<1>(coords))::value;
-    if (pairs) return pair_values_below<kCols>(end) & ~pair_values_below<kCols>(begin);
-    const int col0 = get<1>(coords(0, 0));
-    uint32_t bits = 0;
-    CUTE_UNROLL
-    for (int c = 0; c < kCols; ++c) {
-        const int j = get<1>(coords(r, c)) - col0; // a constant once folded
-        bits |= uint32_t(j >= begin && j < end) << c;
-    }
-    return bits;
-}
-
 // The keys a thread's rows may see in the block at column n0, as bits: bit c of entry r says value
 // (r, c) of the fragment view `coords` is allowed (at most 32 values a row). Applying them
 // (apply_row_key_bits) is a bit test and a select a value, the bit tests mostly R2P, seven at a time.
@@ -267,43 +251,18 @@ __host__ __device__ __forceinline__ auto row_key_bits(Coords const& coords, cons
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
         const KeyRange keys = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
-        bits[r] = row_bits_between(coords, r, pairs, in_thread_frame(keys.begin, first), in_thread_frame(keys.end, first));
+        const int begin = in_thread_frame(keys.begin, first), end = in_thread_frame(keys.end, first);
+        if (pairs) {
+            bits[r] = pair_values_below<kCols>(end) & ~pair_values_below<kCols>(begin);
+        } else {
+            bits[r] = 0;
+            CUTE_UNROLL
+            for (int c = 0; c < kCols; ++c) {
+                const int j = get<1>(coords(r, c)) - col0; // a constant once folded
+                bits[r] |= uint32_t(j >= begin && j < end) << c;
+            }
+        }
     }
-    return bits;
-}
-
-// A row's keys [begin, end) clamped to [0, k_len], the only keys there are, so 32 bits hold them
-// exactly (as every key index a block holds). They depend on the row, not on the block: a kernel
-// whose rows stay for many blocks (the Hopper forward's tile) takes them once, and each masked
-// block then only moves them into its column frame (tile_row_key_bits): the 64-bit range at every
-// block took 69 of the d64 and d128 Hopper forward's masked step (662 and 714 instructions).
-struct RowKeys {
-    int begin, end;
-};
-template <typename Coords>
-__host__ __device__ __forceinline__ auto tile_row_keys(Coords const& coords, const MaskSpec& mask, const SequenceBounds& s,
-                                                       int m0) {
-    constexpr int kRows = decltype(size<0>(coords))::value;
-    cute::array<RowKeys, kRows> keys;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-        const KeyRange k = mask.keys_for_row(s.query_row(m0 + get<0>(coords(r, 0))), s.query_len(), s.k_len);
-        // begin is in [0, k_len) (the diagonal is below k_len), end at most k_len.
-        keys[r] = RowKeys{int(max(k.begin, int64_t(0))), int(max(k.end, int64_t(0)))};
-    }
-    return keys;
-}
-// row_key_bits from a tile's RowKeys: the same bits for the block at column n0.
-template <typename Coords, typename Keys>
-__host__ __device__ __forceinline__ auto tile_row_key_bits(Coords const& coords, Keys const& keys, int n0) {
-    constexpr int kRows = decltype(size<0>(coords))::value, kCols = decltype(size<1>(coords))::value;
-    static_assert(kCols <= 32, "one 32-bit word of bits a row");
-    const int col0 = get<1>(coords(0, 0));
-    const int first = n0 + col0;
-    const bool pairs = values_in_pairs<1>(coords);
-    cute::array<uint32_t, kRows> bits;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) bits[r] = row_bits_between(coords, r, pairs, keys[r].begin - first, keys[r].end - first);
     return bits;
 }
 
@@ -406,8 +365,7 @@ __host__ __device__ __forceinline__ void apply_key_mask_by_key(Scores& scores, C
 // block can hold (as in_thread_frame), in 32 bits. They depend on the key, not on the query block:
 // the Hopper backward's key block stays for its whole walk over query blocks, so it takes them once
 // per key block (tile_key_queries) and each masked block only moves them into its row frame
-// (apply_tile_key_mask): the 64-bit ranges at every block took ~165 of the d128 masked block's
-// ~720 instructions.
+// (apply_tile_key_mask): at d64 the masked block 836 -> 739 instructions.
 struct KeyQueries {
     int first, last;
 };

@@ -400,7 +400,6 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         const int lead = e - mine.n_end, own_blocks = mine.n_end - mine.n_begin;
         if (own_blocks == 0) clear(acc_o); // (else the first P V starts it)
         OnlineSoftmax<kRows> softmax;
-        const auto row_keys = tile_row_keys(s_coords, args.mask, t.seq, m0); // (the masked blocks')
 
         // The running max moves only past this slack (OnlineSoftmax::absorb_scores): P up to 2^8.
         constexpr int kMaxSlack = 8;
@@ -419,7 +418,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             if constexpr (kExtras) {
                 if (args.transform_scores) apply_score_transform(scores, s_coords, args, alibi_slope, t.seq, m0, n0);
             }
-            if constexpr (kMasked) apply_row_key_bits(scores, tile_row_key_bits(s_coords, row_keys, n0));
+            if constexpr (kMasked) apply_key_mask(scores, s_coords, args.mask, t.seq, m0, n0);
             softmax.template absorb_scores<kMaxSlack>(scores, exp_scale, correction);
             if constexpr (kExtras) {
                 if (args.dropout) apply_dropout(scores, s_coords, args, dropout_key, t.b, t.h, m0, n0);
