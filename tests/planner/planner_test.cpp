@@ -716,10 +716,14 @@ TEST(PlannerBackward, HopperRunsTheWgmmaKernelWhereItMeasuredFaster) {
     EXPECT_EQ(p.ctas, 8 * 2 * 16);
     EXPECT_FALSE(p.dkv_scratch);
     EXPECT_EQ(p.dq_chunk_stride, 0);
+    // The lse in log2 units for the Hopper kernel (bwd_args.h): a value per (head, query row), and
+    // the +inf that rows past their sequence load.
+    EXPECT_EQ(p.workspace.size(Piece::lse_log2), (size_t(16) * 2 * 1024 + 1) * 4);
     Backward short_d128;
     short_d128.fwd.seqlen_q = 256;
     const BackwardPlan s = plan(short_d128);
     EXPECT_EQ(s.kernel, Kernel::backward_sm80);
+    EXPECT_EQ(s.workspace.size(Piece::lse_log2), 0u); // the mma.sync kernel converts the lse itself
     EXPECT_NE(rejection(s.rejected, Kernel::backward_sm90).find("512"), std::string::npos);
     EXPECT_EQ(plan(short_d128, h200(), overrides("backward_kernel=sm90")).kernel, Kernel::backward_sm90);
     Backward d96;

@@ -246,19 +246,20 @@ __device__ __forceinline__ void negate_dropped(Probs& probs, Coords const& coord
 }
 
 // P = exp2(S * exp_scale - lse_log2) in place on a (query row, key) view of the scores, after the
-// score transform (extras kernels) and the key mask (masked blocks): the forward's probabilities,
-// recomputed from its lse (lse_log2[r]: per row of the view, in log2 units; an array, or an object
-// that reads it as it is used). Both backward kernels.
-template <bool kMasked, bool kExtras, typename Scores, typename Coords, typename Lse>
+// score transform (extras kernels) and the key mask (masked blocks; key_mask(scores, coords), as
+// score_policies.cuh's block_key_mask or tile_key_mask): the forward's probabilities, recomputed
+// from its lse (lse_log2[r]: per row of the view, in log2 units; an array, or an object that reads
+// it as it is used). Both backward kernels.
+template <bool kMasked, bool kExtras, typename Scores, typename Coords, typename Lse, typename KeyMask>
 __device__ __forceinline__ void recompute_probs(Scores& scores, Coords const& coords, const FwdArgs& fa,
                                                 float alibi_slope, const SequenceBounds& seq, int m0, int n0,
-                                                float exp_scale, Lse const& lse_log2) {
+                                                float exp_scale, Lse const& lse_log2, KeyMask&& key_mask) {
     constexpr int kRows = decltype(size<0>(scores))::value;
     static_assert(!std::is_array_v<Lse> || std::extent_v<Lse> == kRows, "an lse per row of the view");
     if constexpr (kExtras) {
         if (fa.transform_scores) apply_score_transform(scores, coords, fa, alibi_slope, seq, m0, n0);
     }
-    if constexpr (kMasked) apply_key_mask(scores, coords, fa.mask, seq, m0, n0);
+    if constexpr (kMasked) key_mask(scores, coords);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
         CUTE_UNROLL

@@ -365,6 +365,10 @@ void backward(const BwdProblem& problem) {
     args.v_head_dim = p.head_dim_v;
     args.accum_cols = plan.tile_dim;
     args.dsum = workspace.floats(Piece::dsum);
+    if (plan.kernel == Kernel::backward_sm90) { // (one +inf, then the rows)
+        args.lse_log2_none = workspace.floats(Piece::lse_log2);
+        args.lse_log2 = args.lse_log2_none + 1;
+    }
     args.dq_accum = workspace.floats(Piece::dq_accum);
     args.dq_chunk_stride = plan.dq_chunk_stride;
     args.num_chunks = plan.num_chunks;

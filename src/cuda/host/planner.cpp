@@ -584,6 +584,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));
+    w.add(Piece::lse_log2, sm90 ? (size_t(p.num_heads) * plan.q_rows_total + 1) * sizeof(float) : 0);
     w.add(Piece::dq_accum, chunks * dq_buffer);
     // Rows of tile_dim floats for dK and dV alike (BwdArgs::accum_cols; dV's rows in the value-dim
     // instance use their first tile_dim_v).

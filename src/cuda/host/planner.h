@@ -58,6 +58,7 @@ enum class Piece : uint8_t {
     lse,         // the lse attn_probs is derived from, when the caller asked for none
     partial_out, partial_lse, // split-KV's fp32 partials
     dsum, dq_accum, dk_accum, dv_accum, // the backward's fp32 accumulators
+    lse_log2,    // the Hopper backward's lse in log2 units, written by the dsum pass, and one +inf before it
     dsink_partial, // deterministic dsink: one fp32 term per (head, sequence, dsum row block), summed in order
     dq_semaphore, // deterministic ordered dQ: an int32 counter per (sequence, head, query block), zeroed by dsum
     tile_counter, // forward_sm90 claiming its tiles: the counter, cleared by a kernel the forward depends on

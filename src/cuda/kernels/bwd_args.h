@@ -8,6 +8,7 @@
 // kernel runs with (>= the real head dim), rows are global rows (varlen: the packed row; dense:
 // b * seqlen_q + i, resp. b * seqlen_k + j):
 //   dsum      [lse index]                                  rowsum(dO * O), indexed like softmax_lse
+//   lse_log2  [lse index]                                  lse * log2(e), +inf for -inf (Hopper kernels)
 //   dq_accum  [chunk][query head][q row][tile d]          sum of dS K over the chunk's key blocks
 //   dq_semaphore [sequence][query head][query block]      int32, ordered dQ only (zeroed by dsum)
 //   dk_accum  [query head][k row][tile d]                  per query head, only when the kernel cannot
@@ -36,6 +37,14 @@ struct BwdArgs {
     int32_t accum_cols;     // columns per row of the fp32 scratch: the tile head dim
 
     float* dsum;
+    // The Hopper kernels' lse per query row, indexed like dsum, written by the dsum pass: lse * log2(e),
+    // or +inf where the row saw no key (lse = -inf), so that P = exp2(S * scale_log2 - lse_log2) is 0
+    // there. lse_log2_none holds one +inf, which a stage's rows past their sequence load. Converted
+    // once per row here, not by every consumer thread for each of its query columns at every block
+    // (five instructions each: 100 of the d128 block loop's 691). Null for the mma.sync kernel,
+    // which converts the lse itself.
+    float* lse_log2;
+    float* lse_log2_none;
     float* dq_accum;
     int64_t dq_chunk_stride; // elements between the chunks' dQ buffers; 0: one buffer, atomics
     int32_t num_chunks;      // CTAs per (sequence, head) along the keys: CTA c visits key blocks

@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) dsum_kernel(const BwdArgs args, int 
     const RowItem it = row_item(fa, fa.num_heads, row_blocks);
     const bool varlen = fa.cu_seqlens_q != nullptr;
     float sink_term = 0.0f;
+    if (args.lse_log2_none && blockIdx.x == 0 && threadIdx.x == 0) *args.lse_log2_none = INFINITY;
     if (it.i < it.seq.q_len) { // the whole half warp: one row
         auto row = [&](const fa_tensor& t) {
             const int64_t offset = varlen ? (it.seq.q_row0 + it.i) * t.row_stride
@@ -147,9 +148,14 @@ __global__ void __launch_bounds__(kThreads) dsum_kernel(const BwdArgs args, int 
             const int64_t index = varlen ? int64_t(it.h) * fa.total_q + it.seq.q_row0 + it.i
                                          : (int64_t(it.b) * fa.num_heads + it.h) * fa.seqlen_q + it.i;
             args.dsum[index] = sum;
+            const float lse = kDsink || args.lse_log2 ? fa.lse[index] : 0.0f; // (read once: the stores may alias)
+            if (args.lse_log2) { // (the Hopper kernels: bwd_args.h)
+                constexpr float kLog2e = 1.4426950408889634f;
+                args.lse_log2[index] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+            }
             // The sink's probability in row i is exp(sink - lse_i) (lse includes the sink's term), its
             // dS = p_sink * (0 - dsum_i): the sink takes no value.
-            if constexpr (kDsink) sink_term = -expf(fa.learnable_sink[it.h] - fa.lse[index]) * sum;
+            if constexpr (kDsink) sink_term = -expf(fa.learnable_sink[it.h] - lse) * sum;
         }
     }
     if constexpr (kDsink) add_dsink_terms(args, it, sink_term, row_blocks); // (every thread: a CTA barrier)

@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
             clear(acc_s);
             gemm_s(acc_s, at_offset(gemm_s.a, buffer), gemm_s.b);
             Tensor probs = make_tensor(acc_s.data(), rows_cols(acc_s.layout()));
-            recompute_probs<kMasked, kExtras>(probs, s_coords, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+            recompute_probs<kMasked, kExtras>(probs, s_coords, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2,
+                                              block_key_mask(fa.mask, seq, m0, n0));
             if constexpr (kExtras) {
                 if (fa.dropout) negate_dropped(probs, s_coords, fa, dropout_key, b, h, m0, n0);
             }

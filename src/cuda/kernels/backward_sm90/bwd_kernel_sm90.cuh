@@ -110,6 +110,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     auto sdp_thr = mma_sdp.get_thread_slice(tid);
     auto kv_thr = mma_kv.get_thread_slice(tid);
     auto dq_thr = mma_dq.get_thread_slice(tid);
+    auto sdp_ops = sm90_bwd_operand_slice<Traits>(mma_sdp); // (the operands' descriptors)
+    auto kv_ops = sm90_bwd_operand_slice<Traits>(mma_kv);
+    auto dq_ops = sm90_bwd_operand_slice<Traits>(mma_dq);
 
     Tensor acc_dk = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
     Tensor acc_dv = partition_fragment_C(mma_kv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -130,7 +133,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr int kQueries = decltype(size<0>(coords_qk))::value; // query columns per thread (kBlockM / 4)
     // dS^T registers -> shared: stmatrix, 16 bytes of neighbouring queries per thread and
     // instruction from a 32-bit shared address (4-byte stores came out as generic stores with the
-    // swizzle computed on 64-bit addresses, ~6 instructions each).
+    // swizzle computed on 64-bit addresses, ~6 instructions each). The buffer's tensor is taken in
+    // its position-independent form (the swizzle on the element offset, not the pointer): the five
+    // stores' addresses then cost ~35 instructions a block less at d128.
     auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
     auto copy_ds_thr = copy_ds.get_thread_slice(tid);
     Tensor tdSr = copy_ds_thr.retile_S(ds_storage);
@@ -147,6 +152,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
     constexpr float kLog2e = 1.4426950408889634f;
     const float exp_scale = kExtras && fa.transform_scores ? kLog2e : fa.scale_log2;
 
+    // The key block's keys' query rows, taken once for its masked blocks (tile_key_queries), at d64:
+    // the masked block 836 -> 739 instructions (deterministic 2-4% faster on the H200, causal 1k 1%).
+    // At d128 the compiler hoists the per-block form out of the walk itself (masked block 613), and
+    // holding them as well made the 1k kernels 0.2-1% slower, dense ones too.
+    constexpr bool kHoldKeyQueries = kHeadDim <= 64;
+    [[maybe_unused]] decltype(tile_key_queries(coords_qk, fa.mask, seq, 0)) key_queries;
+    auto on_key_block = [&](int n0) {
+        if constexpr (kHoldKeyQueries) key_queries = tile_key_queries(coords_qk, fa.mask, seq, n0);
+    };
+
     // Query block m of key block n0's range (sm90_bwd_consume); q_uses counts them over the walk.
     int q_uses = 0;
     auto process_block = [&](int m, int n0, auto masked_tag) __attribute__((always_inline)) {
@@ -156,25 +171,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         cutlass::arch::ClusterBarrier::wait(sm.q_full + s, (q_uses / kQStages) & 1);
         cutlass::arch::fence_view_async_shared();
 
-        // Descriptors of K, V (loop-invariant) are rebuilt per block from a base the compiler
-        // cannot see through: hoisted out of the loop they held ~30 registers (ptxas: spills
-        // 412 -> 312 B at d128). The plain d64 kernel has the registers: hoisted there (its
-        // block 537 -> 496 instructions, no spills; its group walk and extras spilled 56 and 44 B).
+        // Descriptors of K, V (loop-invariant) are rebuilt per block, in uniform registers (the
+        // operand slices), from a base the compiler cannot see through: hoisted out of the loop
+        // they held vector registers (d128: spills 412 -> 312 B), and with uniform ones hoisted at
+        // d64 ptxas serialised the wgmmas (C7512).
         Element* k_base = smem_k;
         Element* v_base = smem_v;
-        if constexpr (kHeadDim > 64 || kExtras || kGroupWalk) asm volatile("" : "+l"(k_base), "+l"(v_base));
-        Tensor tSrK = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
-        Tensor tdPrV = sdp_thr.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
+        asm volatile("" : "+l"(k_base), "+l"(v_base));
+        Tensor tSrK = sdp_ops.partition_fragment_A(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKV{}));
+        Tensor tdPrV = sdp_ops.partition_fragment_A(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutKV{}));
         // K^T: dQ's B, or transposed dQ's A (the head dim as M).
         auto tdQrKt = [&]() {
             Tensor kt = make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{});
-            if constexpr (Traits::kDqTransposed) return dq_thr.partition_fragment_A(kt);
-            else return dq_thr.partition_fragment_B(kt);
+            if constexpr (Traits::kDqTransposed) return dq_ops.partition_fragment_A(kt);
+            else return dq_ops.partition_fragment_B(kt);
         }();
         Element* const q_base = sm.q;
         Element* const do_base = sm.d_o;
-        Tensor tSrQ = sdp_thr.partition_fragment_B(sm.q_stage(q_base, s));
-        Tensor tdPrdO = sdp_thr.partition_fragment_B(sm.do_stage(do_base, s));
+        Tensor tSrQ = sdp_ops.partition_fragment_B(sm.q_stage(q_base, s));
+        Tensor tdPrdO = sdp_ops.partition_fragment_B(sm.do_stage(do_base, s));
         // Zeroed by the wgmma's scale-d (the first k step ignores the accumulator), not by
         // clear(): at d128 the 32 register moves of clear(acc_dq) between dK's and dQ's issue
         // made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
@@ -189,21 +204,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         // issued after dS (below); either, kept as at 64, left ptxas too few registers, and it
         // serialised every wgmma of the kernel (C7512).
         constexpr bool kRoomy = kQueries <= 16;
-        const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len};
+        const Sm90BwdStageLse<decltype(coords_qk)> stage_lse{coords_qk, sm.lse + s * kBlockM};
         [[maybe_unused]] float lse_array[kRoomy ? kQueries : 1];
         if constexpr (kRoomy) sm90_bwd_lse_log2(lse_array, stage_lse);
         const auto& lse_log2 = first_if<kRoomy>(lse_array, stage_lse);
 
         warpgroup_wait<1>(); // S^T (dP^T may still run)
         warpgroup_fence_operand(acc_s);
-        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        auto key_mask = [&]() {
+            if constexpr (kHoldKeyQueries) return tile_key_mask(key_queries, seq, m0);
+            else return block_key_mask(fa.mask, seq, m0, n0);
+        }();
+        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2,
+                                          key_mask);
         auto to_p16 = [&]() {
             Tensor p16 = convert_fragment<Element>(acc_s);
             CUTE_UNROLL
             for (int t = 0; t < size(p16); ++t) p_storage(t) = p16(t);
         };
         auto issue_dv = [&]() {
-            Tensor tdVrdOt = kv_thr.partition_fragment_B(sm.dot_stage(do_base, s));
+            Tensor tdVrdOt = kv_ops.partition_fragment_B(sm.dot_stage(do_base, s));
             wgmma_issue<false>(mma_kv, tdVrPt, tdVrdOt, acc_dv);
         };
         // dV under the dS arithmetic, the softcap derivative into P before dS; else (P^T and dV
@@ -236,10 +256,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if constexpr (!kRoomy) issue_dv();
 
         // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
-        Tensor tdKrQt = kv_thr.partition_fragment_B(sm.qt_stage(q_base, s));
+        Tensor tdKrQt = kv_ops.partition_fragment_B(sm.qt_stage(q_base, s));
         wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
         const int ds_buf = q_uses % Traits::kDsBuffers;
-        copy(copy_ds, tdSr, copy_ds_thr.partition_D(dst_buffer(ds_buf)));
+        copy(copy_ds, tdSr, copy_ds_thr.partition_D(as_position_independent_swizzle_tensor(dst_buffer(ds_buf))));
         cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
         // dQ queues behind dK on the tensor cores (no wait in between); with dQ transposed (80-query
@@ -249,10 +269,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         if constexpr (Traits::kDqTransposed) {
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_dv);
-            Tensor tdQrdS = dq_thr.partition_fragment_B(ds_buffer(ds_buf));
+            Tensor tdQrdS = dq_ops.partition_fragment_B(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrKt, tdQrdS, acc_dq); // dQ^T = K^T dS^T
         } else {
-            Tensor tdQrdS = dq_thr.partition_fragment_A(ds_buffer(ds_buf));
+            Tensor tdQrdS = dq_ops.partition_fragment_A(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
         }
         warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
@@ -264,7 +284,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKVc, tdKVc, process_block, on_key_block, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -113,6 +113,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     auto dk_thr = mma_dk.get_thread_slice(tid);
     auto dv_thr = mma_dv.get_thread_slice(tid);
     auto dq_thr = mma_dq.get_thread_slice(tid);
+    auto sdp_ops = sm90_bwd_operand_slice<Traits>(mma_sdp); // (the operands' descriptors)
+    auto dk_ops = sm90_bwd_operand_slice<Traits>(mma_dk);
+    auto dv_ops = sm90_bwd_operand_slice<Traits>(mma_dv);
+    auto dq_ops = sm90_bwd_operand_slice<Traits>(mma_dq);
 
     using DkShape = typename Traits::template DkvShape<kHeadDim>; // (keys, d), or transposed (d, keys)
     using DvShape = typename Traits::template DkvShape<kHeadDimV>;
@@ -128,8 +132,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
     Tensor scores_qk = make_tensor(acc_s.data(), wgmma_rows_cols(acc_s.layout()));
     Tensor grads_qk = make_tensor(acc_dp.data(), wgmma_rows_cols(acc_dp.layout()));
     constexpr int kRows = decltype(size<0>(coords_qk))::value; // query rows per thread (2)
-    // P, dS registers -> shared: stmatrix, 16 bytes of neighbouring keys per thread and instruction
-    // (as dS^T in bwd_kernel_sm90.cuh).
+    // P, dS registers -> shared: stmatrix, 16 bytes of neighbouring keys per thread and instruction,
+    // into position-independent views of the buffers (as dS^T in bwd_kernel_sm90.cuh).
     auto copy_pds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto copy_pds_thr = copy_pds.get_thread_slice(tid);
     // (row, col) of the dQ and dK/dV accumulators: registers 2t, 2t+1 are neighbouring columns
@@ -236,24 +240,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         Element* k_base = sm.k;
         Element* v_base = sm.v;
         asm volatile("" : "+l"(k_base), "+l"(v_base));
-        Tensor tSrQ = sdp_thr.partition_fragment_A(sm.q_stage(sm.q, s));
-        Tensor tSrK = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutK{}));
-        Tensor tdPrdO = sdp_thr.partition_fragment_A(sm.do_stage(sm.d_o, s));
-        Tensor tdPrV = sdp_thr.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutV{}));
+        Tensor tSrQ = sdp_ops.partition_fragment_A(sm.q_stage(sm.q, s));
+        Tensor tSrK = sdp_ops.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutK{}));
+        Tensor tdPrdO = sdp_ops.partition_fragment_A(sm.do_stage(sm.d_o, s));
+        Tensor tdPrV = sdp_ops.partition_fragment_B(make_tensor(make_smem_ptr(v_base), typename Traits::SmemLayoutV{}));
         // Zeroed by the wgmma's scale-d, not by clear() (bwd_kernel_sm90.cuh says why).
         wgmma_issue<true>(mma_sdp, tSrQ, tSrK, acc_s);
         wgmma_issue<true>(mma_sdp, tdPrdO, tdPrV, acc_dp);
 
         float lse_log2[kRows];
-        sm90_bwd_lse_log2(lse_log2, Sm90BwdStageLse<decltype(coords_qk)>{coords_qk, sm.lse + s * kBlockM, m0, seq.q_len});
+        sm90_bwd_lse_log2(lse_log2, Sm90BwdStageLse<decltype(coords_qk)>{coords_qk, sm.lse + s * kBlockM});
 
         warpgroup_wait<1>(); // S (dP may still run)
         warpgroup_fence_operand(acc_s);
-        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2);
+        recompute_probs<kMasked, kExtras>(scores_qk, coords_qk, fa, alibi_slope, seq, m0, n0, exp_scale, lse_log2,
+                                          block_key_mask(fa.mask, seq, m0, n0));
         if constexpr (kPdSBuffers == 1) cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSFreeBarrier);
         {
             Tensor p16 = convert_fragment<Element>(acc_s);
-            copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(pds_buffer(smem_p, buf)));
+            copy(copy_pds, copy_pds_thr.retile_S(p16), copy_pds_thr.partition_D(as_position_independent_swizzle_tensor(pds_buffer(smem_p, buf))));
         }
         if constexpr (kExtras) {
             if (fa.softcap > 0.0f)
@@ -265,28 +270,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         sm90_bwd_dscores(grads_qk, scores_qk, coords_qk, sm.dsum + s * kBlockM);
         {
             Tensor ds16 = convert_fragment<Element>(acc_dp);
-            copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(pds_buffer(smem_ds, buf)));
+            copy(copy_pds, copy_pds_thr.retile_S(ds16), copy_pds_thr.partition_D(as_position_independent_swizzle_tensor(pds_buffer(smem_ds, buf))));
         }
         cutlass::arch::fence_view_async_shared(); // P, dS (generic stores) -> the wgmmas below
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kPdSReadyBarrier);
 
         // dQ first: its result leaves while dV and dK run.
-        Tensor tdQrdS = dq_thr.partition_fragment_A(pds_buffer(smem_ds, buf));
-        Tensor tdQrKt = dq_thr.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
+        Tensor tdQrdS = dq_ops.partition_fragment_A(pds_buffer(smem_ds, buf));
+        Tensor tdQrKt = dq_ops.partition_fragment_B(make_tensor(make_smem_ptr(k_base), typename Traits::SmemLayoutKt{}));
         wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
         if constexpr (Traits::kDkvTransposed) { // dV^T += dO^T P, dK^T += Q^T dS: P, dS as (keys, queries) B
-            Tensor tdVrdOt = dv_thr.partition_fragment_A(sm.dot_stage(sm.d_o, s));
-            Tensor tdVrP = dv_thr.partition_fragment_B(pdst_buffer(smem_p, buf));
+            Tensor tdVrdOt = dv_ops.partition_fragment_A(sm.dot_stage(sm.d_o, s));
+            Tensor tdVrP = dv_ops.partition_fragment_B(pdst_buffer(smem_p, buf));
             wgmma_issue<false>(mma_dv, tdVrdOt, tdVrP, acc_dv);
-            Tensor tdKrQt = dk_thr.partition_fragment_A(sm.qt_stage(sm.q, s));
-            Tensor tdKrdS = dk_thr.partition_fragment_B(pdst_buffer(smem_ds, buf));
+            Tensor tdKrQt = dk_ops.partition_fragment_A(sm.qt_stage(sm.q, s));
+            Tensor tdKrdS = dk_ops.partition_fragment_B(pdst_buffer(smem_ds, buf));
             wgmma_issue<false>(mma_dk, tdKrQt, tdKrdS, acc_dk);
         } else {
-            Tensor tdVrPt = dv_thr.partition_fragment_A(pdst_buffer(smem_p, buf));
-            Tensor tdVrdOt = dv_thr.partition_fragment_B(sm.dot_stage(sm.d_o, s));
+            Tensor tdVrPt = dv_ops.partition_fragment_A(pdst_buffer(smem_p, buf));
+            Tensor tdVrdOt = dv_ops.partition_fragment_B(sm.dot_stage(sm.d_o, s));
             wgmma_issue<false>(mma_dv, tdVrPt, tdVrdOt, acc_dv);
-            Tensor tdKrdSt = dk_thr.partition_fragment_A(pdst_buffer(smem_ds, buf));
-            Tensor tdKrQt = dk_thr.partition_fragment_B(sm.qt_stage(sm.q, s));
+            Tensor tdKrdSt = dk_ops.partition_fragment_A(pdst_buffer(smem_ds, buf));
+            Tensor tdKrQt = dk_ops.partition_fragment_B(sm.qt_stage(sm.q, s));
             wgmma_issue<false>(mma_dk, tdKrdSt, tdKrQt, acc_dk);
         }
 
@@ -323,7 +328,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
         ++q_uses;
     };
 
-    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKc, tdVc, process_block, on_head);
+    sm90_bwd_consume<Traits, kGroupWalk>(params, w, sm, acc_dk, acc_dv, tdKc, tdVc, process_block, [](int) {}, on_head);
 #endif // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

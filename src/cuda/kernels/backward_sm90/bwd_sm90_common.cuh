@@ -553,7 +553,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             wh.set_head(args, head);
             const Element* const q_rows = first_row(fa.q, seq.q_row0, wh.h);
             const Element* const do_rows = first_row(args.dout, seq.q_row0, wh.h);
-            const float* const stat_rows = (loads_lse ? fa.lse : args.dsum) + wh.row_stat0;
+            const float* const stat_rows = (loads_lse ? args.lse_log2 : args.dsum) + wh.row_stat0;
             float* const dq_rows = Traits::kDqHandoff ? wh.template dq_rows<kHeadDim>(args) : nullptr;
             for (int m = range.m_begin; m < range.m_end; ++m, ++q_uses) {
                 const int s = q_uses % kQStages;
@@ -590,17 +590,20 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                         copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
                         copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
                     }
+                    // Rows past the sequence: lse_log2 +inf (their P 0), dsum 0.
                     if constexpr (kStatLoop) {
-                        const float* const lse_rows = fa.lse + wh.row_stat0;
+                        const float* const lse_rows = args.lse_log2 + wh.row_stat0;
                         const float* const dsum_rows = args.dsum + wh.row_stat0;
                         for (int r = ptid; r < kBlockM; r += Roles::kLoaders) {
                             const bool ok = m0 + r < seq.q_len;
-                            cp_async_4_or_zero(sm.lse + s * kBlockM + r, ok ? lse_rows + m0 + r : lse_rows, ok);
+                            cp_async_4_or_zero(sm.lse + s * kBlockM + r, ok ? lse_rows + m0 + r : args.lse_log2_none, true);
                             cp_async_4_or_zero(sm.dsum + s * kBlockM + r, ok ? dsum_rows + m0 + r : dsum_rows, ok);
                         }
                     } else if (!kBothStats || loads_lse) {
                         const bool row_ok = m0 + stat_row < seq.q_len;
-                        cp_async_4_or_zero(smem_stat + s * kBlockM, row_ok ? stat_rows + m0 + stat_row : stat_rows, row_ok);
+                        cp_async_4_or_zero(smem_stat + s * kBlockM,
+                                           row_ok ? stat_rows + m0 + stat_row : loads_lse ? args.lse_log2_none : stat_rows,
+                                           row_ok || loads_lse);
                         if constexpr (kBothStats) { // and the dsum value of the same row
                             const float* const dsum_rows = args.dsum + wh.row_stat0;
                             cp_async_4_or_zero(sm.dsum + s * kBlockM + stat_row,
@@ -657,8 +660,18 @@ __device__ __forceinline__ bool sm90_bwd_ran_producer(const Sm90BwdParams& param
     return false;
 }
 
-// lse of the query rows a thread holds (natural log; -inf: the row saw no key) in log2 units, +inf
-// so that P = 0 there and for rows past the sequence (their Q rows are zeros, their S 0).
+// A consumer's slice of a tiled wgmma for its shared-memory operands, whose descriptors are the same
+// in every thread of a warpgroup: taken at the warpgroup's first thread, by an index ptxas can see
+// is the same across the warp (a shuffle from lane 0), so that it builds the descriptors in uniform
+// registers. From the thread's own index (partition_C's, which the accumulators need) it builds
+// them in vector registers and moves both halves to uniform ones at every wgmma.
+template <typename Traits, typename TiledMma>
+__device__ __forceinline__ auto sm90_bwd_operand_slice(TiledMma const& mma) {
+    return mma.get_thread_slice(cutlass::canonical_warp_group_idx() * 128 - Traits::kProducerThreads);
+}
+
+// lse of the query rows a thread holds in log2 units, as the stage holds them (args.lse_log2: +inf
+// where the row saw no key and for rows past the sequence, so that P = 0 there).
 // coords_qk: the thread's (query, key) coordinates, one query per row of the view.
 // Sm90BwdStageLse reads one query's as it is used (where holding all of a thread's would crowd its
 // registers), sm90_bwd_lse_log2 all of them into an array.
@@ -666,13 +679,7 @@ template <typename Coords>
 struct Sm90BwdStageLse {
     Coords const& coords_qk;
     const float* stage_lse;
-    int m0, q_len;
-    __device__ __forceinline__ float operator[](int q) const {
-        constexpr float kLog2e = 1.4426950408889634f;
-        const int i = get<0>(coords_qk(q, 0));
-        const float lse = stage_lse[i];
-        return m0 + i < q_len && lse != -INFINITY ? lse * kLog2e : INFINITY;
-    }
+    __device__ __forceinline__ float operator[](int q) const { return stage_lse[get<0>(coords_qk(q, 0))]; }
 };
 template <int kRows, typename Coords>
 __device__ __forceinline__ void sm90_bwd_lse_log2(float (&lse_log2)[kRows], const Sm90BwdStageLse<Coords>& stage) {
@@ -931,18 +938,19 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
 }
 
 // The consumers' walk, the producer's order (sm90_bwd_producer): for every key block n of the
-// chunk, dK and dV cleared; if any query block meets it, once K and V have landed (kv_full), for
+// chunk, dK and dV cleared; if any query block meets it, on_key_block(n0) (what the key block's
+// masked blocks share), once K and V have landed (kv_full), for
 // each query head of the item (one unless the grid is over KV heads; on_head(i) first) the query
 // blocks of its range, block(m, n0, masked_tag); then K and V released
 // (kv_empty: every wgmma reading them has completed); and the key block's epilogue. on_head(i) is
 // given the index in the group (query head w.h_first + i); w itself does not move, so that the
 // consumers keep no more work-item state live than without the group.
 template <typename Traits, bool kGroupWalk, typename AccK, typename AccV, typename CoordsK, typename CoordsV,
-          typename Block, typename OnHead>
+          typename Block, typename OnKeyBlock, typename OnHead>
 __device__ __forceinline__ void sm90_bwd_consume(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                  const Sm90BwdSmem<Traits>& sm, AccK& acc_dk, AccV& acc_dv,
                                                  CoordsK const& tdKc, CoordsV const& tdVc, Block&& block,
-                                                 OnHead&& on_head) {
+                                                 OnKeyBlock&& on_key_block, OnHead&& on_head) {
     const BwdArgs& args = params.args;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -954,6 +962,7 @@ __device__ __forceinline__ void sm90_bwd_consume(const Sm90BwdParams& params, co
         clear(acc_dk);
         clear(acc_dv);
         if (range.m_end > range.m_begin) {
+            on_key_block(n0);
             cutlass::arch::ClusterBarrier::wait(sm.kv_full, kv_uses & 1);
             cutlass::arch::fence_view_async_shared();
             for (int head = 0; head < group_heads; ++head) {
