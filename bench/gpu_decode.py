@@ -34,7 +34,8 @@ bandwidth (y.copy_(x), 2 GB) is the ceiling.
 Writes DIR/h200-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
 torch_fa2_tbps, cudnn_tbps, then ours_flushed_tbps, cudnn_flushed_tbps and one ours_<variant>_tbps
 column per variant; the torch columns are their contiguous-cache figures on both rows of a shape)
-and DIR/h200-decode.png, and prints a table with the ratios the issue asks for.
+and DIR/h200-decode.png, and prints a table with the ratios the issue asks for. `--replot CSV`
+only redraws the chart from a results file (without the copy-bandwidth line, which it does not hold).
 """
 import argparse
 import csv
@@ -290,7 +291,8 @@ def plot(rows, copy, path):
             bars = ax.bar([x + (i - 1.5) * 0.2 for x in xs], [r.get(key, float("nan")) for r in sel], width=0.2,
                           label=label, color=color)
             ax.bar_label(bars, fmt="%.1f", fontsize=6)
-        ax.axhline(copy, color="gray", linestyle="--", linewidth=1, label="copy bandwidth")
+        if copy is not None:  # (a results file does not record it)
+            ax.axhline(copy, color="gray", linestyle="--", linewidth=1, label="copy bandwidth")
         ax.set_xticks(list(xs), [str(r["batch"]) for r in sel])
         ax.set_xlabel("batch")
         ax.set_title(f"cache {cache_len // 1024}k")
@@ -301,9 +303,24 @@ def plot(rows, copy, path):
     fig.savefig(path, dpi=110)
 
 
+def read_rows(path):
+    """A results CSV's rows as plot() takes them: a contiguous and a paged row per (cache_len, batch)."""
+    rows = {}
+    for r in csv.DictReader(open(path)):
+        row = rows.setdefault((int(r["cache_len"]), int(r["batch"])), {"cache_len": int(r["cache_len"]),
+                                                                        "batch": int(r["batch"])})
+        if r["paged"] == "1":
+            row["ours_paged_tbps"] = float(r["ours_tbps"])
+        else:
+            row.update(ours_tbps=float(r["ours_tbps"]), torch_fa2_tbps=float(r["torch_fa2_tbps"]),
+                       cudnn_tbps=float(r["cudnn_tbps"]))
+    return list(rows.values())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
+    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-decode.png from a results CSV")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
                     help="also time each inference kernel forced (overrides inference_kernel=tile64, =split_keys)")
@@ -316,6 +333,11 @@ def main():
     ap.add_argument("--paged-in-order", action="store_true",
                     help="also time ours on pools whose pages lie in sequence order (column ours_paged_in_order_tbps)")
     args = ap.parse_args()
+    if args.replot:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        plot(read_rows(args.replot), None, out / "h200-decode.png")
+        return
     global HEAD_MAJOR, PAGED_IN_ORDER
     HEAD_MAJOR = args.head_major
     PAGED_IN_ORDER = args.paged_in_order
