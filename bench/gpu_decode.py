@@ -306,7 +306,9 @@ def plot(rows, copy, path):
 def read_rows(path):
     """A results CSV's rows as plot() takes them: a contiguous and a paged row per (cache_len, batch)."""
     rows = {}
-    for r in csv.DictReader(open(path)):
+    with open(path) as f:
+        records = list(csv.DictReader(f))
+    for r in records:
         row = rows.setdefault((int(r["cache_len"]), int(r["batch"])), {"cache_len": int(r["cache_len"]),
                                                                         "batch": int(r["batch"])})
         if r["paged"] == "1":

@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
 
     // The key block's keys' query rows, taken once for its masked blocks (tile_key_queries), at d64:
     // the masked block 836 -> 739 instructions (deterministic 2-4% faster on the H200, causal 1k 1%).
-    // At d128 the compiler hoists the per-block form out of the walk itself (masked block 613), and
-    // holding them as well made the 1k kernels 0.2-1% slower, dense ones too.
+    // At d128 the per-block form (block_key_mask) compiles to a masked block as short (613), and
+    // holding them as well made the 1k kernels 0.2-1% slower, dense ones too (registers).
     constexpr bool kHoldKeyQueries = kHeadDim <= 64;
     [[maybe_unused]] decltype(tile_key_queries(coords_qk, fa.mask, seq, 0)) key_queries;
     auto on_key_block = [&](int n0) {
