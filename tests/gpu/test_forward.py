@@ -180,6 +180,28 @@ def test_end_aligned_tiles(hdim, shape):
     run_and_check(q, k, v, name=f"d{hdim} {sq}x{sk} window", window=(90, 20))
 
 
+@pytest.mark.parametrize("case", [
+    (512, 512, (-1, 0)),   # aligned causal: the first consumer of every tile narrows its diagonal block
+    (512, 512, (-1, 1)),   # its last row sees key 64 of the block: must not narrow
+    (512, 512, (-1, 63)),  # the block's second half seen by every row but the first
+    (300, 512, (-1, 0)),   # bottom-right aligned: the diagonal falls mid-block
+    (256, 192, None),      # 64 keys in the last block (every row): narrows without a mask edge
+    (256, 193, None),      # 65: must not
+    (97, 1, None),         # one key
+    (512, 512, (40, 0)),   # a local window's left edge
+], ids=lambda c: f"{c[0]}x{c[1]}_w{c[2]}")
+def test_diagonal_block_half(case):
+    """At d128 a consumer whose 64 rows see only the first half of their first key block computes
+    that block's S and P V over the half (fwd_kernel_sm90.cuh, kNarrowDiagonal): right window edges
+    and key counts on either side of the half, bf16 and fp16."""
+    sq, sk, window = case
+    torch.manual_seed(sq * 7 + sk)
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = rand(2, sq, 4, 128, dtype=dtype), rand(2, sk, 2, 128, dtype=dtype), rand(2, sk, 2, 128, dtype=dtype)
+        kw = {} if window is None else {"window": window}
+        run_and_check(q, k, v, name=f"{sq}x{sk} window {window} {dtype}", **kw)
+
+
 # ---------------------------------------------------------------------------------------------
 # Head dims: every compiled tile width and sizes in between (rounded up, predicated loads), and
 # sizes that are not multiples of 8 (staged through padded copies).

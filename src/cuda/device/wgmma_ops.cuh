@@ -53,8 +53,9 @@ __host__ __device__ __forceinline__ constexpr auto wgmma_accumulator_as_a_operan
 // waits with warpgroup_wait<N>(). kZeroInit overwrites acc (no clear() pass over the registers).
 // A is a tensor of shared-memory descriptors (SS) or of registers (RS); B always descriptors.
 // zero_init: the same at run time (wgmma's scale-d is a predicate operand), for a product that
-// starts its accumulator only sometimes.
-template <bool kZeroInit, typename TiledMma, typename FragA, typename FragB, typename Acc>
+// starts its accumulator only sometimes. kSteps > 0: only the first kSteps k-steps (a product whose
+// A operand is zero past them).
+template <bool kZeroInit, int kSteps = 0, typename TiledMma, typename FragA, typename FragB, typename Acc>
 __device__ __forceinline__ void wgmma_issue(TiledMma& mma, FragA& a, FragB const& b, Acc& acc,
                                             bool zero_init = false) {
     constexpr bool kRegisterA = !std::is_same_v<typename FragA::iterator, GMMA::DescriptorIterator>;
@@ -63,7 +64,7 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& mma, FragA& a, FragB const
     warpgroup_arrive();
     if (kZeroInit || zero_init) mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(a); ++k) {
+    for (int k = 0; k < (kSteps > 0 ? kSteps : int(size<2>(a))); ++k) {
         cute::gemm(mma, a(_, _, k), b(_, _, k), acc);
         mma.accumulate_ = GMMA::ScaleOut::One;
     }

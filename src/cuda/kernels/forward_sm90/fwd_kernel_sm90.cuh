@@ -346,6 +346,20 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
         wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o, first);
     };
+    // The diagonal block over its first half of keys (Traits::kNarrowDiagonal): S into an accumulator
+    // of half width, copied into acc_s's first half (wgmma's accumulator holds column group v / 4 in
+    // register v) with -inf past it, where no row sees a key; P V over the k-steps of that half.
+    constexpr bool kNarrow = kQRegs && Traits::kNarrowDiagonal;
+    constexpr int kHalfN = kBlockN / 2;
+    using TiledMmaSHalf = std::conditional_t<kNarrow, typename Traits::TiledMmaSQRegsHalf, decltype(mma_s)>;
+    TiledMmaSHalf mma_s_half;
+    auto mma_s_half_thr = mma_s_half.get_thread_slice(tid);
+    auto issue_pv_half = [&](int s, bool first) {
+        if constexpr (kNarrow) {
+            Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
+            wgmma_issue<false, decltype(size<2>(tOrVt))::value / 2>(mma_o, tOrP, tOrVt, acc_o, first);
+        }
+    };
     // (The proxy fence only after cp.async, whose writes go through the generic proxy: TMA's are
     // the async proxy's own, as the wgmma's reads.)
     auto wait_full = [&](uint64_t* barrier, int r) {
@@ -384,6 +398,23 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + (consumer + 1) % kConsumers);
     };
     if (consumer == kLastConsumer) cutlass::arch::NamedBarrier::arrive(2 * 128, kTurnBarrier0 + 0);
+    // The first block's S over the half (kNarrow) in this consumer's turn, waited for here: the two
+    // paths of the first block join only after their waits, and acc_s is written whole after the
+    // wait (joined before it, or with acc_s's other half left as it was, ptxas serialised every wgmma
+    // of the kernel: C7515, C7511).
+    auto s_half = [&](int s) {
+        if constexpr (kNarrow) {
+            Tensor acc_half = partition_fragment_C(mma_s_half, Shape<Int<kBlockM>, Int<kHalfN>>{});
+            Tensor k_half = local_tile(k_stage(s), Shape<Int<kHalfN>, Int<kHeadDim>>{}, make_coord(0, 0));
+            Tensor tSrK = mma_s_half_thr.partition_fragment_B(k_half);
+            wgmma_issue<true>(mma_s_half, tSrQ, tSrK, acc_half);
+            pass_turn();
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc_half);
+            CUTE_UNROLL
+            for (int i = 0; i < size(acc_s); ++i) acc_s(i) = i < size(acc_half) ? acc_half(i) : -INFINITY;
+        }
+    };
 
     int ring_base = 0, tiles_done = 0;
     int published = 0;
@@ -457,13 +488,29 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         };
         for (int idx = 0; idx < lead; ++idx) pass_block(idx);
         const int first = mine.n_end - 1; // this consumer's first block in the visit order
+        // Whether this consumer's rows see only the first half of that block (kNarrow): the last
+        // row's keys end there (a right window edge, or the sequence's last keys).
+        bool narrow = false;
+        if constexpr (kNarrow) {
+            if (own_blocks > 0) {
+                const int last_row = min(m0 + consumer * 64 + 64, t.seq.q_len) - 1;
+                int64_t key_end = t.seq.k_len;
+                if (args.mask.is_local())
+                    key_end = min(key_end, args.mask.keys_for_row(t.seq.query_row(last_row), t.seq.query_len(), t.seq.k_len).end);
+                narrow = key_end <= int64_t(first) * kBlockN + kHalfN;
+            }
+        }
         if (own_blocks > 0) {
             const int r = ring_base + lead;
             wait_full(k_full, r);
             take_turn();
-            issue_s(r % kStages);
-            pass_turn();
-            warpgroup_wait<0>();
+            if (narrow) {
+                s_half(r % kStages);
+            } else {
+                issue_s(r % kStages);
+                pass_turn();
+                warpgroup_wait<0>();
+            }
             warpgroup_fence_operand(acc_s);
             release(k_empty, r);
             release_q_after_s(own_blocks == 1);
@@ -489,7 +536,11 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             wait_full(v_full, r - 1);
             take_turn();
             issue_s(r % kStages);
-            issue_pv((r - 1) % kStages, idx == lead + 1);
+            if (narrow && idx == lead + 1) {
+                issue_pv_half((r - 1) % kStages, true);
+            } else {
+                issue_pv((r - 1) % kStages, idx == lead + 1);
+            }
             pass_turn();
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
@@ -524,7 +575,11 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             const int r = ring_base + lead + own_blocks - 1;
             wait_full(v_full, r);
             take_turn();
-            issue_pv(r % kStages, own_blocks == 1);
+            if (narrow && own_blocks == 1) {
+                issue_pv_half(r % kStages, true);
+            } else {
+                issue_pv(r % kStages, own_blocks == 1);
+            }
             pass_turn();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);

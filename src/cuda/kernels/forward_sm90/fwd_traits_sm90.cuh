@@ -65,6 +65,9 @@ struct Sm90FwdTraits {
     using TiledMmaSQRegs = decltype(make_tiled_mma(
         GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpGroups{}));
     using SmemCopyQ = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+    // The same product over the first half of a key block (kNarrowDiagonal).
+    using TiledMmaSQRegsHalf = decltype(make_tiled_mma(
+        GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kBlockN / 2>, Int<kHeadDim>>>(), WarpGroups{}));
     // O += P V: P from registers (the S accumulator converted to 16 bits), V from shared memory.
     // V is stored keys x head_dim_v, so as the B operand (head_dim_v x keys) it is MN-major.
     using TiledMmaO = decltype(make_tiled_mma(
@@ -159,6 +162,10 @@ struct Sm90FwdTraits {
     // H200 at the power cap it saves energy, not cycles: the same kernel ran 1-2% higher clocks at
     // 16k for a 1% lower tensor share per cycle, +1% TFLOP/s non-causal, 0 causal and at 1k.
     static constexpr bool kQInRegisters = kHeadDim == 128 && kHeadDimV == 128 && kWarpGroups == 2;
+    // A consumer whose rows see only the first half of its first (diagonal) key block computes that
+    // block's S = Q K^T and P V over the half (the plain kernel with Q in registers): under an aligned
+    // causal mask the first consumer of every 128-row tile (at 1k, 8 of a head's 72 consumer blocks).
+    static constexpr bool kNarrowDiagonal = kQInRegisters && kBlockN == 128;
     static constexpr bool kNarrowO = kHeadDimV <= 128;
     static constexpr int kProducerRegs = kWarpGroups == 3 ? 32 : kNarrowO ? 40 : 24;
     static constexpr int kConsumerRegs = kWarpGroups == 3 ? 160 : kNarrowO ? 232 : 240;
