@@ -982,6 +982,19 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     d256_causal.fwd.causal = true;
     EXPECT_FALSE(plan(d256_causal).kv_major);
     EXPECT_TRUE(plan(d256_causal, h200(), overrides("backward_gqa=kv_major")).kv_major);
+    Backward group8 = short_gqa; // causal with groups of 8: the walk's CTAs too long for the grid's end
+    group8.fwd.heads = 64, group8.fwd.heads_k = 8, group8.fwd.causal = true;
+    EXPECT_FALSE(plan(group8).kv_major);
+    EXPECT_TRUE(plan(group8).dkv_add);
+    group8.deterministic = true;
+    EXPECT_FALSE(plan(group8).kv_major);
+    EXPECT_TRUE(plan(group8, h200(), overrides("backward_gqa=kv_major")).kv_major);
+    Backward group8_full = group8; // without the mask the walk stays
+    group8_full.deterministic = false, group8_full.fwd.causal = false;
+    EXPECT_TRUE(plan(group8_full).kv_major);
+    Backward group4 = group8; // 32 / 8 causal keeps the walk
+    group4.deterministic = false, group4.fwd.heads = 32;
+    EXPECT_TRUE(plan(group4).kv_major);
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {

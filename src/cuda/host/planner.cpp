@@ -409,6 +409,7 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // scratch: d128 (32/8, 64/8) 1.15-1.21x at 1k, 1.03-1.09x at 2k, 0.93-1.02x at 4k, 0.77-1.01x at
 // 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
+constexpr int64_t kKvMajorMaxCausalGroup = 8; // (causal: groups of this size and larger take the scratch)
 
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
     const Problem& pr = problem.fwd;
@@ -526,9 +527,14 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
         // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
-        // the same schedule, unmeasured).
+        // the same schedule, unmeasured), nor under a causal mask with groups of 8 or more: a walk CTA
+        // then runs up to group x query blocks (64 blocks at 1k against 8 at the other end of the
+        // grid), and the grid's last wave waits on the long ones (H100, d128 causal, the walk's speed
+        // over the scratch's: 64 / 8 0.93 / 0.85 at 1k / 2k, deterministic 1.02 / 0.86; 32 / 8 1.19 /
+        // 1.09, deterministic 1.14 / 0.98).
         plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys &&
-                        !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal);
+                        !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal) &&
+                        !(p.causal && pr.group >= kKvMajorMaxCausalGroup);
         break;
     }
     if (plan.kv_major) {
