@@ -409,7 +409,7 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // scratch: d128 (32/8, 64/8) 1.15-1.21x at 1k, 1.03-1.09x at 2k, 0.93-1.02x at 4k, 0.77-1.01x at
 // 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
-constexpr int64_t kKvMajorMaxCausalGroup = 8; // (causal: groups of this size and larger take the scratch)
+constexpr int64_t kCausalScratchGroup = 8; // causal GQA with groups of this size or larger: the scratch
 
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
     const Problem& pr = problem.fwd;
@@ -534,7 +534,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         // 1.09, deterministic 1.14 / 0.98).
         plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys &&
                         !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal) &&
-                        !(p.causal && pr.group >= kKvMajorMaxCausalGroup);
+                        !(p.causal && pr.group >= kCausalScratchGroup);
         break;
     }
     if (plan.kv_major) {
