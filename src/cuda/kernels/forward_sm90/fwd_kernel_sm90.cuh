@@ -341,11 +341,6 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         Tensor tSrK = mma_s_thr.partition_fragment_B(k_stage(s));
         wgmma_issue<true>(mma_s, tSrQ, tSrK, acc_s);
     };
-    // A tile's first P V starts O (wgmma's scale-d 0), so O is not cleared per tile.
-    auto issue_pv = [&](int s, bool first) {
-        Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
-        wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o, first);
-    };
     // The diagonal block over its first half of keys (Traits::kNarrowDiagonal): S into an accumulator
     // of half width, copied into acc_s's first half (wgmma's accumulator holds column group v / 4 in
     // register v) with -inf past it, where no row sees a key; P V over the k-steps of that half.
@@ -354,10 +349,14 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     using TiledMmaSHalf = std::conditional_t<kNarrow, typename Traits::TiledMmaSQRegsHalf, decltype(mma_s)>;
     TiledMmaSHalf mma_s_half;
     auto mma_s_half_thr = mma_s_half.get_thread_slice(tid);
-    auto issue_pv_half = [&](int s, bool first) {
-        if constexpr (kNarrow) {
-            Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
+    // A tile's first P V starts O (wgmma's scale-d 0), so O is not cleared per tile; `half`: the
+    // narrowed first block's (kNarrow), over the first half of the k-steps.
+    auto issue_pv = [&](int s, bool first, bool half = false) {
+        Tensor tOrVt = mma_o_thr.partition_fragment_B(vt_stage(s));
+        if (kNarrow && half) {
             wgmma_issue<false, decltype(size<2>(tOrVt))::value / 2>(mma_o, tOrP, tOrVt, acc_o, first);
+        } else {
+            wgmma_issue<false>(mma_o, tOrP, tOrVt, acc_o, first);
         }
     };
     // (The proxy fence only after cp.async, whose writes go through the generic proxy: TMA's are
@@ -536,11 +535,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             wait_full(v_full, r - 1);
             take_turn();
             issue_s(r % kStages);
-            if (narrow && idx == lead + 1) {
-                issue_pv_half((r - 1) % kStages, true);
-            } else {
-                issue_pv((r - 1) % kStages, idx == lead + 1);
-            }
+            issue_pv((r - 1) % kStages, idx == lead + 1, narrow && idx == lead + 1);
             pass_turn();
             warpgroup_wait<1>();
             warpgroup_fence_operand(acc_s);
@@ -575,11 +570,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             const int r = ring_base + lead + own_blocks - 1;
             wait_full(v_full, r);
             take_turn();
-            if (narrow && own_blocks == 1) {
-                issue_pv_half(r % kStages, true);
-            } else {
-                issue_pv(r % kStages, own_blocks == 1);
-            }
+            issue_pv(r % kStages, own_blocks == 1, narrow && own_blocks == 1);
             pass_turn();
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc_o);
