@@ -155,16 +155,18 @@ def test_gqa(heads, causal, hdim):
     run_and_check(q, k, v, name=f"gqa {heads}", causal=causal)
 
 
-# Both GQA schemes of the Hopper backward (overrides backward_gqa): a CTA per KV head walking the
-# group's query heads, and the fp32 dK/dV scratch (added per KV head outside deterministic mode);
-# 600 queries so that d128 runs the Hopper kernel.
-@pytest.mark.parametrize("scheme", ["kv_major", "scratch"])
+# The GQA schemes of the Hopper backward (overrides backward_gqa): a CTA per KV head walking the
+# group's query heads, two per KV head each walking half the group and adding its sums into fp32 rows
+# per KV head (an even group: 8 / 2 heads), and the fp32 dK/dV scratch (added per KV head outside
+# deterministic mode); 600 queries so that d128 runs the Hopper kernel.
+@pytest.mark.parametrize("scheme", ["kv_major", "kv_split", "scratch"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_gqa_schemes(scheme, causal, hdim, overrides):
     torch.manual_seed(hdim + causal)
     overrides(f"backward_gqa={scheme}")
-    q, k, v = rand(2, 600, 6, hdim), rand(2, 700, 2, hdim), rand(2, 700, 2, hdim)
+    hq = 8 if scheme == "kv_split" else 6
+    q, k, v = rand(2, 600, hq, hdim), rand(2, 700, 2, hdim), rand(2, 700, 2, hdim)
     run_and_check(q, k, v, name=f"gqa {scheme}", causal=causal)
 
 
@@ -286,20 +288,21 @@ def sm90_backward_instances(fn):
     return result, found
 
 
-@pytest.mark.parametrize("gqa", ["kv_major", "scratch"])
+@pytest.mark.parametrize("gqa", ["kv_major", "kv_split", "scratch"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("hdim", [128, 256])
 def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
     """GQA at d128 and d256: the ordered dQ on the walk over the group (a CTA adds to each of its 4
     query heads in turn, on that head's counters; automatic up to 2048 keys, at d256 not under a
-    causal mask) and on the scratch."""
+    causal mask), on the walk over half the group (two CTAs per KV head adding their dK / dV sums
+    onto zero: the same bits in either order), and on the scratch."""
     torch.manual_seed(40 + causal + hdim)
     overrides(f"deterministic_dq=ordered,backward_gqa={gqa}")
     q, k, v = ordered_inputs(hdim, (1, 520, 900, 8, 2))  # >= 512 queries: the Hopper kernel
     assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, causal=causal)
     _, ran = sm90_backward_instances(
         lambda: run_and_check(q, k, v, name=f"deterministic ordered GQA {gqa}", deterministic=True, causal=causal))
-    walk = gqa == "kv_major"
+    walk = gqa != "scratch"
     assert ran in (set(), {(False, walk, True)}), f"ran the Hopper backward instances {sorted(ran)}"
 
 

@@ -995,6 +995,25 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward group4 = group8; // 32 / 8 causal keeps the walk
     group4.deterministic = false, group4.fwd.heads = 32;
     EXPECT_TRUE(plan(group4).kv_major);
+    // The walk split in two: two CTAs per KV head of half the group each, adding into rows per KV head.
+    const BackwardPlan split = plan(group4, h200(), overrides("backward_gqa=kv_split"));
+    EXPECT_TRUE(split.kv_major);
+    EXPECT_EQ(split.walk_heads, 2);
+    EXPECT_TRUE(split.dkv_scratch);
+    EXPECT_TRUE(split.dkv_add);
+    EXPECT_EQ(split.ctas, 16 * 2 * 8 * 2); // key blocks x batch x KV heads x 2
+    EXPECT_EQ(split.workspace.size(Piece::dk_accum), size_t(8) * split.k_rows_total * split.tile_dim * 4);
+    EXPECT_EQ(plan(group4).walk_heads, 4);
+    Backward odd = group4; // an odd group: not split
+    odd.fwd.heads = 24;
+    EXPECT_FALSE(plan(odd, h200(), overrides("backward_gqa=kv_split")).kv_major);
+    EXPECT_EQ(plan(group4, h200(), overrides("backward_gqa=kv_split4")).walk_heads, 1);
+    group4.deterministic = true; // deterministic: two parts (a + b either way), not four
+    const BackwardPlan det_split = plan(group4, h200(), overrides("backward_gqa=kv_split"));
+    EXPECT_TRUE(det_split.kv_major);
+    EXPECT_TRUE(det_split.ordered_dq);
+    EXPECT_TRUE(det_split.dkv_add);
+    EXPECT_FALSE(plan(group4, h200(), overrides("backward_gqa=kv_split4")).kv_major);
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {

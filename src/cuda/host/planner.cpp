@@ -522,8 +522,14 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     const bool walk_deterministic = plan.ordered_dq && tiles::backward_sm90_ordered_walk(plan.tile_dim, plan.tile_dim_v);
     const bool kv_major_fits = sm90 && pr.group > 1 && (!deterministic || walk_deterministic) && !extras &&
                                !s.pad_head_dim && chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
+    // The walk split in parts (a CTA per part of the group, the parts' sums added into fp32 rows per
+    // KV head, zeroed first): groups the parts divide. Two parts also in deterministic mode: two adds
+    // onto zero give a + b in either order.
+    int walk_parts = 1;
     switch (overrides.backward_gqa) {
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
+    case GqaBackwardChoice::kv_split: walk_parts = 2; break;
+    case GqaBackwardChoice::kv_split4: walk_parts = 4; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
         // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
@@ -537,9 +543,13 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
                         !(p.causal && pr.group >= kCausalScratchGroup);
         break;
     }
+    if (walk_parts > 1)
+        plan.kv_major = kv_major_fits && pr.group % walk_parts == 0 && (!deterministic || walk_parts == 2);
+    const bool walk_split = plan.kv_major && walk_parts > 1;
     if (plan.kv_major) {
-        plan.dkv_scratch = false;
-        plan.ctas = int64_t(plan.num_chunks) * p.batch * p.num_heads_k;
+        plan.walk_heads = int(pr.group / (walk_split ? walk_parts : 1));
+        plan.dkv_scratch = walk_split;
+        plan.ctas = int64_t(plan.num_chunks) * p.batch * (p.num_heads / plan.walk_heads);
     }
 
     // Sections of (sequence, head) pairs whose Q, dO (16-bit) and dQ scratch (fp32) take about 40 MB
@@ -549,9 +559,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // docs/perf-log.md, KK), where the default grid's tail (below) lost 2-4% at 24 MB. On the group
     // walk a pair is a (sequence, KV head) with the rows of its group's query heads.
     constexpr double kSectionBytes = 40.0 * 1024 * 1024, kOrderedSectionBytes = 24.0 * 1024 * 1024;
-    const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads_k : p.num_heads));
+    const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads / plan.walk_heads : p.num_heads));
     const double pair_bytes = std::max(1.0, (varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q)) *
-                                                (plan.kv_major ? int(pr.group) : 1) *
+                                                (plan.kv_major ? plan.walk_heads : 1) *
                                                 double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
     const double section_fit = std::floor(kSectionBytes / pair_bytes);
     if (plan.ordered_dq) {
@@ -586,7 +596,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // GQA through the scratch on the Hopper kernel, outside deterministic mode: dK / dV added into
     // rows per KV head (reductions in L2) instead of stored per query head, written to memory and
     // read back by the finishing sum (1 GB each way at d256, 32 / 4 heads, 16k tokens).
-    plan.dkv_add = plan.dkv_scratch && pr.group > 1 && sm90 && !deterministic;
+    plan.dkv_add = plan.dkv_scratch && pr.group > 1 && sm90 && (!deterministic || walk_split);
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));

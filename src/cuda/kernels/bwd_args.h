@@ -69,8 +69,10 @@ struct BwdArgs {
     // the most query blocks, so the grid then ends on short CTAs (0: pair by pair throughout).
     int32_t tail_pairs;
     // The Hopper backward's grid over KV heads (GQA, planner: BackwardPlan::kv_major): CTA
-    // (sequence, KV head, chunk) walks the group's group_heads query heads in turn for each of its
-    // key blocks, dK/dV staying in registers across them. 1: a CTA per (sequence, query head, chunk).
+    // (sequence, run of group_heads query heads, chunk) walks them in turn for each of its key
+    // blocks, dK/dV staying in registers across them; group_heads divides the group (the whole
+    // group: dK/dV written once; a part: added into dk_accum's rows of the KV head, dkv_add).
+    // 1: a CTA per (sequence, query head, chunk).
     int32_t group_heads;
     float* dk_accum;         // null: the main kernel writes dk/dv (scaled, converted) itself
     float* dv_accum;

@@ -37,8 +37,9 @@ namespace flashattn::cuda::kernels {
 using namespace cute;
 
 // Work item: chunk of key blocks, sequence, query head (as bwd_kernel.cuh); or, on a grid over KV
-// heads (args.group_heads > 1), chunk, sequence, KV head, and the group's query heads walked in
-// turn (set_head picks the current one: h, row_stat0).
+// heads (args.group_heads > 1), chunk, sequence, and a run of group_heads query heads of one KV
+// head (the whole group, or a part of it) walked in turn (set_head picks the current one: h,
+// row_stat0).
 //
 // Grid order. By default the chunks of a (sequence, head) pair are neighbours in blockIdx.x. With
 // the ordered dQ (kOrderedDq; args.dq_semaphore: one key block per CTA) a CTA waits for the CTAs of
@@ -74,14 +75,14 @@ struct Sm90BwdWork {
             const unsigned section = blockIdx.x / (width * key_blocks);
             const unsigned in_section = blockIdx.x - section * (width * key_blocks);
             const unsigned first_pair = section * width;
-            const unsigned pairs = unsigned(fa.batch) * unsigned(args.group_heads > 1 ? args.num_heads_k : fa.num_heads);
+            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads / args.group_heads);
             const unsigned here = min(width, pairs - first_pair); // pairs in this section
             const unsigned rank = in_section / here;
             bh = int(first_pair + (in_section - rank * here));
             chunk = args.dq_keys_descending ? int(key_blocks - 1 - rank) : int(rank);
         } else if (args.tail_pairs > 0) { // pair by pair, then the last pairs key-major (bwd_args.h)
             const unsigned key_blocks = unsigned(args.num_chunks), tail = unsigned(args.tail_pairs);
-            const unsigned pairs = unsigned(fa.batch) * unsigned(args.group_heads > 1 ? args.num_heads_k : fa.num_heads);
+            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads / args.group_heads);
             const unsigned head_ctas = (pairs - tail) * key_blocks;
             if (blockIdx.x < head_ctas) {
                 chunk = int(blockIdx.x % key_blocks);
@@ -95,15 +96,10 @@ struct Sm90BwdWork {
             chunk = int(blockIdx.x % unsigned(args.num_chunks));
             bh = int(blockIdx.x / unsigned(args.num_chunks));
         }
-        if (args.group_heads > 1) {
-            b = bh / args.num_heads_k;
-            h_kv = bh - b * args.num_heads_k;
-            h = h_kv * args.group_heads;
-        } else {
-            b = bh / fa.num_heads;
-            h = bh - b * fa.num_heads;
-            h_kv = h / fa.heads_per_kv_head;
-        }
+        const int items_per_sequence = fa.num_heads / args.group_heads; // (query heads, or runs of group_heads)
+        b = bh / items_per_sequence;
+        h = (bh - b * items_per_sequence) * args.group_heads;
+        h_kv = h / fa.heads_per_kv_head;
         h_first = h;
         seq = sequence_bounds(fa, b);
         k_stored = stored_k_rows(fa, b);
