@@ -26,11 +26,10 @@ InferenceChoice inference_choice(const std::string& value) {
 
 GqaBackwardChoice gqa_backward_choice(const std::string& value) {
     if (value == "kv_major") return GqaBackwardChoice::kv_major;
-    if (value == "kv_split") return GqaBackwardChoice::kv_split;
-    if (value == "kv_split4") return GqaBackwardChoice::kv_split4;
+    if (value == "kv_pairs") return GqaBackwardChoice::kv_pairs;
     if (value == "scratch") return GqaBackwardChoice::scratch;
     if (value == "auto") return GqaBackwardChoice::automatic;
-    fail(FA_ERROR_INVALID_ARGUMENT, "overrides: backward_gqa must be kv_major, kv_split, scratch or auto, got '", value, "'");
+    fail(FA_ERROR_INVALID_ARGUMENT, "overrides: backward_gqa must be kv_major, kv_pairs, scratch or auto, got '", value, "'");
 }
 
 DeterministicDqChoice deterministic_dq_choice(const std::string& value) {

@@ -10,10 +10,10 @@
 //   backward_kernel   sm80 | sm90            the backward's kernel on compute capability 9.0
 //   inference_kernel  tile64 | split_keys    KV-cache, paged and split-KV forwards: the 64-row tile,
 //                                            or the split-keys decode kernel for every tile height
-//   backward_gqa      kv_major | kv_split | scratch   GQA on the Hopper backward: a CTA per KV head
-//                                            walking its query heads, two per KV head each walking
-//                                            half of them (adding dK/dV into fp32 rows per KV head),
-//                                            or one per query head with fp32 dK/dV scratch
+//   backward_gqa      kv_major | kv_pairs | scratch   GQA on the Hopper backward: a CTA per KV head
+//                                            walking its query heads, one per pair of query heads
+//                                            (adding dK/dV into fp32 rows per KV head), or one per
+//                                            query head with fp32 dK/dV scratch
 //   deterministic_dq  ordered | chunks       deterministic mode's dQ: added in a fixed key-block order
 //                                            under per-query-block counters (Hopper kernel only), or
 //                                            per-chunk buffers summed in chunk order (either kernel)
@@ -29,7 +29,7 @@ namespace flashattn {
 
 enum class KernelChoice : uint8_t { automatic, sm80, sm90 };
 enum class InferenceChoice : uint8_t { automatic, tile64, split_keys };
-enum class GqaBackwardChoice : uint8_t { automatic, kv_major, kv_split, kv_split4, scratch };
+enum class GqaBackwardChoice : uint8_t { automatic, kv_major, kv_pairs, scratch };
 enum class DeterministicDqChoice : uint8_t { automatic, ordered, chunks };
 
 struct Overrides {

@@ -156,16 +156,16 @@ def test_gqa(heads, causal, hdim):
 
 
 # The GQA schemes of the Hopper backward (overrides backward_gqa): a CTA per KV head walking the
-# group's query heads, two per KV head each walking half the group and adding its sums into fp32 rows
-# per KV head (an even group: 8 / 2 heads), and the fp32 dK/dV scratch (added per KV head outside
+# group's query heads, a CTA per pair of query heads adding its sums into fp32 rows per KV head (16 / 2
+# heads: four CTAs add into each row), and the fp32 dK/dV scratch (added per KV head outside
 # deterministic mode); 600 queries so that d128 runs the Hopper kernel.
-@pytest.mark.parametrize("scheme", ["kv_major", "kv_split", "scratch"])
+@pytest.mark.parametrize("scheme", ["kv_major", "kv_pairs", "scratch"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_gqa_schemes(scheme, causal, hdim, overrides):
     torch.manual_seed(hdim + causal)
     overrides(f"backward_gqa={scheme}")
-    hq = 8 if scheme == "kv_split" else 6
+    hq = 16 if scheme == "kv_pairs" else 6
     q, k, v = rand(2, 600, hq, hdim), rand(2, 700, 2, hdim), rand(2, 700, 2, hdim)
     run_and_check(q, k, v, name=f"gqa {scheme}", causal=causal)
 
@@ -288,13 +288,13 @@ def sm90_backward_instances(fn):
     return result, found
 
 
-@pytest.mark.parametrize("gqa", ["kv_major", "kv_split", "scratch"])
+@pytest.mark.parametrize("gqa", ["kv_major", "kv_pairs", "scratch"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("hdim", [128, 256])
 def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
     """GQA at d128 and d256: the ordered dQ on the walk over the group (a CTA adds to each of its 4
     query heads in turn, on that head's counters; automatic up to 2048 keys, at d256 not under a
-    causal mask), on the walk over half the group (two CTAs per KV head adding their dK / dV sums
+    causal mask), on the walk over pairs of heads (two CTAs per KV head adding their dK / dV sums
     onto zero: the same bits in either order), and on the scratch."""
     torch.manual_seed(40 + causal + hdim)
     overrides(f"deterministic_dq=ordered,backward_gqa={gqa}")

@@ -982,38 +982,49 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     d256_causal.fwd.causal = true;
     EXPECT_FALSE(plan(d256_causal).kv_major);
     EXPECT_TRUE(plan(d256_causal, h200(), overrides("backward_gqa=kv_major")).kv_major);
-    Backward group8 = short_gqa; // causal with groups of 8: the walk's CTAs too long for the grid's end
+    // Causal with groups of 8: a CTA per pair of query heads (the whole group's walk makes CTAs too
+    // long for the grid's end), adding dK / dV into fp32 rows per KV head; up to 4096 keys.
+    Backward group8 = short_gqa;
     group8.fwd.heads = 64, group8.fwd.heads_k = 8, group8.fwd.causal = true;
-    EXPECT_FALSE(plan(group8).kv_major);
-    EXPECT_TRUE(plan(group8).dkv_add);
-    group8.deterministic = true;
-    EXPECT_FALSE(plan(group8).kv_major);
-    EXPECT_TRUE(plan(group8, h200(), overrides("backward_gqa=kv_major")).kv_major);
-    Backward group8_full = group8; // without the mask the walk stays
-    group8_full.deterministic = false, group8_full.fwd.causal = false;
-    EXPECT_TRUE(plan(group8_full).kv_major);
-    Backward group4 = group8; // 32 / 8 causal keeps the walk
-    group4.deterministic = false, group4.fwd.heads = 32;
+    const BackwardPlan pairs = plan(group8);
+    EXPECT_TRUE(pairs.kv_major);
+    EXPECT_EQ(pairs.walk_heads, 2);
+    EXPECT_TRUE(pairs.dkv_scratch);
+    EXPECT_TRUE(pairs.dkv_add);
+    EXPECT_EQ(pairs.ctas, 16 * 2 * 32); // key blocks x batch x pairs of heads
+    EXPECT_EQ(pairs.workspace.size(Piece::dk_accum), size_t(8) * pairs.k_rows_total * pairs.tile_dim * 4);
+    Backward group8_d256 = group8; // the P/dS schedule too
+    group8_d256.fwd.head_dim = 256, group8_d256.fwd.heads = 32, group8_d256.fwd.heads_k = 4;
+    EXPECT_EQ(plan(group8_d256).walk_heads, 2);
+    Backward group8_long = group8;
+    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 4096;
+    EXPECT_EQ(plan(group8_long).walk_heads, 2);
+    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 8192;
+    EXPECT_FALSE(plan(group8_long).kv_major);
+    EXPECT_TRUE(plan(group8_long).dkv_add);
+    Backward group8_det = group8; // deterministic: four pairs' adds would land in any order, so the scratch
+    group8_det.deterministic = true;
+    EXPECT_FALSE(plan(group8_det).kv_major);
+    EXPECT_FALSE(plan(group8_det, h200(), overrides("backward_gqa=kv_pairs")).kv_major);
+    EXPECT_TRUE(plan(group8_det, h200(), overrides("backward_gqa=kv_major")).kv_major);
+    Backward group8_full = group8; // without the mask the whole group's walk stays
+    group8_full.fwd.causal = false;
+    EXPECT_EQ(plan(group8_full).walk_heads, 8);
+    EXPECT_FALSE(plan(group8_full).dkv_scratch);
+    Backward group4 = group8; // 32 / 8 causal keeps the whole group's walk
+    group4.fwd.heads = 32;
     EXPECT_TRUE(plan(group4).kv_major);
-    // The walk split in two: two CTAs per KV head of half the group each, adding into rows per KV head.
-    const BackwardPlan split = plan(group4, h200(), overrides("backward_gqa=kv_split"));
-    EXPECT_TRUE(split.kv_major);
-    EXPECT_EQ(split.walk_heads, 2);
-    EXPECT_TRUE(split.dkv_scratch);
-    EXPECT_TRUE(split.dkv_add);
-    EXPECT_EQ(split.ctas, 16 * 2 * 8 * 2); // key blocks x batch x KV heads x 2
-    EXPECT_EQ(split.workspace.size(Piece::dk_accum), size_t(8) * split.k_rows_total * split.tile_dim * 4);
     EXPECT_EQ(plan(group4).walk_heads, 4);
-    Backward odd = group4; // an odd group: not split
+    EXPECT_EQ(plan(group4, h200(), overrides("backward_gqa=kv_pairs")).walk_heads, 2);
+    Backward odd = group4; // an odd group has no pairs
     odd.fwd.heads = 24;
-    EXPECT_FALSE(plan(odd, h200(), overrides("backward_gqa=kv_split")).kv_major);
-    EXPECT_EQ(plan(group4, h200(), overrides("backward_gqa=kv_split4")).walk_heads, 1);
-    group4.deterministic = true; // deterministic: two parts (a + b either way), not four
-    const BackwardPlan det_split = plan(group4, h200(), overrides("backward_gqa=kv_split"));
-    EXPECT_TRUE(det_split.kv_major);
-    EXPECT_TRUE(det_split.ordered_dq);
-    EXPECT_TRUE(det_split.dkv_add);
-    EXPECT_FALSE(plan(group4, h200(), overrides("backward_gqa=kv_split4")).kv_major);
+    EXPECT_FALSE(plan(odd, h200(), overrides("backward_gqa=kv_pairs")).kv_major);
+    group4.deterministic = true; // deterministic with two pairs: a + b either way
+    const BackwardPlan det_pairs = plan(group4, h200(), overrides("backward_gqa=kv_pairs"));
+    EXPECT_TRUE(det_pairs.kv_major);
+    EXPECT_TRUE(det_pairs.ordered_dq);
+    EXPECT_TRUE(det_pairs.dkv_add);
+    EXPECT_EQ(det_pairs.walk_heads, 2);
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {

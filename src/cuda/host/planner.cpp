@@ -409,7 +409,10 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // scratch: d128 (32/8, 64/8) 1.15-1.21x at 1k, 1.03-1.09x at 2k, 0.93-1.02x at 4k, 0.77-1.01x at
 // 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
-constexpr int64_t kCausalScratchGroup = 8; // causal GQA with groups of this size or larger: the scratch
+// Causal GQA with groups of this size or larger: the walk over pairs of query heads up to kPairsMaxKeys
+// keys (the scratch past them, and in deterministic mode).
+constexpr int64_t kCausalPairsGroup = 8;
+constexpr int64_t kPairsMaxKeys = 4096;
 
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
     const Problem& pr = problem.fwd;
@@ -522,32 +525,37 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     const bool walk_deterministic = plan.ordered_dq && tiles::backward_sm90_ordered_walk(plan.tile_dim, plan.tile_dim_v);
     const bool kv_major_fits = sm90 && pr.group > 1 && (!deterministic || walk_deterministic) && !extras &&
                                !s.pad_head_dim && chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
-    // The walk split in parts (a CTA per part of the group, the parts' sums added into fp32 rows per
-    // KV head, zeroed first): groups the parts divide. Two parts also in deterministic mode: two adds
-    // onto zero give a + b in either order.
-    int walk_parts = 1;
+    // The walk over pairs of query heads (a CTA per two heads of a group, each CTA adding its pair's
+    // dK / dV into fp32 rows per KV head, zeroed first): even groups; in deterministic mode only where
+    // the group has two pairs (two adds onto zero give a + b in either order; more would not).
+    const bool pairs_fit = kv_major_fits && pr.group % 2 == 0 && (!deterministic || pr.group <= 4);
+    bool walk_pairs = false;
     switch (overrides.backward_gqa) {
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
-    case GqaBackwardChoice::kv_split: walk_parts = 2; break;
-    case GqaBackwardChoice::kv_split4: walk_parts = 4; break;
+    case GqaBackwardChoice::kv_pairs: plan.kv_major = walk_pairs = pairs_fit; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
+        if (p.causal && pr.group >= kCausalPairsGroup && !deterministic) {
+            // Under a causal mask with groups of 8 or more the whole group's walk makes CTAs of up to
+            // group x query blocks (64 blocks at 1k against 8 at the other end of the grid) and the
+            // grid's last wave waits on the long ones, while the scratch adds every query head's dK /
+            // dV into the KV head's rows: pairs of heads halve the CTAs' spread and quarter the adds
+            // (H100, pairs over the scratch, roles swapped and averaged: 64 / 8 d128 1.08 / 1.05 /
+            // 1.05 at 1k / 2k / 4k, 32 / 4 d256 1.065 / 1.05 / 1.045; at 8k 0.96 and 1.04).
+            plan.kv_major = walk_pairs = pairs_fit && p.seqlen_k <= kPairsMaxKeys;
+            break;
+        }
         // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
-        // the same schedule, unmeasured), nor under a causal mask with groups of 8 or more: a walk CTA
-        // then runs up to group x query blocks (64 blocks at 1k against 8 at the other end of the
-        // grid), and the grid's last wave waits on the long ones (H100, d128 causal, the walk's speed
-        // over the scratch's: 64 / 8 0.93 / 0.85 at 1k / 2k, deterministic 1.02 / 0.86; 32 / 8 1.19 /
-        // 1.09, deterministic 1.14 / 0.98).
+        // the same schedule, unmeasured), nor in deterministic mode under a causal mask with groups of
+        // 8 or more (H100, d128 64 / 8, the walk over the scratch 1.02 / 0.86 at 1k / 2k).
         plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys &&
                         !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal) &&
-                        !(p.causal && pr.group >= kCausalScratchGroup);
+                        !(p.causal && pr.group >= kCausalPairsGroup);
         break;
     }
-    if (walk_parts > 1)
-        plan.kv_major = kv_major_fits && pr.group % walk_parts == 0 && (!deterministic || walk_parts == 2);
-    const bool walk_split = plan.kv_major && walk_parts > 1;
+    const bool walk_split = walk_pairs && pr.group > 2;
     if (plan.kv_major) {
-        plan.walk_heads = int(pr.group / (walk_split ? walk_parts : 1));
+        plan.walk_heads = walk_pairs ? 2 : int(pr.group);
         plan.dkv_scratch = walk_split;
         plan.ctas = int64_t(plan.num_chunks) * p.batch * (p.num_heads / plan.walk_heads);
     }

@@ -152,8 +152,8 @@ struct BackwardPlan {
     bool dkv_add = false;        // ... per KV head instead, added to (BwdArgs::dkv_add; zeroed first)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
                                  // group's query heads; dK/dV written once, no scratch
-    int walk_heads = 0;          // kv_major: query heads a CTA walks, the group or half of it (then two
-                                 // CTAs per KV head add their sums into the dK/dV rows of the KV head)
+    int walk_heads = 0;          // kv_major: query heads a CTA walks, the group or a pair of its heads
+                                 // (then the pairs' CTAs add their sums into fp32 rows per KV head)
     int64_t dsink_terms = 0;     // deterministic dsink: (head, sequence, dsum row block) terms in scratch
     int64_t q_rows_total = 0, k_rows_total = 0;
     Staging staging;
