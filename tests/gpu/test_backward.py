@@ -294,11 +294,11 @@ def sm90_backward_instances(fn):
 def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
     """GQA at d128 and d256: the ordered dQ on the walk over the group (a CTA adds to each of its 4
     query heads in turn, on that head's counters; automatic up to 2048 keys, at d256 not under a
-    causal mask), on the walk over pairs of heads (two CTAs per KV head adding their dK / dV sums
-    onto zero: the same bits in either order), and on the scratch."""
+    causal mask), on the walk over pairs of heads (16 / 2 heads: four CTAs per KV head, each storing its
+    dK / dV in rows of its own, summed in pair order afterwards), and on the scratch."""
     torch.manual_seed(40 + causal + hdim)
     overrides(f"deterministic_dq=ordered,backward_gqa={gqa}")
-    q, k, v = ordered_inputs(hdim, (1, 520, 900, 8, 2))  # >= 512 queries: the Hopper kernel
+    q, k, v = ordered_inputs(hdim, (1, 520, 900, 16 if gqa == "kv_pairs" else 8, 2))  # >= 512 queries: the Hopper kernel
     assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, causal=causal)
     _, ran = sm90_backward_instances(
         lambda: run_and_check(q, k, v, name=f"deterministic ordered GQA {gqa}", deterministic=True, causal=causal))

@@ -1002,10 +1002,15 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 8192;
     EXPECT_FALSE(plan(group8_long).kv_major);
     EXPECT_TRUE(plan(group8_long).dkv_add);
-    Backward group8_det = group8; // deterministic: four pairs' adds would land in any order, so the scratch
+    Backward group8_det = group8; // deterministic: the scratch, or forced, pairs storing rows of their own
     group8_det.deterministic = true;
     EXPECT_FALSE(plan(group8_det).kv_major);
-    EXPECT_FALSE(plan(group8_det, h200(), overrides("backward_gqa=kv_pairs")).kv_major);
+    const BackwardPlan det_pairs8 = plan(group8_det, h200(), overrides("backward_gqa=kv_pairs"));
+    EXPECT_TRUE(det_pairs8.kv_major);
+    EXPECT_EQ(det_pairs8.walk_heads, 2);
+    EXPECT_TRUE(det_pairs8.dkv_scratch);
+    EXPECT_FALSE(det_pairs8.dkv_add);
+    EXPECT_EQ(det_pairs8.workspace.size(Piece::dk_accum), size_t(32) * det_pairs8.k_rows_total * det_pairs8.tile_dim * 4);
     EXPECT_TRUE(plan(group8_det, h200(), overrides("backward_gqa=kv_major")).kv_major);
     Backward group8_full = group8; // without the mask the whole group's walk stays
     group8_full.fwd.causal = false;
@@ -1019,12 +1024,13 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward odd = group4; // an odd group has no pairs
     odd.fwd.heads = 24;
     EXPECT_FALSE(plan(odd, h200(), overrides("backward_gqa=kv_pairs")).kv_major);
-    group4.deterministic = true; // deterministic with two pairs: a + b either way
+    group4.deterministic = true; // deterministic: rows per pair, summed in pair order afterwards
     const BackwardPlan det_pairs = plan(group4, h200(), overrides("backward_gqa=kv_pairs"));
     EXPECT_TRUE(det_pairs.kv_major);
     EXPECT_TRUE(det_pairs.ordered_dq);
-    EXPECT_TRUE(det_pairs.dkv_add);
+    EXPECT_FALSE(det_pairs.dkv_add);
     EXPECT_EQ(det_pairs.walk_heads, 2);
+    EXPECT_EQ(det_pairs.workspace.size(Piece::dk_accum), size_t(16) * det_pairs.k_rows_total * det_pairs.tile_dim * 4);
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {

@@ -525,10 +525,10 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     const bool walk_deterministic = plan.ordered_dq && tiles::backward_sm90_ordered_walk(plan.tile_dim, plan.tile_dim_v);
     const bool kv_major_fits = sm90 && pr.group > 1 && (!deterministic || walk_deterministic) && !extras &&
                                !s.pad_head_dim && chunk_aligned(problem.p.dk, !varlen) && chunk_aligned(problem.p.dv, !varlen);
-    // The walk over pairs of query heads (a CTA per two heads of a group, each CTA adding its pair's
-    // dK / dV into fp32 rows per KV head, zeroed first): even groups; in deterministic mode only where
-    // the group has two pairs (two adds onto zero give a + b in either order; more would not).
-    const bool pairs_fit = kv_major_fits && pr.group % 2 == 0 && (!deterministic || pr.group <= 4);
+    // The walk over pairs of query heads (a CTA per two heads of a group): even groups. Each CTA adds its
+    // pair's dK / dV into fp32 rows per KV head, zeroed first; in deterministic mode it stores them in
+    // rows of its own, which the finishing pass sums in pair order.
+    const bool pairs_fit = kv_major_fits && pr.group % 2 == 0;
     bool walk_pairs = false;
     switch (overrides.backward_gqa) {
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
@@ -604,7 +604,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // GQA through the scratch on the Hopper kernel, outside deterministic mode: dK / dV added into
     // rows per KV head (reductions in L2) instead of stored per query head, written to memory and
     // read back by the finishing sum (1 GB each way at d256, 32 / 4 heads, 16k tokens).
-    plan.dkv_add = plan.dkv_scratch && pr.group > 1 && sm90 && (!deterministic || walk_split);
+    plan.dkv_add = plan.dkv_scratch && pr.group > 1 && sm90 && !deterministic;
 
     WorkspaceLayout& w = plan.workspace;
     w.add(Piece::dsum, size_t(p.num_heads) * plan.q_rows_total * sizeof(float));
@@ -612,7 +612,8 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     w.add(Piece::dq_accum, chunks * dq_buffer);
     // Rows of tile_dim floats for dK and dV alike (BwdArgs::accum_cols; dV's rows in the value-dim
     // instance use their first tile_dim_v).
-    const size_t dkv_heads = plan.dkv_add ? size_t(p.num_heads_k) : size_t(p.num_heads);
+    // (Rows per KV head, or per unit of the grid: query head, or pair on the pairs' walk.)
+    const size_t dkv_heads = plan.dkv_add ? size_t(p.num_heads_k) : size_t(p.num_heads / (plan.kv_major ? plan.walk_heads : 1));
     const size_t dkv_bytes = plan.dkv_scratch ? dkv_heads * plan.k_rows_total * plan.tile_dim * 4 : 0;
     w.add(Piece::dk_accum, dkv_bytes);
     w.add(Piece::dv_accum, dkv_bytes);

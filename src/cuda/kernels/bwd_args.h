@@ -11,9 +11,10 @@
 //   lse_log2  [lse index]                                  lse * log2(e), +inf for -inf (Hopper kernels)
 //   dq_accum  [chunk][query head][q row][tile d]          sum of dS K over the chunk's key blocks
 //   dq_semaphore [sequence][query head][query block]      int32, ordered dQ only (zeroed by dsum)
-//   dk_accum  [query head][k row][tile d]                  per query head, only when the kernel cannot
-//   dv_accum  [query head][k row][tile d]                  write dk/dv itself (GQA, odd layouts); with
-//                                                          dkv_add per KV head, zeroed, added to
+//   dk_accum  [query head][k row][tile d]                  per query head (per pair on the pairs' walk),
+//   dv_accum  [query head][k row][tile d]                  only when the kernel cannot write dk/dv itself
+//                                                          (GQA, odd layouts); with dkv_add per KV head,
+//                                                          zeroed, added to
 //   dsink_terms [query head][sequence][dsum row block]    deterministic dsink only
 #pragma once
 
@@ -71,7 +72,8 @@ struct BwdArgs {
     // The Hopper backward's grid over KV heads (GQA, planner: BackwardPlan::kv_major): CTA
     // (sequence, run of group_heads query heads, chunk) walks them in turn for each of its key
     // blocks, dK/dV staying in registers across them; group_heads divides the group (the whole
-    // group: dK/dV written once; a part: added into dk_accum's rows of the KV head, dkv_add).
+    // group: dK/dV written once; a part: added into dk_accum's rows of the KV head (dkv_add), or in
+    // deterministic mode stored into rows of its own, as the per-query-head grid's).
     // 1: a CTA per (sequence, query head, chunk).
     int32_t group_heads;
     float* dk_accum;         // null: the main kernel writes dk/dv (scaled, converted) itself

@@ -265,7 +265,8 @@ void finish(const BwdArgs& args, cudaStream_t stream) {
         fa.seqlen_q);
     if (args.dk_accum) {
         const int64_t head_stride = args.k_rows_total * args.accum_cols;
-        const int group = args.dkv_add ? 1 : fa.heads_per_kv_head; // query heads per KV head in the scratch
+        // Rows per KV head in the scratch: one (added to), or its query heads' or their pairs' (stored).
+        const int group = args.dkv_add ? 1 : fa.heads_per_kv_head / args.group_heads;
         run(RowSum{args.dk_accum, head_stride, group, group, args.k_rows_total, args.dk, args.num_heads_k, 1.0f, dqk,
                    true, vector_rows(args.dk, dqk)},
             fa.seqlen_k);

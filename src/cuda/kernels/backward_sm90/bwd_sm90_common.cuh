@@ -791,7 +791,8 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
     }
     constexpr bool kTransposed = Traits::kDkvTransposed;
     if (args.dk_accum) {
-        const int scratch_head = args.dkv_add ? w.h_kv : w.h;
+        // Rows of the KV head (added to), or of the grid's unit (stored): query head, or pair of them.
+        const int scratch_head = args.dkv_add ? w.h_kv : w.h_first / args.group_heads;
         if constexpr (kSameShape) {
             store_dkv_scratch<kHeadDim>(args, scratch_head, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
         } else { // rows of kHeadDim floats (the scratch's accum_cols, the tile head dim) for both
