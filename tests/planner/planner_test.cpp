@@ -1002,16 +1002,16 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 8192;
     EXPECT_FALSE(plan(group8_long).kv_major);
     EXPECT_TRUE(plan(group8_long).dkv_add);
-    Backward group8_det = group8; // deterministic: the scratch, or forced, pairs storing rows of their own
+    Backward group8_det = group8; // deterministic: the pairs store rows of their own, summed in pair order
     group8_det.deterministic = true;
-    EXPECT_FALSE(plan(group8_det).kv_major);
-    const BackwardPlan det_pairs8 = plan(group8_det, h200(), overrides("backward_gqa=kv_pairs"));
+    const BackwardPlan det_pairs8 = plan(group8_det);
     EXPECT_TRUE(det_pairs8.kv_major);
     EXPECT_EQ(det_pairs8.walk_heads, 2);
     EXPECT_TRUE(det_pairs8.dkv_scratch);
     EXPECT_FALSE(det_pairs8.dkv_add);
     EXPECT_EQ(det_pairs8.workspace.size(Piece::dk_accum), size_t(32) * det_pairs8.k_rows_total * det_pairs8.tile_dim * 4);
-    EXPECT_TRUE(plan(group8_det, h200(), overrides("backward_gqa=kv_major")).kv_major);
+    EXPECT_EQ(plan(group8_det, h200(), overrides("backward_gqa=kv_major")).walk_heads, 8);
+    EXPECT_FALSE(plan(group8_det, h200(), overrides("backward_gqa=scratch")).kv_major);
     Backward group8_full = group8; // without the mask the whole group's walk stays
     group8_full.fwd.causal = false;
     EXPECT_EQ(plan(group8_full).walk_heads, 8);

@@ -410,7 +410,7 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
 // Causal GQA with groups of this size or larger: the walk over pairs of query heads up to kPairsMaxKeys
-// keys (the scratch past them, and in deterministic mode).
+// keys (the scratch past them).
 constexpr int64_t kCausalPairsGroup = 8;
 constexpr int64_t kPairsMaxKeys = 4096;
 
@@ -535,22 +535,22 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     case GqaBackwardChoice::kv_pairs: plan.kv_major = walk_pairs = pairs_fit; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
-        if (p.causal && pr.group >= kCausalPairsGroup && !deterministic) {
+        if (p.causal && pr.group >= kCausalPairsGroup) {
             // Under a causal mask with groups of 8 or more the whole group's walk makes CTAs of up to
             // group x query blocks (64 blocks at 1k against 8 at the other end of the grid) and the
-            // grid's last wave waits on the long ones, while the scratch adds every query head's dK /
-            // dV into the KV head's rows: pairs of heads halve the CTAs' spread and quarter the adds
-            // (H100, pairs over the scratch, roles swapped and averaged: 64 / 8 d128 1.08 / 1.05 /
-            // 1.05 at 1k / 2k / 4k, 32 / 4 d256 1.065 / 1.05 / 1.045; at 8k 0.96 and 1.04).
+            // grid's last wave waits on the long ones, while the scratch adds (or, deterministic,
+            // stores and sums) every query head's dK / dV: pairs of heads halve the CTAs' spread and
+            // quarter the rows. H100, end to end against the scratch (both role orders): 64 / 8 d128
+            // 1.07 / 1.06 / 1.00 at 1k / 2k / 4k, 32 / 4 d256 1.064 / 1.045 / 0.99; deterministic
+            // (one order, the pairs timed as the variant) 64 / 8 1.12 / 1.08 / 1.02, 32 / 4 1.03 /
+            // 0.98 / 1.02.
             plan.kv_major = walk_pairs = pairs_fit && p.seqlen_k <= kPairsMaxKeys;
             break;
         }
         // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
-        // the same schedule, unmeasured), nor in deterministic mode under a causal mask with groups of
-        // 8 or more (H100, d128 64 / 8, the walk over the scratch 1.02 / 0.86 at 1k / 2k).
+        // the same schedule, unmeasured).
         plan.kv_major = kv_major_fits && p.seqlen_k <= kKvMajorMaxKeys &&
-                        !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal) &&
-                        !(p.causal && pr.group >= kCausalPairsGroup);
+                        !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal);
         break;
     }
     const bool walk_split = walk_pairs && pr.group > 2;
