@@ -182,6 +182,18 @@ def test_varlen(causal, heads, hdim):
                   max_seqlen_q=max(lq), max_seqlen_k=max(lk))
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+@pytest.mark.parametrize("hdim", [64, 128])
+def test_varlen_gqa_pairs(hdim, deterministic):
+    """Causal GQA with groups of 8 walks pairs of query heads (the planner's choice up to 4096 keys;
+    deterministic: rows per pair): ragged and empty sequences on either side, 16 / 2 heads."""
+    torch.manual_seed(11 + hdim + deterministic)
+    lq, lk = [600, 0, 130, 513, 7], [650, 40, 0, 513, 300]
+    q, k, v = rand(sum(lq), 16, hdim), rand(sum(lk), 2, hdim), rand(sum(lk), 2, hdim)
+    run_and_check(q, k, v, name="varlen gqa pairs", causal=True, deterministic=deterministic, cu_seqlens_q=cu(lq),
+                  cu_seqlens_k=cu(lk), max_seqlen_q=max(lq), max_seqlen_k=max(lk))
+
+
 def test_varlen_seqused_k_and_window():
     torch.manual_seed(8)
     lq, lk = [64, 200, 33], [100, 220, 50]
