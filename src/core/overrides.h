@@ -12,8 +12,9 @@
 //                                            or the split-keys decode kernel for every tile height
 //   backward_gqa      kv_major | kv_pairs | scratch   GQA on the Hopper backward: a CTA per KV head
 //                                            walking its query heads, one per pair of query heads
-//                                            (adding dK/dV into fp32 rows per KV head), or one per
-//                                            query head with fp32 dK/dV scratch
+//                                            (dK/dV through fp32 scratch per KV head, or per pair in
+//                                            deterministic mode), or one per query head with fp32
+//                                            dK/dV scratch
 //   deterministic_dq  ordered | chunks       deterministic mode's dQ: added in a fixed key-block order
 //                                            under per-query-block counters (Hopper kernel only), or
 //                                            per-chunk buffers summed in chunk order (either kernel)

@@ -151,9 +151,10 @@ struct BackwardPlan {
     bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
     bool dkv_add = false;        // ... per KV head instead, added to (BwdArgs::dkv_add; zeroed first)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
-                                 // group's query heads; dK/dV written once, no scratch
+                                 // group's query heads (walk_heads of them); dK/dV written once, no scratch
     int walk_heads = 0;          // kv_major: query heads a CTA walks, the group or a pair of its heads
-                                 // (then the pairs' CTAs add their sums into fp32 rows per KV head)
+                                 // (then through the scratch: the pairs' CTAs add their sums into fp32
+                                 // rows per KV head, or in deterministic mode store rows per pair)
     int64_t dsink_terms = 0;     // deterministic dsink: (head, sequence, dsum row block) terms in scratch
     int64_t q_rows_total = 0, k_rows_total = 0;
     Staging staging;
