@@ -381,7 +381,7 @@ void backward(const BwdProblem& problem) {
         args.dq_keys_descending = plan.dq_keys_descending;
     }
     args.tail_pairs = plan.tail_pairs;
-    args.group_heads = plan.kv_major ? int32_t(plan.walk_heads) : 1;
+    args.group_heads = int32_t(plan.walk_heads);
     args.dk_accum = plan.dkv_scratch ? workspace.floats(Piece::dk_accum) : nullptr;
     args.dv_accum = plan.dkv_scratch ? workspace.floats(Piece::dv_accum) : nullptr;
     args.dkv_add = plan.dkv_add;

@@ -553,10 +553,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
                         !(tiles::backward_sm90_pds_schedule(plan.tile_dim, plan.tile_dim_v) && p.causal);
         break;
     }
-    const bool walk_split = walk_pairs && pr.group > 2;
     if (plan.kv_major) {
         plan.walk_heads = walk_pairs ? 2 : int(pr.group);
-        plan.dkv_scratch = walk_split;
+        plan.dkv_scratch = plan.walk_heads < pr.group; // several CTAs' sums per KV head
         plan.ctas = int64_t(plan.num_chunks) * p.batch * (p.num_heads / plan.walk_heads);
     }
 
@@ -567,9 +566,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // docs/perf-log.md, KK), where the default grid's tail (below) lost 2-4% at 24 MB. On the group
     // walk a pair is a (sequence, KV head) with the rows of its group's query heads.
     constexpr double kSectionBytes = 40.0 * 1024 * 1024, kOrderedSectionBytes = 24.0 * 1024 * 1024;
-    const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (plan.kv_major ? p.num_heads / plan.walk_heads : p.num_heads));
+    const int64_t pairs = std::max<int64_t>(1, int64_t(p.batch) * (p.num_heads / plan.walk_heads));
     const double pair_bytes = std::max(1.0, (varlen ? double(pr.total_q) / double(std::max(p.batch, 1)) : double(p.seqlen_q)) *
-                                                (plan.kv_major ? plan.walk_heads : 1) *
+                                                plan.walk_heads *
                                                 double(plan.tile_dim * (2 + 4) + plan.tile_dim_v * 2));
     const double section_fit = std::floor(kSectionBytes / pair_bytes);
     if (plan.ordered_dq) {
@@ -613,7 +612,7 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // Rows of tile_dim floats for dK and dV alike (BwdArgs::accum_cols; dV's rows in the value-dim
     // instance use their first tile_dim_v).
     // (Rows per KV head, or per unit of the grid: query head, or pair on the pairs' walk.)
-    const size_t dkv_heads = plan.dkv_add ? size_t(p.num_heads_k) : size_t(p.num_heads / (plan.kv_major ? plan.walk_heads : 1));
+    const size_t dkv_heads = plan.dkv_add ? size_t(p.num_heads_k) : size_t(p.num_heads / plan.walk_heads);
     const size_t dkv_bytes = plan.dkv_scratch ? dkv_heads * plan.k_rows_total * plan.tile_dim * 4 : 0;
     w.add(Piece::dk_accum, dkv_bytes);
     w.add(Piece::dv_accum, dkv_bytes);

@@ -152,7 +152,7 @@ struct BackwardPlan {
     bool dkv_add = false;        // ... per KV head instead, added to (BwdArgs::dkv_add; zeroed first)
     bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
                                  // group's query heads (walk_heads of them); dK/dV written once, no scratch
-    int walk_heads = 0;          // kv_major: query heads a CTA walks, the group or a pair of its heads
+    int walk_heads = 1;          // query heads a CTA walks: 1, or with kv_major the group or a pair of its heads
                                  // (then through the scratch: the pairs' CTAs add their sums into fp32
                                  // rows per KV head, or in deterministic mode store rows per pair)
     int64_t dsink_terms = 0;     // deterministic dsink: (head, sequence, dsum row block) terms in scratch
