@@ -318,6 +318,27 @@ def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
     assert ran in (set(), {(False, walk, True)}), f"ran the Hopper backward instances {sorted(ran)}"
 
 
+def test_deterministic_pairs_at_groups_of_four(overrides):
+    """Deterministic mode walks pairs of query heads by itself at groups of 4 past 1024 keys under a
+    causal mask (8 / 2 heads, 1100 keys: two CTAs per KV head and key block, each storing its dK / dV
+    in rows of its own, summed in pair order): bitwise over runs, within the reference's bound, and
+    with the pairs' workspace (the whole group's walk needs no dK / dV rows)."""
+    torch.manual_seed(46)
+    q, k, v = ordered_inputs(128, (1, 1100, 1100, 8, 2))
+    assert_bitwise_over_runs(q, k, v, 10 if ON_CUDA else 2, causal=True)
+    (grads, (out, lse, dout)), ran = sm90_backward_instances(
+        lambda: run_and_check(q, k, v, name="deterministic pairs at groups of 4", deterministic=True, causal=True))
+    assert ran in (set(), {(False, True, True)}), f"ran the Hopper backward instances {sorted(ran)}"
+    if ran:  # the Hopper backward: its workspace is the pairs' (rows per pair), not the whole walk's
+        params = abi.make_bwd_params(q, k, v, out, lse, dout, *grads, deterministic=True, causal=True)
+        automatic = abi.lib.bwd_workspace_size(params)
+        overrides("backward_gqa=kv_pairs")
+        pairs = abi.lib.bwd_workspace_size(params)
+        overrides("backward_gqa=kv_major")
+        walk = abi.lib.bwd_workspace_size(params)
+        assert automatic == pairs > walk, (automatic, pairs, walk)
+
+
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_deterministic_ordered_dq_varlen(hdim, causal, overrides):

@@ -924,7 +924,8 @@ TEST(PlannerBackward, HopperGqaWalksTheGroupPerKvHead) {
 }
 
 // Under a causal mask the Hopper grid ends key-major over its last pairs (BwdArgs::tail_pairs):
-// about four waves of CTAs, no more than a 40 MB section of rows, none left pair by pair alone.
+// about four waves of CTAs, no more than a 40 MB section of rows but at least two pairs, none left
+// pair by pair alone.
 TEST(PlannerBackward, HopperCausalGridEndsKeyMajor) {
     Backward causal;
     causal.fwd.batch = 16, causal.fwd.causal = true; // 256 pairs of 8 key blocks, 1 MB of rows each
@@ -934,6 +935,12 @@ TEST(PlannerBackward, HopperCausalGridEndsKeyMajor) {
     Backward longer = causal;
     longer.fwd.batch = 1, longer.fwd.seqlen_q = longer.fwd.seqlen_k = 16384; // 16 pairs of 128 key blocks
     EXPECT_EQ(plan(longer).tail_pairs, 2); // 16 MB of rows a pair
+    Backward wide = longer; // 192 / 128: 23 MB of rows a pair, one to a section, and still two in the tail
+    wide.fwd.head_dim = 192, wide.fwd.head_dim_v = 128;
+    EXPECT_EQ(plan(wide).tail_pairs, 2);
+    Backward one_pair = wide;
+    one_pair.fwd.heads = 1, one_pair.fwd.heads_k = 1;
+    EXPECT_EQ(plan(one_pair).tail_pairs, 0); // (a lone pair's order is key-major anyway)
     Backward full = causal; // no right window edge: every CTA as long
     full.fwd.causal = false;
     EXPECT_EQ(plan(full).tail_pairs, 0);
@@ -1031,6 +1038,19 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     EXPECT_FALSE(det_pairs.dkv_add);
     EXPECT_EQ(det_pairs.walk_heads, 2);
     EXPECT_EQ(det_pairs.workspace.size(Piece::dk_accum), size_t(16) * det_pairs.k_rows_total * det_pairs.tile_dim * 4);
+    // Deterministic mode takes the pairs at groups of 4 by itself past 1024 keys (2048 here), up to 4096.
+    const BackwardPlan det4 = plan(group4);
+    EXPECT_TRUE(det4.kv_major);
+    EXPECT_EQ(det4.walk_heads, 2);
+    EXPECT_FALSE(det4.dkv_add);
+    Backward det4_short = group4; // at 1024 keys the whole group's walk
+    det4_short.fwd.seqlen_q = det4_short.fwd.seqlen_k = 1024;
+    EXPECT_EQ(plan(det4_short).walk_heads, 4);
+    Backward det4_long = group4; // past 4096 keys the scratch
+    det4_long.fwd.seqlen_q = det4_long.fwd.seqlen_k = 8192;
+    EXPECT_FALSE(plan(det4_long).kv_major);
+    odd.deterministic = true; // an odd group keeps the whole walk
+    EXPECT_EQ(plan(odd).walk_heads, 3);
 }
 
 TEST(PlannerBackward, GqaAndOddLayoutsGoThroughScratch) {

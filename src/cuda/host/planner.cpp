@@ -410,9 +410,12 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
 constexpr int64_t kKvMajorMaxKeys = 2048;
 // Causal GQA with groups of this size or larger: the walk over pairs of query heads up to kPairsMaxKeys
-// keys (the scratch past them).
+// keys (the scratch past them); in deterministic mode from kDeterministicPairsGroup past
+// kDeterministicPairsMinKeys keys.
 constexpr int64_t kCausalPairsGroup = 8;
 constexpr int64_t kPairsMaxKeys = 4096;
+constexpr int64_t kDeterministicPairsGroup = 4;
+constexpr int64_t kDeterministicPairsMinKeys = 1024;
 
 BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, const Overrides& overrides) {
     const Problem& pr = problem.fwd;
@@ -535,7 +538,8 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     case GqaBackwardChoice::kv_pairs: plan.kv_major = walk_pairs = pairs_fit; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
-        if (p.causal && pr.group >= kCausalPairsGroup) {
+        if (p.causal && (pr.group >= kCausalPairsGroup || (deterministic && pairs_fit && pr.group >= kDeterministicPairsGroup &&
+                                                           p.seqlen_k > kDeterministicPairsMinKeys))) {
             // Under a causal mask with groups of 8 or more the whole group's walk makes CTAs of up to
             // group x query blocks (64 blocks at 1k against 8 at the other end of the grid) and the
             // grid's last wave waits on the long ones, while the scratch adds (or, deterministic,
@@ -543,7 +547,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
             // quarter the rows. H100, end to end against the scratch (both role orders): 64 / 8 d128
             // 1.07 / 1.06 / 1.00 at 1k / 2k / 4k, 32 / 4 d256 1.064 / 1.045 / 0.99; deterministic
             // (one order, the pairs timed as the variant) 64 / 8 1.12 / 1.08 / 1.02, 32 / 4 1.03 /
-            // 0.98 / 1.02.
+            // 0.98 / 1.02. Deterministic mode also at even groups of 4 or more past 1024 keys
+            // (H100, d128 32 / 8 causal, both role orders, the pairs against the whole walk at 1k / 2k
+            // and the scratch at 4k / 8k: 0.98 / 1.08 / 1.05 / 1.00).
             plan.kv_major = walk_pairs = pairs_fit && p.seqlen_k <= kPairsMaxKeys;
             break;
         }
@@ -592,9 +598,12 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
         // idle. Its last pairs, about four waves of CTAs and no more than a section, run key-major
         // instead (BwdArgs::tail_pairs): a list-scheduling model of 132 SMs (bench/grid_order_model.py)
         // put pair by pair at 4-7% over the ideal at 1k-4k, with the tail at 0.5-1.5%; on the H200
-        // the tail measured 1.00-1.09x pair by pair at d128 / d256 causal 1k-4k.
+        // the tail measured 1.00-1.09x pair by pair at d128 / d256 causal 1k-4k. At least two pairs
+        // where a section holds one (a pair of 20-40 MB of rows: 192 / 128 and d256 at 16k): the
+        // model's 1.020 -> 1.008 at 192 / 128 16k measured 1.016x (H100, both role orders twice),
+        // d256 16k 1.00 (the model: 1.002 either way).
         const int64_t waves = ceil_div(int64_t(4) * std::max(device.sm_count, 1), int64_t(std::max(plan.num_n_blocks, 1)));
-        const int64_t tail = std::min<int64_t>({waves, int64_t(section_fit), pairs});
+        const int64_t tail = std::min<int64_t>({waves, std::max<int64_t>(int64_t(section_fit), 2), pairs});
         plan.tail_pairs = tail >= 2 ? int(tail) : 0;
     }
 

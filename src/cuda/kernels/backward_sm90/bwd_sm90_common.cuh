@@ -69,20 +69,21 @@ struct Sm90BwdWork {
     template <bool kOrderedDq = false>
     __device__ __forceinline__ explicit Sm90BwdWork(const BwdArgs& args, cute::bool_constant<kOrderedDq> = {}) {
         const FwdArgs& fa = args.fwd;
+        // The grid's units per sequence: query heads, or runs of group_heads of them.
+        const int items_per_sequence = fa.num_heads / args.group_heads;
+        const unsigned pairs = unsigned(fa.batch) * unsigned(items_per_sequence); // (sequence, unit) items
         int bh;
         if constexpr (kOrderedDq) {
             const unsigned key_blocks = unsigned(args.num_chunks), width = unsigned(args.dq_section_pairs);
             const unsigned section = blockIdx.x / (width * key_blocks);
             const unsigned in_section = blockIdx.x - section * (width * key_blocks);
             const unsigned first_pair = section * width;
-            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads / args.group_heads);
             const unsigned here = min(width, pairs - first_pair); // pairs in this section
             const unsigned rank = in_section / here;
             bh = int(first_pair + (in_section - rank * here));
             chunk = args.dq_keys_descending ? int(key_blocks - 1 - rank) : int(rank);
         } else if (args.tail_pairs > 0) { // pair by pair, then the last pairs key-major (bwd_args.h)
             const unsigned key_blocks = unsigned(args.num_chunks), tail = unsigned(args.tail_pairs);
-            const unsigned pairs = unsigned(fa.batch) * unsigned(fa.num_heads / args.group_heads);
             const unsigned head_ctas = (pairs - tail) * key_blocks;
             if (blockIdx.x < head_ctas) {
                 chunk = int(blockIdx.x % key_blocks);
@@ -96,7 +97,6 @@ struct Sm90BwdWork {
             chunk = int(blockIdx.x % unsigned(args.num_chunks));
             bh = int(blockIdx.x / unsigned(args.num_chunks));
         }
-        const int items_per_sequence = fa.num_heads / args.group_heads; // (query heads, or runs of group_heads)
         b = bh / items_per_sequence;
         h = (bh - b * items_per_sequence) * args.group_heads;
         h_kv = h / fa.heads_per_kv_head;
