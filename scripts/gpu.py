@@ -15,6 +15,7 @@ subcommands ends with the table of what ran:
   python3 scripts/gpu.py bench decode --compare before:build-before/src/libflashattn.so -- --quick
   python3 scripts/gpu.py bench features -- --quick        issue 27: head_dim_v against cuDNN, sinks against none
   python3 scripts/gpu.py bench power                      clocks and power under sustained load (ours, cuDNN, cuBLAS)
+  python3 scripts/gpu.py bench kernels -- --d 192 --dv 128 which kernels a call launches (ours, cuDNN; CUPTI)
   python3 scripts/gpu.py profile backward --shapes d128n16k    Nsight Compute over bench/profile_*.py
   python3 scripts/gpu.py pip-install                      `pip install .` offline (.whl/), then tests/python
   python3 scripts/gpu.py plan                             the full validation run, call by call
@@ -316,7 +317,7 @@ def cmd_sanitize_cli(args):
 
 
 BENCHES = {"forward": "bench/gpu_forward.py", "backward": "bench/gpu_backward.py", "decode": "bench/gpu_decode.py",
-           "features": "bench/gpu_features.py", "power": "bench/gpu_power.py"}
+           "features": "bench/gpu_features.py", "power": "bench/gpu_power.py", "kernels": "bench/gpu_kernels.py"}
 
 
 def cmd_bench(args):
