@@ -2,7 +2,7 @@
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_kernels.py --out DIR \
         [--d 192 --dv 128] [--shapes 16384x1x16x16,1024x16x64x8] [--causal both|yes|no] \
-        [--directions forward,backward] [--reps 10] [--lib NAME:PATH]...
+        [--directions forward,backward] [--reps 10] [--deterministic] [--lib NAME:PATH]...
 
 Each implementation's call runs --reps times back to back (after three untimed) under torch.profiler
 (CUPTI), and every kernel it launched is listed with its median duration, grid, block, registers and
@@ -10,7 +10,8 @@ shared memory; the first line gives the kernels' time per call. Ours goes throug
 (`flashattn.flash_attn_func`, autograd for the backward), cuDNN through torch SDPA's
 CUDNN_ATTENTION backend (K/V with their own heads through `enable_gqa`), so q/k and v may have
 different head dims. L2 is warm (no flush between calls), unlike the benchmark grids. A shape is SEQxBATCHxHEADSxKV_HEADS.
---lib NAME:PATH adds another build of ours (row label `ours_NAME`). Writes DIR/kernels.txt.
+--deterministic adds our backward in deterministic mode (`ours_det`); --lib NAME:PATH another build of
+ours (`ours_NAME`). Writes DIR/kernels.txt.
 """
 import argparse
 import collections
@@ -77,6 +78,18 @@ def cudnn_call(direction, q, k, v, dout, causal):
     return run
 
 
+def ours_deterministic_backward(q, k, v, dout, causal):
+    """Our backward in deterministic mode, through the package's autograd: the call to profile."""
+    from flashattn import flash_attn_func
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    out = flash_attn_func(*leaves, causal=causal, deterministic=True)
+
+    def run():
+        return torch.autograd.grad(out, leaves, dout, retain_graph=True)
+    run()
+    return run
+
+
 def parse_shape(text):
     seqlen, batch, heads, heads_k = (int(x) for x in text.lower().split("x"))
     return seqlen, batch, heads, heads_k
@@ -92,6 +105,7 @@ def main():
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--directions", default="forward,backward", help="comma-separated: forward, backward")
     ap.add_argument("--reps", type=int, default=10, help="calls profiled back to back (default 10)")
+    ap.add_argument("--deterministic", action="store_true", help="also our backward in deterministic mode (ours_det)")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH", help="another build of ours; repeatable")
     args = ap.parse_args()
     out = Path(args.out)
@@ -125,6 +139,9 @@ def main():
                         build = features.ours_forward if direction == "forward" else features.ours_backward
                         run = build(q, k, v, causal, None)[0] if direction == "forward" else build(q, k, v, dout, causal, None)[0]
                     calls.append((label, lib, run))
+                    if direction == "backward" and args.deterministic:
+                        with features.on_library(lib):
+                            calls.append((label + "_det", lib, ours_deterministic_backward(q, k, v, dout, causal)))
                 try:
                     calls.append(("cudnn", None, cudnn_call(direction, q, k, v, dout, causal)))
                 except RuntimeError as error:  # a shape the backend refuses
