@@ -1,8 +1,9 @@
 """A list-scheduling model of the Hopper backward's grid under a causal mask: how far above the
 ideal makespan each launch order ends (132 SMs; a CTA's time is the query blocks its key block
 meets plus one for its fixed cost; CTAs start in launch order as SMs free up). Orders: pair by pair
-(each pair's key blocks first to last), fully key-major, 40 MB sections key-major, and pair by pair
-with the last pairs (about W waves of CTAs) key-major. Plain Python: python3 bench/grid_order_model.py
+(each pair's key blocks first to last), fully key-major, 40 MB sections key-major, pair by pair
+with the last pairs (about W waves of CTAs) key-major, and the planner's rule (about four waves, at
+most a section, at least two pairs; the section in pairs as the shape gives it). Plain Python: python3 bench/grid_order_model.py
 """
 import heapq
 
@@ -35,4 +36,9 @@ if __name__ == "__main__":
             tail = min(pairs, max(1, round(waves * 132 / key_blocks)))
             orders[f"tail {waves} waves ({tail} pairs)"] = ([lengths[n] for _ in range(pairs - tail) for n in range(key_blocks)] +
                                                             [lengths[n] for n in range(key_blocks) for _ in range(tail)])
+        # The planner's rule (plan_backward): about four waves, at most a section, at least two pairs.
+        tail = min(-(-4 * 132 // key_blocks), max(section, 2), pairs)
+        tail = tail if tail >= 2 else 0
+        orders[f"planner ({tail} pairs)"] = ([lengths[n] for _ in range(pairs - tail) for n in range(key_blocks)] +
+                                             [lengths[n] for n in range(key_blocks) for _ in range(tail)])
         print(f"{name:12s} " + "  ".join(f"{k} {makespan(v) / ideal:.3f}" for k, v in orders.items()))
