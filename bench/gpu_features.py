@@ -136,31 +136,34 @@ def ours_forward(q, k, v, causal, sink):
     return run, {"out": run()}
 
 
-def ours_backward(q, k, v, dout, causal, sink):
+def ours_backward(q, k, v, dout, causal, sink, deterministic=False):
     from flashattn import flash_attn_func
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
     if sink is not None:
         leaves.append(sink.detach().requires_grad_(True))
-    out = flash_attn_func(*leaves[:3], causal=causal, learnable_sink=leaves[3] if sink is not None else None)
+    out = flash_attn_func(*leaves[:3], causal=causal, learnable_sink=leaves[3] if sink is not None else None,
+                          deterministic=deterministic)
 
     def run():
         return torch.autograd.grad(out, leaves, dout, retain_graph=True)
     return run, dict(zip(("dq", "dk", "dv", "dsink"), run()))
 
 
+# (K/V with fewer heads than Q go with their own heads, through enable_gqa.)
 def cudnn_forward(q, k, v, causal):
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    gqa = k.shape[2] != q.shape[2]
 
     def run():
         with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
     return run, {"out": run().transpose(1, 2)}
 
 
 def cudnn_backward(q, k, v, dout, causal):
     leaves = [t.detach().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=k.shape[2] != q.shape[2])
     dout_t = dout.transpose(1, 2)
 
     def run():

@@ -8,8 +8,8 @@ Each implementation's call runs --reps times back to back (after three untimed) 
 (CUPTI), and every kernel it launched is listed with its median duration, grid, block, registers and
 shared memory; the first line gives the kernels' time per call. Ours goes through the package
 (`flashattn.flash_attn_func`, autograd for the backward), cuDNN through torch SDPA's
-CUDNN_ATTENTION backend (K/V with their own heads through `enable_gqa`), so q/k and v may have
-different head dims. L2 is warm (no flush between calls), unlike the benchmark grids. A shape is SEQxBATCHxHEADSxKV_HEADS.
+CUDNN_ATTENTION backend (K/V with their own heads through `enable_gqa`), both built by
+bench/gpu_features.py's functions, so q/k and v may have different head dims. L2 is warm (no flush between calls), unlike the benchmark grids. A shape is SEQxBATCHxHEADSxKV_HEADS.
 --deterministic adds our backward in deterministic mode (`ours_det`); --lib NAME:PATH another build of
 ours (`ours_NAME`). Writes DIR/kernels.txt.
 """
@@ -22,8 +22,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,39 +53,6 @@ def kernels_of(fn, reps):
     rows = [(len(d) / reps, sorted(d)[len(d) // 2], grid, block, regs, smem, name)
             for (name, grid, block, regs, smem), d in launched.items()]
     return total, rows
-
-
-def cudnn_call(direction, q, k, v, dout, causal):
-    """torch SDPA on cuDNN in (b, h, s, d), K/V with their own heads (enable_gqa) where they differ:
-    the call to profile, run once here (a refusal raises here)."""
-    qt, kt, vt = (t.detach().transpose(1, 2) for t in (q, k, v))
-    gqa = k.shape[2] != q.shape[2]
-    if direction == "forward":
-        def run():
-            with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
-    else:
-        leaves = [t.requires_grad_(True) for t in (qt, kt, vt)]
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa)
-        dout_t = dout.transpose(1, 2)
-
-        def run():
-            return torch.autograd.grad(out, leaves, dout_t, retain_graph=True)
-    run()
-    return run
-
-
-def ours_deterministic_backward(q, k, v, dout, causal):
-    """Our backward in deterministic mode, through the package's autograd: the call to profile."""
-    from flashattn import flash_attn_func
-    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-    out = flash_attn_func(*leaves, causal=causal, deterministic=True)
-
-    def run():
-        return torch.autograd.grad(out, leaves, dout, retain_graph=True)
-    run()
-    return run
 
 
 def parse_shape(text):
@@ -133,17 +98,22 @@ def main():
             tag = f"{batch}x{seqlen} {heads}/{heads_k} d {args.d}/{dv} {'causal' if causal else 'dense'}"
             impls = [("ours", None)] + [(f"ours_{name}", lib) for name, lib in libs]
             for direction in directions:
+                # Each builder runs its call once (a refusal raises there) and returns (run, results).
                 calls = []
                 for label, lib in impls:
                     with features.on_library(lib):
-                        build = features.ours_forward if direction == "forward" else features.ours_backward
-                        run = build(q, k, v, causal, None)[0] if direction == "forward" else build(q, k, v, dout, causal, None)[0]
-                    calls.append((label, lib, run))
-                    if direction == "backward" and args.deterministic:
-                        with features.on_library(lib):
-                            calls.append((label + "_det", lib, ours_deterministic_backward(q, k, v, dout, causal)))
+                        if direction == "forward":
+                            calls.append((label, lib, features.ours_forward(q, k, v, causal, None)[0]))
+                        else:
+                            calls.append((label, lib, features.ours_backward(q, k, v, dout, causal, None)[0]))
+                            if args.deterministic:
+                                calls.append((label + "_det", lib,
+                                              features.ours_backward(q, k, v, dout, causal, None, deterministic=True)[0]))
                 try:
-                    calls.append(("cudnn", None, cudnn_call(direction, q, k, v, dout, causal)))
+                    if direction == "forward":
+                        calls.append(("cudnn", None, features.cudnn_forward(q, k, v, causal)[0]))
+                    else:
+                        calls.append(("cudnn", None, features.cudnn_backward(q, k, v, dout, causal)[0]))
                 except RuntimeError as error:  # a shape the backend refuses
                     emit(f"== cudnn {direction} {tag}: refused ({str(error).splitlines()[0][:120]})")
                 for label, lib, run in calls:

@@ -15,6 +15,13 @@ def makespan(durations, sms=132):
     return max(free)
 
 
+def with_tail(lengths, pairs, tail):
+    """Pair by pair (each pair's key blocks in order), then the last `tail` pairs key-major."""
+    key_blocks = len(lengths)
+    return ([lengths[n] for _ in range(pairs - tail) for n in range(key_blocks)] +
+            [lengths[n] for n in range(key_blocks) for _ in range(tail)])
+
+
 def cta_length(n, seqlen, block_n, block_m):
     return (seqlen + block_m - 1) // block_m - (n * block_n) // block_m + 1.0
 
@@ -34,11 +41,9 @@ if __name__ == "__main__":
                                for _ in range(min(section, pairs - s0))]}
         for waves in (2, 4):
             tail = min(pairs, max(1, round(waves * 132 / key_blocks)))
-            orders[f"tail {waves} waves ({tail} pairs)"] = ([lengths[n] for _ in range(pairs - tail) for n in range(key_blocks)] +
-                                                            [lengths[n] for n in range(key_blocks) for _ in range(tail)])
+            orders[f"tail {waves} waves ({tail} pairs)"] = with_tail(lengths, pairs, tail)
         # The planner's rule (plan_backward): about four waves, at most a section, at least two pairs.
         tail = min(-(-4 * 132 // key_blocks), max(section, 2), pairs)
         tail = tail if tail >= 2 else 0
-        orders[f"planner ({tail} pairs)"] = ([lengths[n] for _ in range(pairs - tail) for n in range(key_blocks)] +
-                                             [lengths[n] for n in range(key_blocks) for _ in range(tail)])
+        orders[f"planner ({tail} pairs)"] = with_tail(lengths, pairs, tail)
         print(f"{name:12s} " + "  ".join(f"{k} {makespan(v) / ideal:.3f}" for k, v in orders.items()))

@@ -532,14 +532,16 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
     // pair's dK / dV into fp32 rows per KV head, zeroed first; in deterministic mode it stores them in
     // rows of its own, which the finishing pass sums in pair order.
     const bool pairs_fit = kv_major_fits && pr.group % 2 == 0;
+    const bool causal_pairs_rule =
+        p.causal && (pr.group >= kCausalPairsGroup || (deterministic && pairs_fit && pr.group >= kDeterministicPairsGroup &&
+                                                       p.seqlen_k > kDeterministicPairsMinKeys));
     bool walk_pairs = false;
     switch (overrides.backward_gqa) {
     case GqaBackwardChoice::kv_major: plan.kv_major = kv_major_fits; break;
     case GqaBackwardChoice::kv_pairs: plan.kv_major = walk_pairs = pairs_fit; break;
     case GqaBackwardChoice::scratch: plan.kv_major = false; break;
     case GqaBackwardChoice::automatic:
-        if (p.causal && (pr.group >= kCausalPairsGroup || (deterministic && pairs_fit && pr.group >= kDeterministicPairsGroup &&
-                                                           p.seqlen_k > kDeterministicPairsMinKeys))) {
+        if (causal_pairs_rule) {
             // Under a causal mask with groups of 8 or more the whole group's walk makes CTAs of up to
             // group x query blocks (64 blocks at 1k against 8 at the other end of the grid) and the
             // grid's last wave waits on the long ones, while the scratch adds (or, deterministic,

@@ -148,10 +148,12 @@ struct BackwardPlan {
     int dq_semaphore_blocks = 0;     // counters per (sequence, head): query blocks of the longest sequence
     int dq_semaphore_rows = 0;       // query rows of a counted block (tiles::backward_sm90_block_m)
     int tail_pairs = 0;              // the Hopper grid's key-major tail (BwdArgs::tail_pairs)
-    bool dkv_scratch = false;    // dK/dV go through fp32 per query head (GQA, odd dk/dv layouts, staged widths)
+    bool dkv_scratch = false;    // dK/dV go through fp32 rows per grid unit (query head, or pair on the pairs'
+                                 // walk: GQA, odd dk/dv layouts, staged widths)
     bool dkv_add = false;        // ... per KV head instead, added to (BwdArgs::dkv_add; zeroed first)
-    bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks the
-                                 // group's query heads (walk_heads of them); dK/dV written once, no scratch
+    bool kv_major = false;       // backward_sm90, GQA: a CTA per (sequence, KV head, chunk) walks
+                                 // walk_heads of the group's query heads; the whole group: dK/dV
+                                 // written once, no scratch
     int walk_heads = 1;          // query heads a CTA walks: 1, or with kv_major the group or a pair of its heads
                                  // (then through the scratch: the pairs' CTAs add their sums into fp32
                                  // rows per KV head, or in deterministic mode store rows per pair)
