@@ -199,7 +199,7 @@ struct KeyValues {
 enum class Pass { forward, backward };
 
 template <typename Real>
-KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, Pass pass) {
+KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, Pass pass, bool backward_out = false) {
     KeyValues<Real> kv;
     kv.k_len = s.k_len;
     kv.stride = s.k_len;
@@ -218,7 +218,8 @@ KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, P
     };
     const bool forward = pass == Pass::forward;
     load(pr.p.k, forward ? nullptr : &kv.k, &kv.k_t); // S = Q K^T; dQ = dS K
-    load(pr.p.v, forward ? &kv.v : nullptr, forward ? nullptr : &kv.v_t); // O = P V; dP = dO V^T
+    // O = P V (in the backward only for Formula::flash_attention: backward_out); dP = dO V^T
+    load(pr.p.v, forward || backward_out ? &kv.v : nullptr, forward ? nullptr : &kv.v_t);
     return kv;
 }
 
@@ -264,7 +265,8 @@ struct RowBlock {
 
 template <typename Math>
 void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<typename Math::Real>& kv, int64_t i0,
-                  int64_t rows, bool want_out, const Math& math, RowBlock<typename Math::Real>& f) {
+                  int64_t rows, bool want_out, const Math& math, RowBlock<typename Math::Real>& f,
+                  Formula formula = Formula::framework) {
     using Real = typename Math::Real;
     const int64_t d = pr.head_dim(), dv = pr.head_dim_v(), q_len = s.q_len, k_len = s.k_len;
     const fa_fwd_params& p = pr.p;
@@ -323,7 +325,9 @@ void forward_rows(const Problem& pr, const Span& s, int64_t h, const KeyValues<t
 
         const DropoutRow rng(pr.dropout_seed(), pr.dropout_offset(), s.batch, p.num_heads, h, i);
         for (int64_t j = keys.begin; j < keys.end; ++j) {
-            const double prob = math.store(exp_score[size_t(j)] / denominator);
+            const double prob = formula == Formula::flash_attention
+                                    ? math.store(math.exp(score[size_t(j)] - f.lse[size_t(r)]))
+                                    : math.store(exp_score[size_t(j)] / denominator);
             const bool kept = !dropout.active || rng.bits_for_column(j) < dropout.threshold;
             const double keep = kept ? dropout.keep_scale : 0.0;
             f.at(f.prob, r, j) = prob;
@@ -372,7 +376,7 @@ struct RowsTask {
 constexpr int64_t kBlocksPerTask = 4;
 
 template <typename Math>
-ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs) {
+ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs, Formula formula) {
     using Real = typename Math::Real;
     const int64_t H = pr.heads(), d = pr.head_dim_v(), Sq = pr.p.seqlen_q, Sk = pr.p.seqlen_k;
 
@@ -397,7 +401,7 @@ ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs)
         RowBlock<Real> f;
         for (int64_t i0 = task.i0; i0 < task.i0 + task.rows; i0 += step) {
             const int64_t rows = std::min(step, task.i0 + task.rows - i0);
-            forward_rows(pr, s, h, kv, i0, rows, true, math, f);
+            forward_rows(pr, s, h, kv, i0, rows, true, math, f, formula);
             for (int64_t row = 0; row < rows; ++row) {
                 const int64_t i = i0 + row;
                 r.lse[size_t(pr.lse_index(s, i, h))] = f.lse[size_t(row)];
@@ -418,26 +422,29 @@ ForwardResult forward_with(const Problem& pr, const Math& math, bool want_probs)
 // of dK and dV (k_len x d and k_len x head_dim_v, stored) for backward_with to sum over the group,
 // and of dsink (this sequence's rows).
 template <typename Math>
-void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& math, Gradients& g,
+void backward_head(const BwdProblem& bp, Formula formula, const Span& s, int64_t h, const Math& math, Gradients& g,
                    std::vector<double>& dk_head, std::vector<double>& dv_head, double& dsink_head,
-                   double& dsink_magnitude) {
+                   double& dsink_magnitude, double& dsink_rounding) {
     using Real = typename Math::Real;
     const Problem& pr = bp.fwd;
     const int64_t H = pr.heads(), d = pr.head_dim(), dv = pr.head_dim_v(), q_len = s.q_len, k_len = s.k_len;
     const double scale = pr.scale, softcap = pr.p.softcap;
-    const KeyValues<Real> kv = load_key_values<Real>(pr, s, pr.kv_head(h), Pass::backward);
+    // O as well: for D = rowsum(dO O) (Formula::flash_attention), and for dsink's rounding scale.
+    const bool want_out = formula == Formula::flash_attention || pr.has_sink();
+    const KeyValues<Real> kv = load_key_values<Real>(pr, s, pr.kv_head(h), Pass::backward, want_out);
 
     // dK/dV of this query head, summed over every query row in order.
     std::vector<Real> acc_k(size_t(k_len * d), Real(0)), acc_v(size_t(k_len * dv), Real(0));
     dsink_head = 0.0;
     dsink_magnitude = 0.0;
+    dsink_rounding = 0.0; // (its square, until the end)
     std::vector<Real> dp_raw, acc_q;
     std::vector<double> dp(static_cast<size_t>(k_len)), ds;
     RowBlock<Real> f;
     const int64_t step = block_rows(k_len);
     for (int64_t i0 = 0; i0 < q_len; i0 += step) {
         const int64_t rows = std::min(step, q_len - i0);
-        forward_rows(pr, s, h, kv, i0, rows, false, math, f);
+        forward_rows(pr, s, h, kv, i0, rows, want_out, math, f, formula);
         const std::vector<Real> dout = load_q_rows(pr, bp.p.dout, s, h, i0, rows, dv, 1.0, math);
         // dP = dO V^T (times the dropout mask and 1/(1-p)); dS = P (dP - rowsum(P dP)). The sink's
         // dP is 0 (it has no value), so rowsum(P dP) = rowsum(dO O) with or without it, and the
@@ -455,8 +462,11 @@ void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& m
             for (int64_t j = keys.begin; j < keys.end; ++j) {
                 if (f.at(f.prob, r, j) == 0.0) continue; // masked (or underflowed): no gradient
                 dp[size_t(j)] = math.store(math.store(double(dp_raw[size_t(r * k_len + j)])) * f.at(f.keep, r, j));
-                dsum = math.add(dsum, f.at(f.prob, r, j) * dp[size_t(j)]);
+                if (formula == Formula::framework) dsum = math.add(dsum, f.at(f.prob, r, j) * dp[size_t(j)]);
             }
+            if (formula == Formula::flash_attention)
+                for (int64_t c = 0; c < dv; ++c)
+                    dsum = math.add(dsum, math.store(double(dout[size_t(r * dv + c)]) * f.out[size_t(r * dv + c)]));
             for (int64_t j = keys.begin; j < keys.end; ++j) {
                 const double prob = f.at(f.prob, r, j);
                 if (prob == 0.0) continue;
@@ -470,6 +480,10 @@ void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& m
             if (pr.has_sink()) {
                 dsink_head = math.add(dsink_head, -math.store(f.sink_prob[size_t(r)] * dsum));
                 dsink_magnitude += std::fabs(f.sink_prob[size_t(r)] * dsum);
+                double products = 0.0;
+                for (int64_t c = 0; c < dv; ++c)
+                    products += std::pow(double(dout[size_t(r * dv + c)]) * f.out[size_t(r * dv + c)], 2);
+                dsink_rounding += std::pow(f.sink_prob[size_t(r)], 2) * products;
             }
         }
         // dQ = scale * dS K (the framework's scale sits on q, so its chain rule scales dQ last).
@@ -492,7 +506,7 @@ void backward_head(const BwdProblem& bp, const Span& s, int64_t h, const Math& m
 }
 
 template <typename Math>
-Gradients backward_with(const BwdProblem& bp, const Math& math) {
+Gradients backward_with(const BwdProblem& bp, Formula formula, const Math& math) {
     const Problem& pr = bp.fwd;
     const int64_t H = pr.heads(), Hk = pr.p.num_heads_k, d = pr.head_dim(), dv = pr.head_dim_v(), group = pr.group;
 
@@ -503,22 +517,26 @@ Gradients backward_with(const BwdProblem& bp, const Math& math) {
 
     // One task per (sequence, query head): task b * H + h.
     std::vector<std::vector<double>> dk_heads(size_t(pr.batch() * H)), dv_heads(dk_heads.size());
-    std::vector<double> dsink_parts(dk_heads.size(), 0.0), dsink_magnitudes(dk_heads.size(), 0.0);
+    std::vector<double> dsink_parts(dk_heads.size(), 0.0), dsink_magnitudes(dk_heads.size(), 0.0),
+        dsink_roundings(dk_heads.size(), 0.0);
     parallel_for(pr.batch() * H, [&](int64_t t) {
         const int64_t b = t / H, h = t % H;
-        backward_head(bp, pr.span(b), h, math, g, dk_heads[size_t(t)], dv_heads[size_t(t)], dsink_parts[size_t(t)],
-                      dsink_magnitudes[size_t(t)]);
+        backward_head(bp, formula, pr.span(b), h, math, g, dk_heads[size_t(t)], dv_heads[size_t(t)], dsink_parts[size_t(t)],
+                      dsink_magnitudes[size_t(t)], dsink_roundings[size_t(t)]);
     });
     // dsink of each head: the sequences' shares added in batch order.
     if (pr.has_sink()) {
         g.dsink.assign(size_t(H), 0.0);
         g.dsink_magnitude.assign(size_t(H), 0.0);
+        g.dsink_rounding.assign(size_t(H), 0.0);
         for (int64_t h = 0; h < H; ++h)
             for (int64_t b = 0; b < pr.batch(); ++b) {
                 g.dsink[size_t(h)] = math.store(math.add(g.dsink[size_t(h)], dsink_parts[size_t(b * H + h)]));
                 g.dsink_magnitude[size_t(h)] += dsink_magnitudes[size_t(b * H + h)];
+                g.dsink_rounding[size_t(h)] += dsink_roundings[size_t(b * H + h)];
             }
     }
+    for (double& r : g.dsink_rounding) r = std::sqrt(r);
     // dK/dV of each KV head: the query heads' shares added in head order (a framework's
     // repeat_interleave backward), then stored.
     for (int64_t b = 0; b < pr.batch(); ++b) {
@@ -540,16 +558,16 @@ Gradients backward_with(const BwdProblem& bp, const Math& math) {
 
 } // namespace
 
-ForwardResult forward(const Problem& pr, Precision precision, bool want_probs) {
+ForwardResult forward(const Problem& pr, Precision precision, bool want_probs, Formula formula) {
     check_readable(pr);
-    if (precision == Precision::fp64) return forward_with(pr, Exact{}, want_probs);
-    return forward_with(pr, Naive{pr.p.dtype}, want_probs);
+    if (precision == Precision::fp64) return forward_with(pr, Exact{}, want_probs, formula);
+    return forward_with(pr, Naive{pr.p.dtype}, want_probs, formula);
 }
 
-Gradients backward(const BwdProblem& bp, Precision precision) {
+Gradients backward(const BwdProblem& bp, Precision precision, Formula formula) {
     check_readable(bp.fwd);
-    if (precision == Precision::fp64) return backward_with(bp, Exact{});
-    return backward_with(bp, Naive{bp.fwd.p.dtype});
+    if (precision == Precision::fp64) return backward_with(bp, formula, Exact{});
+    return backward_with(bp, formula, Naive{bp.fwd.p.dtype});
 }
 
 namespace {

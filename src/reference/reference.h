@@ -37,13 +37,27 @@ struct Gradients {
     // (num_heads): sum over the rows of |p_sink(i) D_i|, the terms dsink adds up. Rows with opposite
     // signs cancel, so this, not |dsink|, is the scale of the rounding error a sum of them carries.
     std::vector<double> dsink_magnitude;
+    // (num_heads): sqrt(sum over the rows of p_sink(i)^2 sum_c (dO_ic O_ic)^2). D_i = rowsum(dO O)
+    // carries the rounding of O to the dtype, of either sign in each row, so a sum over many rows
+    // carries about the dtype's unit roundoff times this.
+    std::vector<double> dsink_rounding;
 };
 
+// Which formulas a naive computation follows where FlashAttention's differ from a framework's
+// (unfused ops): P normalised by its row sum, and the backward's D_i (the term dS = P (dP - D)
+// subtracts) as rowsum(P dP); or FlashAttention's, P = exp(S - lse) from the lse as stored (fp32)
+// and D_i = rowsum(dO O) from the output rounded to the dtype. Each keeps roundings the other does
+// not: the lse's at the scores' magnitude, and O's where a framework's dS cancels exactly (a row
+// that sees one key). The tolerance rule's yardstick is the larger of the two errors.
+enum class Formula { framework, flash_attention };
+
 // probs is filled only when want_probs is set (O(batch * heads * seqlen_q * seqlen_k) memory).
-ForwardResult forward(const Problem& problem, Precision precision, bool want_probs = false);
+ForwardResult forward(const Problem& problem, Precision precision, bool want_probs = false,
+                      Formula formula = Formula::framework);
+
 
 // Recomputes the forward itself (it does not trust out/softmax_lse in the params).
-Gradients backward(const BwdProblem& problem, Precision precision);
+Gradients backward(const BwdProblem& problem, Precision precision, Formula formula = Formula::framework);
 
 // fa_kvcache_forward's definition. First the append, written into the caches the problem points at
 // (give it a copy of the caller's caches): new key i of sequence b, rotated in fp32 exactly as
