@@ -3,7 +3,7 @@
 // head) that may see it, recomputes S and P from the saved lse, and accumulates dK and dV in fp32
 // scratch it alone writes:
 //
-//   P  = 2^(S - lse)                      (S = Q K^T through the score policy; lse in log2 units)
+//   P  = e^(S - lse)                      (S = Q K^T through the score policy)
 //   dP = dO V^T                           dS = P * (dP * keep - dsum) [* (1 - tanh^2) with softcap]
 //   dV += (P * keep)^T dO                 dK += dS^T Q          dQ_chunk += dS K
 //
@@ -37,7 +37,7 @@ struct BackwardScratch {
     float* ds;       // block_q x block_k: dS
     float* keep;     // block_q x block_k: 1/(1-p) or 0 (dropout only)
     float* slope;    // block_q x block_k: 1 - tanh^2 (softcap only)
-    float* lse;      // block_q: log2-unit lse of the block's rows (+inf: the row saw no key)
+    float* lse;      // block_q: lse of the block's rows (+inf: the row saw no key)
     float* dsum;     // block_q
     int32_t* key_begin;
     int32_t* key_end;
@@ -65,7 +65,7 @@ inline BackwardScratch carve_backward_scratch(const Problem& pr, const BackwardL
     return s;
 }
 
-// Epilogue of S = Q K^T: score policy, then P = 2^(t - lse) directly (lse is known: no max pass).
+// Epilogue of S = Q K^T: score policy, then P = e^(t - lse) directly (lse is known: no max pass).
 template <bool kTransform, bool kMask>
 struct ProbabilitiesFromScores {
     float* p;
@@ -85,7 +85,7 @@ struct ProbabilitiesFromScores {
     FA_OUT_OF_LINE void finish_out_of_line(Tile<MR, NV> tile, int64_t row0, int64_t col0) {
         // Locals, not members: stores through float* could alias them, forcing a reload per row.
         const ScoreParams params = sp;
-        const Vec scale_log2 = splat(params.scale_log2);
+        const Vec scale = splat(params.scale), log2e = splat(kLog2e);
         float* const probs = p + row0 * ld;
         float* const slopes = slope ? slope + row0 * ld : nullptr;
         const int64_t out_ld = ld;
@@ -103,16 +103,16 @@ struct ProbabilitiesFromScores {
                     const Vec offset = splat(static_cast<float>(i0 + row + params.diagonal - j0 - col)) -
                                        __builtin_convertvector(lane_index(), Vec);
                     Vec tanh_slope = splat(1.0f);
-                    t = transformed_score_log2(tile.acc[r][v] * splat(params.scale), offset, params, &tanh_slope);
+                    t = transformed_score(tile.acc[r][v] * scale, offset, params, &tanh_slope);
                     if (slopes) store(slopes + r * out_ld + col, tanh_slope);
                 } else {
-                    t = tile.acc[r][v] * scale_log2;
+                    t = tile.acc[r][v] * scale;
                 }
                 if constexpr (kMask) {
                     const IVec key = splat_int(static_cast<int32_t>(j0 + col)) + lane_index();
                     t = select((key >= begin) & (key < end), t, splat(-kInf));
                 }
-                store(probs + r * out_ld + col, exp2(t - lse_row));
+                store(probs + r * out_ld + col, exp2((t - lse_row) * log2e));
             }
         }
     }
@@ -152,7 +152,7 @@ struct BackwardJob {
     const BwdProblem* bwd;
     BackwardLayout lay;
     RowsSource q, dout;   // packed in pass 1 when they cannot be read in place
-    float* lse_log2;      // per lse entry: lse * log2 e, +inf for rows that saw no key
+    float* lse;           // per lse entry: the lse, +inf for rows that saw no key
     float* dsum;          // per lse entry: rowsum(dO * O)
     float* dq_chunks;     // [chunk][head][q row][head_dim_pad] fp32 partial dQ
     uint8_t* dq_touched;  // [chunk][head][q block]: did the chunk write this block's partial dQ
@@ -178,7 +178,7 @@ inline uint8_t& dq_touched(const BackwardJob& job, int64_t chunk, int64_t h, int
     return job.dq_touched[(chunk * heads + h) * job.q_blocks_total + global_block];
 }
 
-// Pass 1, per (sequence, head, q block): dsum and the log2-unit lse of every row, and with dsink the
+// Pass 1, per (sequence, head, q block): dsum and the lse of every row, and with dsink the
 // block's share of it.
 inline void prepare_rows(const BackwardJob& job, const Span& span, int64_t h, int64_t q_block) {
     const Problem& pr = job.bwd->fwd;
@@ -204,7 +204,7 @@ inline void prepare_rows(const BackwardJob& job, const Span& span, int64_t h, in
         const int64_t index = pr.lse_index(span, i0 + r, h);
         job.dsum[index] = sum;
         const float lse = pr.p.softmax_lse[index];
-        job.lse_log2[index] = lse > -kInf ? lse * kLog2e : kInf;
+        job.lse[index] = lse > -kInf ? lse : kInf;
         if (job.dsink_parts) sink_share += double(__builtin_exp2f((sink - lse) * kLog2e) * sum);
     }
     if (job.dsink_parts) job.dsink_parts[h * job.q_blocks_total + job.q_block_base[span.batch] + q_block] = sink_share;
@@ -251,7 +251,7 @@ inline void backward_chunk(const BackwardJob& job, const BackwardScratch& s, con
                 const Fp32Rows dout = job.dout.rows(pr, span, h, i0);
                 for (int64_t r = 0; r < rows; ++r) {
                     const int64_t index = pr.lse_index(span, i0 + r, h);
-                    s.lse[r] = job.lse_log2[index];
+                    s.lse[r] = job.lse[index];
                     s.dsum[r] = job.dsum[index];
                 }
 

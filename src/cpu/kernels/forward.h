@@ -5,9 +5,11 @@
 // fp32 scratch, and divides once at the end:
 //
 //   S^T = K_blk Q_blk^T            (tile products; the score policy runs in their epilogue)
-//   m'  = max(m, rowmax S)   alpha = 2^(m - m')   P = 2^(S - m')   l = alpha l + rowsum P
+//   m'  = max(m, rowmax S)   alpha = e^(m - m')   P = e^(S - m')   l = alpha l + rowsum P
 //   O   = alpha O + dropout(P) V   (alpha folded into the product's epilogue)
-//   out = O / l                    lse = (m + log2 l) ln 2
+//   out = O / l                    lse = m + log l
+//
+// with e^x as exp2(x * log2 e) after the subtraction (scores.h says why).
 //
 // A learnable sink is a logit every row's softmax has before any key, with no value: it is the
 // state (m, l, O) = (sink, 1, 0) a row starts from instead of (-inf, 0, 0), and nothing else
@@ -19,9 +21,9 @@
 // the per-row statistics of kLanes rows live in one vector.
 //
 // Lazy rescaling: once every row has a maximum, a block whose scores stay below it + kLazyRescale
-// (log2 units) keeps the old maximum as the exponent offset. Its exponentials and row sums then
-// happen right in the S^T product's epilogue, and O accumulates without rescaling; P values up to
-// 2^kLazyRescale are harmless in fp32. A block that does raise a maximum that far is redone the
+// keeps the old maximum as the exponent offset. Its exponentials and row sums then happen right in
+// the S^T product's epilogue, and O accumulates without rescaling; P values up to e^kLazyRescale
+// (256) are harmless in fp32. A block that does raise a maximum that far is redone the
 // classic way above. After the first block this is almost every block; when it is not (scores
 // that keep rising along the keys), the lazy attempts back off exponentially.
 //
@@ -49,9 +51,9 @@ struct ForwardScratch {
     float* v_block;   // block_k x head_dim_v_pad: ... a V block
     float* s_t;       // block_k x block_q: scores, then probabilities, transposed
     float* o;         // block_q x head_dim_v_pad: unnormalised output
-    float* row_max;   // per query row, log2 units: the running maximum m
+    float* row_max;   // per query row: the running maximum m
     float* row_sum;   // the running l, relative to `shift`
-    float* shift;     // the exponent offset in use: P = 2^(S - shift); a past maximum (0 while none)
+    float* shift;     // the exponent offset in use: P = e^(S - shift); a past maximum (0 while none)
     float* block_max; // max of the current block's scores per row
     float* block_sum; // row sums of the current block's P (lazy path)
     float* rescale;   // alpha per row for the current block (classic path)
@@ -125,7 +127,7 @@ inline TaskScratch carve_forward_scratch(const ForwardLayout& lay, char* slab, s
 }
 
 // Epilogue of S^T = K Q^T: score policy, then the block's running row max, and with kExp the
-// probabilities 2^(t - shift) and their row sums too (lazy path). Tile rows are keys, tile columns
+// probabilities e^(t - shift) and their row sums too (lazy path). Tile rows are keys, tile columns
 // are query rows. The scale is applied here, not folded into Q: the backward then
 // recomputes bit-identical scores (same products, same order, same multiply), so its P is
 // normalised by exactly the lse the forward saw.
@@ -151,7 +153,7 @@ struct TransposedScores {
     FA_OUT_OF_LINE void finish_out_of_line(Tile<MR, NV> tile, int64_t row0, int64_t col0) {
         // Locals, not members: stores through float* could alias them, forcing a reload per row.
         const ScoreParams params = sp;
-        const Vec scale_log2 = splat(params.scale_log2);
+        const Vec scale = splat(params.scale), log2e = splat(kLog2e);
         float* const out = s_t + row0 * ld;
         const int64_t out_ld = ld;
         const int32_t key0 = static_cast<int32_t>(j0 + row0);
@@ -179,10 +181,9 @@ struct TransposedScores {
                 Vec t;
                 if constexpr (kTransform) {
                     Vec unused;
-                    t = transformed_score_log2(tile.acc[r][v] * splat(params.scale), offset - splat(float(r)), slopes,
-                                               params, &unused);
+                    t = transformed_score(tile.acc[r][v] * scale, offset - splat(float(r)), slopes, params, &unused);
                 } else {
-                    t = tile.acc[r][v] * scale_log2;
+                    t = tile.acc[r][v] * scale;
                 }
                 if constexpr (kMask) {
                     const IVec key = splat_int(key0 + r);
@@ -190,7 +191,7 @@ struct TransposedScores {
                 }
                 running_max = max(running_max, t);
                 if constexpr (kExp) {
-                    t = exp2(t - offset_exp);
+                    t = exp2((t - offset_exp) * log2e);
                     running_sum += t;
                 }
                 store(out + r * out_ld + col, t);
@@ -220,7 +221,7 @@ struct RescaleAccumulate {
 };
 
 // S^T for keys [j0, j0 + keys) against the packed Q^T, through the score policy. A = keys rows.
-// exponentiate: also P = 2^(S - shift) and its row sums (the lazy path).
+// exponentiate: also P = e^(S - shift) and its row sums (the lazy path).
 template <class KeysA>
 inline void transposed_scores(const ForwardLayout& lay, const ForwardScratch& s, const KeysA& keys_a, int64_t keys,
                               int64_t rows_pad, int64_t j0, const ScoreParams& sp, bool masked, bool exponentiate) {
@@ -240,7 +241,7 @@ inline void transposed_scores(const ForwardLayout& lay, const ForwardScratch& s,
     });
 }
 
-constexpr float kLazyRescale = 8.0f; // log2 units: P stays below 256
+constexpr float kLazyRescale = 8.0f * kLn2; // P stays below 2^8
 
 // The lazy path's condition, checked after its product: no real row's maximum rose too far.
 inline bool within_lazy_bound(const ForwardScratch& s, int64_t rows) {
@@ -267,11 +268,11 @@ inline void online_softmax(const ForwardScratch& s, int64_t keys, int64_t rows_p
         const Vec shift = select(m_new == splat(-kInf), Vec{}, m_new); // all masked so far: no NaN
         // l and O are relative to the old offset (the lazy path may have left it below m_old);
         // nothing accumulated yet (m_old = -inf) rescales by 0.
-        const Vec alpha = select(m_old == splat(-kInf), Vec{}, exp2(load(s.shift + col) - shift));
+        const Vec alpha = select(m_old == splat(-kInf), Vec{}, exp2((load(s.shift + col) - shift) * splat(kLog2e)));
         Vec block_sum = {};
         for (int64_t j = 0; j < keys; ++j) {
             float* p = s.s_t + j * ld + col;
-            const Vec prob = exp2(load(p) - shift);
+            const Vec prob = exp2((load(p) - shift) * splat(kLog2e));
             block_sum += prob;
             store(p, prob);
         }
@@ -283,16 +284,16 @@ inline void online_softmax(const ForwardScratch& s, int64_t keys, int64_t rows_p
 }
 
 // attn_probs (tests only): a second sweep over every key column once lse is known, writing
-// P = 2^(S - lse) (0 where masked, negated where dropout dropped it).
+// P = e^(S - lse) (0 where masked, negated where dropout dropped it).
 inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, const ForwardScratch& s,
                                 const Span& span, const TileRows& tile, const ScoreParams& sp,
                                 const ForwardInputs& in) {
     const int64_t seqlen_k = pr.p.seqlen_k, rows = tile.rows;
     const int64_t h_k = pr.kv_head(tile.h0);
     const uint32_t threshold = dropout_keep_threshold(pr.p.dropout_p);
-    for (int64_t r = 0; r < tile.rows_pad; ++r) { // log2-unit lse; +inf makes an empty row all zeros
+    for (int64_t r = 0; r < tile.rows_pad; ++r) { // lse; +inf makes an empty row all zeros
         const float l = s.row_sum[r];
-        s.shift[r] = (r < rows && l > 0.0f) ? s.shift[r] + __builtin_log2f(l) : kInf;
+        s.shift[r] = (r < rows && l > 0.0f) ? s.shift[r] + __builtin_logf(l) : kInf;
     }
     for (int64_t j0 = 0; j0 < seqlen_k; j0 += lay.block_k) {
         const int64_t cols = min64(lay.block_k, seqlen_k - j0);
@@ -304,7 +305,7 @@ inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, con
             for (int64_t j = 0; j < keys; ++j)
                 for (int64_t c = 0; c < tile.rows_pad; c += kLanes) {
                     float* p = s.s_t + j * lay.block_q + c;
-                    store(p, exp2(load(p) - load(s.shift + c)));
+                    store(p, exp2((load(p) - load(s.shift + c)) * splat(kLog2e)));
                 }
         }
         for (int64_t r = 0; r < rows; ++r) {
@@ -321,7 +322,7 @@ inline void write_probabilities(const Problem& pr, const ForwardLayout& lay, con
 }
 
 // Split-KV partial results: split `split` of the tile holding (global query row g, head h) leaves its
-// normalised output (head_dim_v_pad floats) and its lse in log2 units (-inf: it saw no key) here.
+// normalised output (head_dim_v_pad floats) and its lse (-inf: it saw no key) here.
 struct SplitPartials {
     float* o;
     float* lse;
@@ -382,9 +383,8 @@ inline TileState start_tile(const Problem& pr, const ForwardLayout& lay, const F
     }
     if (pr.has_sink() && lay.splits == 1) // the sink as the state before any key; split-KV merges it instead
         for (int64_t r = 0; r < tile.rows; ++r) {
-            const float sink_log2 = pr.sink(tile.head(r)) * kLog2e;
-            s.row_max[r] = sink_log2;
-            s.shift[r] = sink_log2;
+            s.row_max[r] = pr.sink(tile.head(r));
+            s.shift[r] = pr.sink(tile.head(r));
             s.row_sum[r] = 1.0f;
         }
     __builtin_memset(s.o, 0, tile.rows * lay.head_dim_v_pad * sizeof(float));
@@ -444,15 +444,15 @@ inline void finish_tile(const Problem& pr, const ForwardLayout& lay, const Forwa
     for (int64_t r = 0; r < tile.rows; ++r) {
         const int64_t i = tile.row(r), h = tile.head(r);
         const float l = s.row_sum[r];
-        const float lse_log2 = l > 0.0f ? s.shift[r] + __builtin_log2f(l) : -kInf;
+        const float lse = l > 0.0f ? s.shift[r] + __builtin_logf(l) : -kInf;
         if (partials) {
             const int64_t at = partials->index(split, global_q_row(pr, span, i), h);
             store_row(OutRows{partials->o, FA_FLOAT32, at * d_pad, 0}, 0, s.o + r * d_pad, d_pad,
                       l > 0.0f ? keep_scale / l : 0.0f);
-            partials->lse[at] = lse_log2;
+            partials->lse[at] = lse;
         } else {
             store_row(q_out_rows(pr, pr.p.out, span, i, h), 0, s.o + r * d_pad, d, l > 0.0f ? keep_scale / l : 0.0f);
-            if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse_log2 * kLn2;
+            if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse;
         }
     }
     if (pr.p.attn_probs) write_probabilities(pr, lay, s, span, tile, st.sp, in);
@@ -498,8 +498,8 @@ inline void forward_task(const Problem& pr, const ForwardLayout& lay, const Forw
 }
 
 // Split-KV's second pass, for one tile: with M the largest lse_s of a row,
-//     lse = M + log2 sum_s 2^(lse_s - M),    out = sum_s 2^(lse_s - lse) O_s
-// over the splits that saw a key, in split order (fa_combine's merge, in log2 units). A sink is one
+//     lse = M + log sum_s e^(lse_s - M),    out = sum_s e^(lse_s - lse) O_s
+// over the splits that saw a key, in split order (fa_combine's merge). A sink is one
 // more such term, with lse_s = the sink and no output. A row no split saw: out 0, lse -inf (the
 // sink's, with one). acc: head_dim_v_pad floats of scratch.
 inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const SplitPartials& parts, const Span& span,
@@ -507,7 +507,7 @@ inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const Spli
     const int64_t d_pad = lay.head_dim_v_pad;
     for (int64_t r = 0; r < tile.rows; ++r) {
         const int64_t i = tile.row(r), h = tile.head(r), g = global_q_row(pr, span, i);
-        const float sink = pr.sink(h) * kLog2e; // -inf without sinks
+        const float sink = pr.sink(h); // -inf without sinks
         float m = sink;
         for (int64_t part = 0; part < lay.splits; ++part) {
             const float l = parts.lse[parts.index(part, g, h)];
@@ -516,19 +516,19 @@ inline void merge_splits(const Problem& pr, const ForwardLayout& lay, const Spli
         float sum = 0.0f;
         for (int64_t part = 0; part < lay.splits && m > -kInf; ++part) {
             const float l = parts.lse[parts.index(part, g, h)];
-            if (l > -kInf) sum += __builtin_exp2f(l - m);
+            if (l > -kInf) sum += __builtin_exp2f((l - m) * kLog2e);
         }
-        if (sink > -kInf) sum += __builtin_exp2f(sink - m);
-        const float lse = m > -kInf ? m + __builtin_log2f(sum) : -kInf;
+        if (sink > -kInf) sum += __builtin_exp2f((sink - m) * kLog2e);
+        const float lse = m > -kInf ? m + __builtin_logf(sum) : -kInf;
         for (int64_t c = 0; c < d_pad; c += kLanes) store(acc + c, Vec{});
         for (int64_t part = 0; part < lay.splits && m > -kInf; ++part) {
             const int64_t at = parts.index(part, g, h);
             if (!(parts.lse[at] > -kInf)) continue; // saw no key: its output was never written
-            const Vec weight = splat(__builtin_exp2f(parts.lse[at] - lse));
+            const Vec weight = splat(__builtin_exp2f((parts.lse[at] - lse) * kLog2e));
             const float* o = parts.o + at * d_pad;
             for (int64_t c = 0; c < d_pad; c += kLanes) store(acc + c, load(acc + c) + weight * load(o + c));
         }
         store_row(q_out_rows(pr, pr.p.out, span, i, h), 0, acc, lay.head_dim_v, 1.0f);
-        if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse * kLn2;
+        if (pr.p.softmax_lse) pr.p.softmax_lse[pr.lse_index(span, i, h)] = lse;
     }
 }

@@ -3,12 +3,14 @@
 // register tile in the epilogue of the Q K^T product, and only where needed: a block whose keys
 // every query row may see skips the mask, a block no row may see is never computed.
 //
-// Scores leave this file in log2 units (t = s * log2 e), the unit exp2 wants; the row maxima and
-// the forward's running statistics are kept in the same unit.
+// Scores leave this file in natural units (the scaled, transformed score), and the row maxima and
+// lse stay in them: a probability is exp2((t - m) * log2 e), the maximum subtracted before the
+// multiply. t - m is exact where t is near m (the entries that matter), so no rounding at the
+// scores' own magnitude (large under ALiBi over long distances, or with peaky rows) reaches P, as it
+// does with FlashAttention's folded t * log2 e - m * log2 e (one FMA, for a GPU's sake).
 
 struct ScoreParams {
     float scale;       // softmax scale
-    float scale_log2;  // scale * log2 e
     float softcap;     // 0 = off
     float alibi_slope; // the head's slope (one head per block); a packed forward tile has one per row
     bool alibi;        // ALiBi applies to some row of the block
@@ -19,24 +21,24 @@ struct ScoreParams {
 
 inline ScoreParams score_params(const Problem& pr, const Span& s, int64_t h) {
     const float slope = pr.alibi_slope(s.batch, h);
-    return {pr.scale, pr.scale_log2, pr.p.softcap, slope, slope != 0.0f, s.k_len - s.q_len};
+    return {pr.scale, pr.p.softcap, slope, slope != 0.0f, s.k_len - s.q_len};
 }
 
-// transform_score(s) * log2 e for a scaled score s = scale * q.k, where offset = i + diagonal - j
+// transform_score(s) for a scaled score s = scale * q.k, where offset = i + diagonal - j
 // (ALiBi's signed distance) and slope the ALiBi slope of each lane's query row. *tanh_slope
 // receives d(capped)/d(uncapped) = 1 - tanh^2 when softcap is on (the backward needs it).
-FA_INLINE Vec transformed_score_log2(Vec s, Vec offset, Vec slope, const ScoreParams& sp, Vec* tanh_slope) {
+FA_INLINE Vec transformed_score(Vec s, Vec offset, Vec slope, const ScoreParams& sp, Vec* tanh_slope) {
     if (sp.softcap > 0.0f) {
         const Vec t = tanh(s / splat(sp.softcap));
         s = splat(sp.softcap) * t;
         *tanh_slope = splat(1.0f) - t * t;
     }
     if (sp.alibi) s -= slope * abs(offset);
-    return s * splat(kLog2e);
+    return s;
 }
 // ... with the block's one slope.
-FA_INLINE Vec transformed_score_log2(Vec s, Vec offset, const ScoreParams& sp, Vec* tanh_slope) {
-    return transformed_score_log2(s, offset, splat(sp.alibi_slope), sp, tanh_slope);
+FA_INLINE Vec transformed_score(Vec s, Vec offset, const ScoreParams& sp, Vec* tanh_slope) {
+    return transformed_score(s, offset, splat(sp.alibi_slope), sp, tanh_slope);
 }
 
 // Which keys each query row of a forward tile may see: [begin, end) from MaskSpec::keys_for_row,
