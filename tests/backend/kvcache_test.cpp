@@ -42,7 +42,8 @@ struct KvCase {
     int num_splits = 1;
     uint64_t seed = 1;
 
-    int rotary_dim() const { return int(std::lround(rotary_fraction * head_dim / 2)) * 2; }
+    // even, at most head_dim (an odd head dim's "all" is head_dim - 1)
+    int rotary_dim() const { return std::min(int(std::lround(rotary_fraction * head_dim / 2)) * 2, head_dim / 2 * 2); }
     int value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
@@ -373,6 +374,52 @@ std::vector<KvCase> kvcache_cases(Backend backend) {
     return finish(cases, backend);
 }
 
+// Random combinations of every option above (fixed seed per backend; see
+// random_combinations_test.cpp for the dense and varlen calls): shapes, caches and their fill,
+// pages, rotary, left padding, cache_batch_idx, GQA, masks, softcap, ALiBi, value head dims, sinks
+// and splits, each drawn independently.
+std::vector<KvCase> random_kvcache_cases(Backend backend) {
+    std::mt19937_64 rng(backend == Backend::cpu ? 0xCAC4E : 0xCAC4F);
+    auto pick = [&](auto const& options) { return options[rng() % options.size()]; };
+    auto chance = [&](double p) { return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p; };
+    auto between = [&](int lo, int hi) { return lo + int(rng() % uint64_t(hi - lo + 1)); };
+    const std::vector<int> head_dims{32, 40, 59, 64, 96, 128, 192, 256};
+    std::vector<KvCase> cases;
+    for (int n = 0; n < 40; ++n) {
+        KvCase c;
+        c.dtype = backend == Backend::cpu && chance(0.2) ? FA_FLOAT32 : (chance(0.5) ? FA_FLOAT16 : FA_BFLOAT16);
+        c.batch = between(1, 3);
+        c.seqlen_q = chance(0.5) ? 1 : between(2, 40);
+        c.seqlen_new = chance(0.15) ? 0 : (chance(0.6) ? c.seqlen_q : between(1, 40));
+        c.capacity = c.seqlen_new + between(0, 600);
+        c.heads_k = between(1, 3);
+        c.heads = c.heads_k * pick(std::vector<int>{1, 2, 4, 8});
+        c.head_dim = pick(head_dims);
+        if (chance(0.3)) c.head_dim_v = pick(head_dims);
+        c.sink = chance(0.25);
+        if (chance(0.5)) c.page_size = pick(std::vector<int>{16, 64, 256});
+        if (c.seqlen_new > 0 && chance(0.4)) {
+            c.rotary_fraction = pick(std::vector<double>{0.5, 1.0});
+            c.rotary_interleaved = chance(0.5);
+        }
+        c.leftpad = chance(0.25);
+        c.batch_idx = c.page_size == 0 && chance(0.3);
+        if (chance(0.5)) {
+            c.causal = true;
+        } else if (chance(0.3)) {
+            c.window_left = chance(0.2) ? -1 : between(0, 64);
+            c.window_right = chance(0.2) ? -1 : between(0, 16);
+        }
+        if (chance(0.2)) c.softcap = pick(std::vector<float>{5.0f, 30.0f});
+        c.alibi = chance(0.2);
+        c.num_splits = pick(std::vector<int>{1, 0, 3, 7});
+        cases.push_back(c);
+    }
+    std::vector<KvCase> named = finish(cases, backend);
+    for (size_t i = 0; i < named.size(); ++i) named[i].name = "r" + std::to_string(i) + "_" + named[i].name;
+    return named;
+}
+
 class KvCacheAttention : public ::testing::TestWithParam<KvCase> {
 protected:
     void SetUp() override { FA_SKIP_IF_UNAVAILABLE(GetParam().backend); }
@@ -384,6 +431,13 @@ std::string kv_param_name(const ::testing::TestParamInfo<KvCase>& info) { return
 
 INSTANTIATE_TEST_SUITE_P(Cpu, KvCacheAttention, ::testing::ValuesIn(kvcache_cases(Backend::cpu)), kv_param_name);
 INSTANTIATE_TEST_SUITE_P(Cuda, KvCacheAttention, ::testing::ValuesIn(kvcache_cases(Backend::cuda)), kv_param_name);
+
+class KvCacheRandomCombination : public KvCacheAttention {};
+TEST_P(KvCacheRandomCombination, MatchesReference) { expect_kvcache_matches_reference(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cpu, KvCacheRandomCombination, ::testing::ValuesIn(random_kvcache_cases(Backend::cpu)),
+                         kv_param_name);
+INSTANTIATE_TEST_SUITE_P(Cuda, KvCacheRandomCombination, ::testing::ValuesIn(random_kvcache_cases(Backend::cuda)),
+                         kv_param_name);
 
 // Calling twice appends twice: the second call's keys land after the first's, and see them.
 void expect_step_by_step_decode_matches_reference(Backend backend) {
