@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <functional>
+#include <random>
 #include <limits>
 
 namespace flashattn::testing {
@@ -259,6 +261,65 @@ TEST_P(BackwardRejects, WithStatusAndMessageNamingTheArgument) {
 
 INSTANTIATE_TEST_SUITE_P(Arguments, BackwardRejects, ::testing::ValuesIn(backward_breaks()),
                          [](const auto& info) { return strip(info.param.name); });
+
+// Several arguments wrong at once, drawn at random (fixed seed) from the lists above: the call is
+// refused, its message names one of them, and nothing crashes or reads what validation has not
+// cleared. (A check that trusted an earlier one, e.g. a stride check that assumed a valid head_dim,
+// would show here.)
+template <typename Break>
+std::vector<std::vector<const Break*>> random_break_sets(const std::vector<Break>& breaks, uint64_t seed, int sets) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::vector<const Break*>> out;
+    while (int(out.size()) < sets) {
+        const Break& first = breaks[rng() % breaks.size()];
+        std::vector<const Break*> set{&first};
+        const int count = 2 + int(rng() % 2);
+        for (int attempt = 0; attempt < 20 && int(set.size()) < count; ++attempt) {
+            const Break& b = breaks[rng() % breaks.size()];
+            if (b.varlen == first.varlen && std::find(set.begin(), set.end(), &b) == set.end()) set.push_back(&b);
+        }
+        out.push_back(set);
+    }
+    return out;
+}
+
+template <typename Break>
+std::string names_and_mentions(const std::vector<const Break*>& set, bool* mentioned, const std::string& message) {
+    std::string names;
+    *mentioned = false;
+    for (const Break* b : set) {
+        names += (names.empty() ? "" : " + ") + b->name;
+        *mentioned |= message.find(b->mentions) != std::string::npos;
+    }
+    return names;
+}
+
+TEST(ApiRejects, SeveralWrongArgumentsAtOnce) {
+    const std::vector<FwdBreak> fwd = forward_breaks();
+    for (const auto& set : random_break_sets(fwd, 0xBAD1, 300)) {
+        AttentionRun run(set[0]->varlen ? valid_varlen() : valid_dense());
+        fa_fwd_params p = run.fwd_params();
+        for (const FwdBreak* b : set) b->mutate(p, run);
+        const fa_status status = set[0]->varlen ? fa_varlen_forward(&p) : fa_forward(&p);
+        const std::string message = fa_last_error();
+        bool mentioned = false;
+        const std::string names = names_and_mentions(set, &mentioned, message);
+        EXPECT_NE(status, FA_OK) << names;
+        EXPECT_TRUE(mentioned) << names << ": " << message;
+    }
+    const std::vector<BwdBreak> bwd = backward_breaks();
+    for (const auto& set : random_break_sets(bwd, 0xBAD2, 200)) {
+        AttentionRun run(set[0]->varlen ? valid_varlen() : valid_dense());
+        fa_bwd_params p = run.bwd_params();
+        for (const BwdBreak* b : set) b->mutate(p, run);
+        const fa_status status = set[0]->varlen ? fa_varlen_backward(&p) : fa_backward(&p);
+        const std::string message = fa_last_error();
+        bool mentioned = false;
+        const std::string names = names_and_mentions(set, &mentioned, message);
+        EXPECT_EQ(status, FA_ERROR_INVALID_ARGUMENT) << names << ": " << message;
+        EXPECT_TRUE(mentioned) << names << ": " << message;
+    }
+}
 
 TEST(ApiRejects, NullParamsPointers) {
     EXPECT_EQ(fa_forward(nullptr), FA_ERROR_INVALID_ARGUMENT);
