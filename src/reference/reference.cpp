@@ -196,10 +196,12 @@ struct KeyValues {
     std::vector<Real> k, v, k_t, v_t;
 };
 
-enum class Pass { forward, backward };
+// What a pass reads of K and V: the forward K^T and V; the backward K, K^T and V^T, and V as
+// well where it recomputes O (backward_with_out).
+enum class Pass { forward, backward, backward_with_out };
 
 template <typename Real>
-KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, Pass pass, bool backward_out = false) {
+KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, Pass pass) {
     KeyValues<Real> kv;
     kv.k_len = s.k_len;
     kv.stride = s.k_len;
@@ -218,8 +220,7 @@ KeyValues<Real> load_key_values(const Problem& pr, const Span& s, int64_t h_k, P
     };
     const bool forward = pass == Pass::forward;
     load(pr.p.k, forward ? nullptr : &kv.k, &kv.k_t); // S = Q K^T; dQ = dS K
-    // O = P V (in the backward only for Formula::flash_attention: backward_out); dP = dO V^T
-    load(pr.p.v, forward || backward_out ? &kv.v : nullptr, forward ? nullptr : &kv.v_t);
+    load(pr.p.v, forward || pass == Pass::backward_with_out ? &kv.v : nullptr, forward ? nullptr : &kv.v_t); // O = P V; dP = dO V^T
     return kv;
 }
 
@@ -429,9 +430,11 @@ void backward_head(const BwdProblem& bp, Formula formula, const Span& s, int64_t
     const Problem& pr = bp.fwd;
     const int64_t H = pr.heads(), d = pr.head_dim(), dv = pr.head_dim_v(), q_len = s.q_len, k_len = s.k_len;
     const double scale = pr.scale, softcap = pr.p.softcap;
-    // O as well: for D = rowsum(dO O) (Formula::flash_attention), and for dsink's rounding scale.
-    const bool want_out = formula == Formula::flash_attention || pr.has_sink();
-    const KeyValues<Real> kv = load_key_values<Real>(pr, s, pr.kv_head(h), Pass::backward, want_out);
+    // O as well: for D = rowsum(dO O) (Formula::flash_attention), and in the fp64 pass for dsink's
+    // rounding scale.
+    const bool want_out = formula == Formula::flash_attention || (pr.has_sink() && std::is_same_v<Real, double>);
+    const KeyValues<Real> kv =
+        load_key_values<Real>(pr, s, pr.kv_head(h), want_out ? Pass::backward_with_out : Pass::backward);
 
     // dK/dV of this query head, summed over every query row in order.
     std::vector<Real> acc_k(size_t(k_len * d), Real(0)), acc_v(size_t(k_len * dv), Real(0));
@@ -480,10 +483,12 @@ void backward_head(const BwdProblem& bp, Formula formula, const Span& s, int64_t
             if (pr.has_sink()) {
                 dsink_head = math.add(dsink_head, -math.store(f.sink_prob[size_t(r)] * dsum));
                 dsink_magnitude += std::fabs(f.sink_prob[size_t(r)] * dsum);
-                double products = 0.0;
-                for (int64_t c = 0; c < dv; ++c)
-                    products += std::pow(double(dout[size_t(r * dv + c)]) * f.out[size_t(r * dv + c)], 2);
-                dsink_rounding += std::pow(f.sink_prob[size_t(r)], 2) * products;
+                if constexpr (std::is_same_v<Real, double>) { // (the fp64 pass's: it has O)
+                    double products = 0.0;
+                    for (int64_t c = 0; c < dv; ++c)
+                        products += std::pow(double(dout[size_t(r * dv + c)]) * f.out[size_t(r * dv + c)], 2);
+                    dsink_rounding += std::pow(f.sink_prob[size_t(r)], 2) * products;
+                }
             }
         }
         // dQ = scale * dS K (the framework's scale sits on q, so its chain rule scales dQ last).
@@ -569,6 +574,48 @@ Gradients backward(const BwdProblem& bp, Precision precision, Formula formula) {
     if (precision == Precision::fp64) return backward_with(bp, formula, Exact{});
     return backward_with(bp, formula, Naive{bp.fwd.p.dtype});
 }
+
+namespace {
+
+// Of two naive results, the one further from `exact` (equal values, infinities included, differ by
+// 0; a NaN on either side by infinity).
+const std::vector<double>& further(const std::vector<double>& a, const std::vector<double>& b,
+                                   const std::vector<double>& exact) {
+    auto error = [&](const std::vector<double>& x) {
+        if (x.size() != exact.size()) return std::numeric_limits<double>::infinity();
+        double worst = 0.0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double diff = x[i] == exact[i] ? 0.0 : std::fabs(x[i] - exact[i]);
+            worst = std::isnan(diff) ? std::numeric_limits<double>::infinity() : std::max(worst, diff);
+        }
+        return worst;
+    };
+    return error(b) > error(a) ? b : a;
+}
+
+} // namespace
+
+ForwardResult naive_yardstick(const Problem& problem, bool want_probs, const ForwardResult& exact) {
+    const ForwardResult framework = forward(problem, Precision::same_as_inputs, want_probs);
+    const ForwardResult flash = forward(problem, Precision::same_as_inputs, want_probs, Formula::flash_attention);
+    ForwardResult naive = framework;
+    naive.out = further(framework.out, flash.out, exact.out);
+    naive.probs = further(framework.probs, flash.probs, exact.probs);
+    return naive;
+}
+
+Gradients naive_yardstick(const BwdProblem& problem, const Gradients& exact) {
+    const Gradients framework = backward(problem, Precision::same_as_inputs);
+    const Gradients flash = backward(problem, Precision::same_as_inputs, Formula::flash_attention);
+    Gradients naive;
+    naive.dq = further(framework.dq, flash.dq, exact.dq);
+    naive.dk = further(framework.dk, flash.dk, exact.dk);
+    naive.dv = further(framework.dv, flash.dv, exact.dv);
+    naive.dsink = further(framework.dsink, flash.dsink, exact.dsink);
+    return naive;
+}
+
+double unit_roundoff(fa_dtype dtype) { return dtype == FA_FLOAT32 ? 0x1p-24 : dtype == FA_FLOAT16 ? 0x1p-11 : 0x1p-8; }
 
 namespace {
 

@@ -39,7 +39,7 @@ struct Gradients {
     std::vector<double> dsink_magnitude;
     // (num_heads): sqrt(sum over the rows of p_sink(i)^2 sum_c (dO_ic O_ic)^2). D_i = rowsum(dO O)
     // carries the rounding of O to the dtype, of either sign in each row, so a sum over many rows
-    // carries about the dtype's unit roundoff times this.
+    // carries about the dtype's unit roundoff times this. Only the fp64 pass computes it (0 elsewhere).
     std::vector<double> dsink_rounding;
 };
 
@@ -58,6 +58,15 @@ ForwardResult forward(const Problem& problem, Precision precision, bool want_pro
 
 // Recomputes the forward itself (it does not trust out/softmax_lse in the params).
 Gradients backward(const BwdProblem& problem, Precision precision, Formula formula = Formula::framework);
+
+// The tolerance rule's yardstick: naive attention in the inputs' dtype, per output the worse
+// (further from `exact`, the fp64 result) of its two Formula forms. The forward's lse is the
+// framework form's (both forms compute it alike); the gradients carry no magnitudes.
+ForwardResult naive_yardstick(const Problem& problem, bool want_probs, const ForwardResult& exact);
+Gradients naive_yardstick(const BwdProblem& problem, const Gradients& exact);
+
+// 2^-p for the dtype's p significant bits: the largest relative rounding error of a value stored in it.
+double unit_roundoff(fa_dtype dtype);
 
 // fa_kvcache_forward's definition. First the append, written into the caches the problem points at
 // (give it a copy of the caller's caches): new key i of sequence b, rotated in fp32 exactly as

@@ -522,10 +522,6 @@ double max_abs(const std::vector<double>& values) {
     return m;
 }
 
-double unit_roundoff(fa_dtype dtype) {
-    return dtype == FA_FLOAT32 ? 0x1p-24 : dtype == FA_FLOAT16 ? 0x1p-11 : 0x1p-8;
-}
-
 double tolerance_floor(fa_dtype dtype, double magnitude) {
     const double base = dtype == FA_FLOAT32 ? 2e-6 : dtype == FA_FLOAT16 ? 1e-5 : 5e-5;
     return base * std::max(1.0, magnitude);
@@ -596,28 +592,11 @@ std::vector<double> to_double(const std::vector<float>& values) { return {values
     return ::testing::AssertionSuccess();
 }
 
-namespace {
-
-// Of two naive results, the one further from the reference.
-const std::vector<double>& worse_naive(const std::vector<double>& a, const std::vector<double>& b,
-                                       const std::vector<double>& reference) {
-    return max_deviation(b, reference).max_abs > max_deviation(a, reference).max_abs ? b : a;
-}
-
-} // namespace
-
 void expect_forward_matches_reference(AttentionRun& run) {
     const Case& c = run.c();
     const Problem problem = run.problem();
     const auto fp64 = reference::forward(problem, reference::Precision::fp64, c.want_probs);
-    // The yardstick: the worse, per output, of two naive forwards, a framework's formulas and
-    // FlashAttention's (reference::Formula).
-    const auto naive_framework = reference::forward(problem, reference::Precision::same_as_inputs, c.want_probs);
-    const auto naive_flash = reference::forward(problem, reference::Precision::same_as_inputs, c.want_probs,
-                                                reference::Formula::flash_attention);
-    reference::ForwardResult naive = naive_framework;
-    naive.out = worse_naive(naive_framework.out, naive_flash.out, fp64.out);
-    naive.probs = worse_naive(naive_framework.probs, naive_flash.probs, fp64.probs);
+    const auto naive = reference::naive_yardstick(problem, c.want_probs, fp64);
 
     const int64_t rows = int64_t(run.q_row_used.size());
     const std::vector<bool> used = expand_rows(run.q_row_used, int64_t(c.heads) * value_dim(c));
@@ -649,18 +628,9 @@ void expect_backward_matches_reference(AttentionRun& run) {
     const Case& c = run.c();
     const BwdProblem problem = run.bwd_problem();
     const auto fp64 = reference::backward(problem, reference::Precision::fp64);
-    // The yardstick: the worse, per gradient, of two naive backwards, a framework's formulas and
-    // FlashAttention's (reference::Formula): where a row's dS cancels exactly in the first (one key
-    // in view: P = 1), only the second shows the rounding every implementation of FlashAttention's
-    // formula keeps.
-    const auto naive_framework = reference::backward(problem, reference::Precision::same_as_inputs);
-    const auto naive_flash =
-        reference::backward(problem, reference::Precision::same_as_inputs, reference::Formula::flash_attention);
-    reference::Gradients naive;
-    naive.dq = worse_naive(naive_framework.dq, naive_flash.dq, fp64.dq);
-    naive.dk = worse_naive(naive_framework.dk, naive_flash.dk, fp64.dk);
-    naive.dv = worse_naive(naive_framework.dv, naive_flash.dv, fp64.dv);
-    naive.dsink = worse_naive(naive_framework.dsink, naive_flash.dsink, fp64.dsink);
+    // (Where a row's dS cancels exactly in a framework's naive form, one key in view, the yardstick
+    // is FlashAttention's formula's: reference::Formula.)
+    const auto naive = reference::naive_yardstick(problem, fp64);
 
     const int64_t q_rows = int64_t(run.q_row_used.size()), k_rows = int64_t(run.k_row_used.size());
     const std::vector<bool> q_used = expand_rows(run.q_row_used, int64_t(c.heads) * c.head_dim);
@@ -688,7 +658,7 @@ void expect_backward_matches_reference(AttentionRun& run) {
         const std::vector<double> ours = to_double(run.dsink);
         const Deviation d = max_deviation(ours, fp64.dsink);
         const double bound = 3.0 * max_deviation(naive.dsink, fp64.dsink).max_abs + tolerance_floor(c.dtype, magnitude) +
-                             2.0 * unit_roundoff(c.dtype) * rounding;
+                             2.0 * reference::unit_roundoff(c.dtype) * rounding;
         EXPECT_LE(d.max_abs, bound) << "dsink: max|ours - fp64| = " << d.max_abs << " at [" << d.index << "] (ours "
                                     << d.ours << ", fp64 " << d.reference << "); allowed " << bound
                                     << " (3 x naive error + floor for a sum of magnitude " << magnitude

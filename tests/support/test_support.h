@@ -207,8 +207,6 @@ struct Rule {
 };
 // Floor for a quantity of this dtype whose reference values reach `magnitude`.
 double tolerance_floor(fa_dtype dtype, double magnitude);
-// 2^-p for the dtype's p significant bits: the largest relative rounding error of a value stored in it.
-double unit_roundoff(fa_dtype dtype);
 
 // gtest assertion: ours within factor * naive error + floor of the fp64 reference. `what` names the
 // quantity, `shape` explains the canonical index in the failure message ((rows, heads, dim)...).

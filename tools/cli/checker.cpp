@@ -44,22 +44,6 @@ double max_error(const char* name, size_t count, const Ours& ours, const std::ve
 }
 
 
-// Of two naive results (reference::Formula's two forms), the one further from the reference: the
-// yardstick, since each form keeps roundings the other does not.
-const std::vector<double>& worse_naive(const std::vector<double>& a, const std::vector<double>& b,
-                                       const std::vector<double>& reference) {
-    if (a.size() != reference.size() || b.size() != reference.size()) return a;
-    double error_a = 0.0, error_b = 0.0;
-    for (size_t i = 0; i < reference.size(); ++i) {
-        error_a = std::fmax(error_a, difference(a[i], reference[i]));
-        error_b = std::fmax(error_b, difference(b[i], reference[i]));
-    }
-    return error_b > error_a ? b : a;
-}
-
-// The dtype's unit roundoff (2^-p for p significant bits).
-double unit_roundoff(fa_dtype dtype) { return dtype == FA_FLOAT32 ? 0x1p-24 : dtype == FA_FLOAT16 ? 0x1p-11 : 0x1p-8; }
-
 TensorCheck compare(const char* name, double factor, const HostTensor& ours, const std::vector<double>& naive,
                     const std::vector<double>& reference) {
     return compare_values(name, factor, size_t(ours.elements()), [&](size_t i) { return double(ours.value(int64_t(i))); },
@@ -91,7 +75,7 @@ CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backw
     const auto started = std::chrono::steady_clock::now();
     const Bindings host = host_bindings(work, outputs);
     const bool varlen = work.spec.varlen;
-    const int steps = backward ? 6 : 3;
+    const int steps = backward ? 4 : 2;
     const std::string naive_name = std::string("naive ") + dtype_flag_name(work.spec.dtype);
     CheckResult result;
 
@@ -99,15 +83,10 @@ CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backw
     const Problem problem = make_problem(&fwd_params, varlen);
     progress.begin(label + "reference 1/" + std::to_string(steps) + ": fp64 forward");
     const reference::ForwardResult exact = reference::forward(problem, Precision::fp64);
-    // The naive yardstick in both forms (reference::Formula): a framework's and FlashAttention's.
-    progress.begin(label + "reference 2/" + std::to_string(steps) + ": " + naive_name + " forward");
-    const reference::ForwardResult naive_framework = reference::forward(problem, Precision::same_as_inputs);
-    progress.begin(label + "reference 3/" + std::to_string(steps) + ": " + naive_name + " forward, its lse form");
-    const reference::ForwardResult naive_flash =
-        reference::forward(problem, Precision::same_as_inputs, false, reference::Formula::flash_attention);
+    // The naive yardstick, in both of reference::Formula's forms.
+    progress.begin(label + "reference 2/" + std::to_string(steps) + ": " + naive_name + " forward, both forms");
+    const reference::ForwardResult naive = reference::naive_yardstick(problem, false, exact);
     progress.end();
-    reference::ForwardResult naive = naive_framework;
-    naive.out = worse_naive(naive_framework.out, naive_flash.out, exact.out);
     result.tensors.push_back(compare("out", kForwardFactor, outputs.out, naive.out, exact.out));
     result.tensors.push_back(compare_values("lse", kForwardFactor, outputs.lse.size(),
                                      [&](size_t i) { return double(outputs.lse[i]); }, naive.lse, exact.lse));
@@ -115,19 +94,11 @@ CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backw
     if (backward) {
         const fa_bwd_params bwd_params = backward_params(work, host, FA_BACKEND_CPU, false);
         const BwdProblem bwd_problem = make_bwd_problem(&bwd_params, varlen);
-        progress.begin(label + "reference 4/6: fp64 backward");
+        progress.begin(label + "reference 3/4: fp64 backward");
         const reference::Gradients exact_grads = reference::backward(bwd_problem, Precision::fp64);
-        progress.begin(label + "reference 5/6: " + naive_name + " backward");
-        const reference::Gradients naive_framework_grads = reference::backward(bwd_problem, Precision::same_as_inputs);
-        progress.begin(label + "reference 6/6: " + naive_name + " backward, its lse and rowsum(dO O) form");
-        const reference::Gradients naive_flash_grads =
-            reference::backward(bwd_problem, Precision::same_as_inputs, reference::Formula::flash_attention);
+        progress.begin(label + "reference 4/4: " + naive_name + " backward, both forms");
+        const reference::Gradients naive_grads = reference::naive_yardstick(bwd_problem, exact_grads);
         progress.end();
-        reference::Gradients naive_grads;
-        naive_grads.dq = worse_naive(naive_framework_grads.dq, naive_flash_grads.dq, exact_grads.dq);
-        naive_grads.dk = worse_naive(naive_framework_grads.dk, naive_flash_grads.dk, exact_grads.dk);
-        naive_grads.dv = worse_naive(naive_framework_grads.dv, naive_flash_grads.dv, exact_grads.dv);
-        naive_grads.dsink = worse_naive(naive_framework_grads.dsink, naive_flash_grads.dsink, exact_grads.dsink);
         result.tensors.push_back(compare("dq", kBackwardFactor, outputs.dq, naive_grads.dq, exact_grads.dq));
         result.tensors.push_back(compare("dk", kBackwardFactor, outputs.dk, naive_grads.dk, exact_grads.dk));
         result.tensors.push_back(compare("dv", kBackwardFactor, outputs.dv, naive_grads.dv, exact_grads.dv));
@@ -143,7 +114,7 @@ CheckResult check_against_reference(Workload& work, Outputs& outputs, bool backw
             for (double m : exact_grads.dsink_magnitude) magnitude = std::fmax(magnitude, m);
             double rounding = 0.0;
             for (double r : exact_grads.dsink_rounding) rounding = std::fmax(rounding, r);
-            check.bound += sum_floor(work.spec.dtype) * magnitude + 2.0 * unit_roundoff(work.spec.dtype) * rounding;
+            check.bound += sum_floor(work.spec.dtype) * magnitude + 2.0 * reference::unit_roundoff(work.spec.dtype) * rounding;
             check.pass = check.error <= check.bound;
             result.tensors.push_back(check);
         }
