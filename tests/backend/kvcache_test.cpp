@@ -380,39 +380,37 @@ std::vector<KvCase> kvcache_cases(Backend backend) {
 // and splits, each drawn independently.
 std::vector<KvCase> random_kvcache_cases(Backend backend) {
     std::mt19937_64 rng(backend == Backend::cpu ? 0xCAC4E : 0xCAC4F);
-    auto pick = [&](auto const& options) { return options[rng() % options.size()]; };
-    auto chance = [&](double p) { return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p; };
-    auto between = [&](int lo, int hi) { return lo + int(rng() % uint64_t(hi - lo + 1)); };
+    RandomDraws draw{rng};
     const std::vector<int> head_dims{32, 40, 59, 64, 96, 128, 192, 256};
     std::vector<KvCase> cases;
     for (int n = 0; n < 40; ++n) {
         KvCase c;
-        c.dtype = backend == Backend::cpu && chance(0.2) ? FA_FLOAT32 : (chance(0.5) ? FA_FLOAT16 : FA_BFLOAT16);
-        c.batch = between(1, 3);
-        c.seqlen_q = chance(0.5) ? 1 : between(2, 40);
-        c.seqlen_new = chance(0.15) ? 0 : (chance(0.6) ? c.seqlen_q : between(1, 40));
-        c.capacity = c.seqlen_new + between(0, 600);
-        c.heads_k = between(1, 3);
-        c.heads = c.heads_k * pick(std::vector<int>{1, 2, 4, 8});
-        c.head_dim = pick(head_dims);
-        if (chance(0.3)) c.head_dim_v = pick(head_dims);
-        c.sink = chance(0.25);
-        if (chance(0.5)) c.page_size = pick(std::vector<int>{16, 64, 256});
-        if (c.seqlen_new > 0 && chance(0.4)) {
-            c.rotary_fraction = pick(std::vector<double>{0.5, 1.0});
-            c.rotary_interleaved = chance(0.5);
+        c.dtype = backend == Backend::cpu && draw.chance(0.2) ? FA_FLOAT32 : (draw.chance(0.5) ? FA_FLOAT16 : FA_BFLOAT16);
+        c.batch = draw.between(1, 3);
+        c.seqlen_q = draw.chance(0.5) ? 1 : draw.between(2, 40);
+        c.seqlen_new = draw.chance(0.15) ? 0 : (draw.chance(0.6) ? c.seqlen_q : draw.between(1, 40));
+        c.capacity = c.seqlen_new + draw.between(0, 600);
+        c.heads_k = draw.between(1, 3);
+        c.heads = c.heads_k * draw.pick(std::vector<int>{1, 2, 4, 8});
+        c.head_dim = draw.pick(head_dims);
+        if (draw.chance(0.3)) c.head_dim_v = draw.pick(head_dims);
+        c.sink = draw.chance(0.25);
+        if (draw.chance(0.5)) c.page_size = draw.pick(std::vector<int>{16, 64, 256});
+        if (c.seqlen_new > 0 && draw.chance(0.4)) {
+            c.rotary_fraction = draw.pick(std::vector<double>{0.5, 1.0});
+            c.rotary_interleaved = draw.chance(0.5);
         }
-        c.leftpad = chance(0.25);
-        c.batch_idx = c.page_size == 0 && chance(0.3);
-        if (chance(0.5)) {
+        c.leftpad = draw.chance(0.25);
+        c.batch_idx = c.page_size == 0 && draw.chance(0.3);
+        if (draw.chance(0.5)) {
             c.causal = true;
-        } else if (chance(0.3)) {
-            c.window_left = chance(0.2) ? -1 : between(0, 64);
-            c.window_right = chance(0.2) ? -1 : between(0, 16);
+        } else if (draw.chance(0.3)) {
+            c.window_left = draw.chance(0.2) ? -1 : draw.between(0, 64);
+            c.window_right = draw.chance(0.2) ? -1 : draw.between(0, 16);
         }
-        if (chance(0.2)) c.softcap = pick(std::vector<float>{5.0f, 30.0f});
-        c.alibi = chance(0.2);
-        c.num_splits = pick(std::vector<int>{1, 0, 3, 7});
+        if (draw.chance(0.2)) c.softcap = draw.pick(std::vector<float>{5.0f, 30.0f});
+        c.alibi = draw.chance(0.2);
+        c.num_splits = draw.pick(std::vector<int>{1, 0, 3, 7});
         cases.push_back(c);
     }
     std::vector<KvCase> named = finish(cases, backend);

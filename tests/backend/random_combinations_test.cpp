@@ -21,64 +21,62 @@ namespace {
 constexpr int kCasesPerBackend = 48;
 
 Case random_case(std::mt19937_64& rng, Backend backend) {
-    auto pick = [&](auto const& options) { return options[rng() % options.size()]; };
-    auto chance = [&](double p) { return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p; };
-    auto between = [&](int lo, int hi) { return lo + int(rng() % uint64_t(hi - lo + 1)); };
+    RandomDraws draw{rng};
 
     Case c;
     const std::vector<fa_dtype> dtypes = backend == Backend::cpu
                                              ? std::vector<fa_dtype>{FA_FLOAT16, FA_BFLOAT16, FA_FLOAT32}
                                              : std::vector<fa_dtype>{FA_FLOAT16, FA_BFLOAT16};
-    c.dtype = pick(dtypes);
+    c.dtype = draw.pick(dtypes);
     const std::vector<int> head_dims{8, 16, 32, 40, 59, 64, 80, 96, 128, 160, 192, 256};
-    c.head_dim = chance(0.15) ? between(1, 256) : pick(head_dims);
-    c.head_dim_v = chance(0.35) ? (chance(0.2) ? between(1, 256) : pick(head_dims)) : 0;
-    c.heads_k = between(1, 3);
-    c.heads = c.heads_k * between(1, 3);
+    c.head_dim = draw.chance(0.15) ? draw.between(1, 256) : draw.pick(head_dims);
+    c.head_dim_v = draw.chance(0.35) ? (draw.chance(0.2) ? draw.between(1, 256) : draw.pick(head_dims)) : 0;
+    c.heads_k = draw.between(1, 3);
+    c.heads = c.heads_k * draw.between(1, 3);
     // Lengths: mostly within a few key blocks, some single rows and keys, some long enough for
     // several tiles; the area stays small for the fp64 reference.
     auto length = [&]() {
-        if (chance(0.1)) return between(0, 2);
-        return chance(0.3) ? between(129, 300) : between(3, 128);
+        if (draw.chance(0.1)) return draw.between(0, 2);
+        return draw.chance(0.3) ? draw.between(129, 300) : draw.between(3, 128);
     };
-    c.varlen = chance(0.3);
+    c.varlen = draw.chance(0.3);
     if (c.varlen) {
-        const int sequences = between(1, 4);
+        const int sequences = draw.between(1, 4);
         for (int s = 0; s < sequences; ++s) {
             c.q_lens.push_back(length());
             c.k_lens.push_back(length());
         }
-        if (chance(0.3)) c.spare_rows = between(1, 7);
-        if (chance(0.2))
-            for (int s = 0; s < sequences; ++s) c.seqused_k.push_back(between(0, c.k_lens[s]));
+        if (draw.chance(0.3)) c.spare_rows = draw.between(1, 7);
+        if (draw.chance(0.2))
+            for (int s = 0; s < sequences; ++s) c.seqused_k.push_back(draw.between(0, c.k_lens[s]));
     } else {
-        c.batch = between(1, 3);
+        c.batch = draw.between(1, 3);
         c.seqlen_q = length();
         c.seqlen_k = length();
-        if (chance(0.15))
-            for (int b = 0; b < c.batch; ++b) c.seqused_k.push_back(between(0, c.seqlen_k));
-        c.kv_batch_broadcast = chance(0.1);
-        if (chance(0.5)) c.layout = pick(std::vector<Layout>{Layout::bhsd, Layout::padded});
+        if (draw.chance(0.15))
+            for (int b = 0; b < c.batch; ++b) c.seqused_k.push_back(draw.between(0, c.seqlen_k));
+        c.kv_batch_broadcast = draw.chance(0.1);
+        if (draw.chance(0.5)) c.layout = draw.pick(std::vector<Layout>{Layout::bhsd, Layout::padded});
     }
     // Masks: causal, a local window (either side unbounded or not), or none.
-    if (chance(0.4)) {
+    if (draw.chance(0.4)) {
         c.causal = true;
-        if (chance(0.25)) c.window_left = between(0, 64);
-    } else if (chance(0.25)) {
-        c.window_left = chance(0.2) ? -1 : between(0, 64);
-        c.window_right = chance(0.2) ? -1 : between(0, 64);
+        if (draw.chance(0.25)) c.window_left = draw.between(0, 64);
+    } else if (draw.chance(0.25)) {
+        c.window_left = draw.chance(0.2) ? -1 : draw.between(0, 64);
+        c.window_right = draw.chance(0.2) ? -1 : draw.between(0, 64);
     }
-    if (chance(0.2)) c.softcap = pick(std::vector<float>{2.5f, 10.0f, 30.0f});
-    if (chance(0.2)) c.alibi = chance(0.5) ? Alibi::per_head : Alibi::per_batch_and_head;
-    if (chance(0.2)) c.dropout_p = pick(std::vector<float>{0.1f, 0.25f});
-    if (chance(0.25)) {
+    if (draw.chance(0.2)) c.softcap = draw.pick(std::vector<float>{2.5f, 10.0f, 30.0f});
+    if (draw.chance(0.2)) c.alibi = draw.chance(0.5) ? Alibi::per_head : Alibi::per_batch_and_head;
+    if (draw.chance(0.2)) c.dropout_p = draw.pick(std::vector<float>{0.1f, 0.25f});
+    if (draw.chance(0.25)) {
         c.learnable_sink = true;
-        c.sink_mean = pick(std::vector<double>{-4.0, 0.0, 4.0});
+        c.sink_mean = draw.pick(std::vector<double>{-4.0, 0.0, 4.0});
     }
-    if (chance(0.15)) c.softmax_scale = pick(std::vector<float>{0.05f, 0.3f, 1.0f});
-    if (chance(0.1)) c.input_stddev = 3.0;
-    c.deterministic = chance(0.5);
-    if (chance(0.15)) c.num_splits = pick(std::vector<int>{0, 3});
+    if (draw.chance(0.15)) c.softmax_scale = draw.pick(std::vector<float>{0.05f, 0.3f, 1.0f});
+    if (draw.chance(0.1)) c.input_stddev = 3.0;
+    c.deterministic = draw.chance(0.5);
+    if (draw.chance(0.15)) c.num_splits = draw.pick(std::vector<int>{0, 3});
     return c;
 }
 

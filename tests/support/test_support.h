@@ -101,6 +101,16 @@ private:
 // One attention problem, described by what it is.
 enum class Alibi { none, per_head, per_batch_and_head };
 
+// Draws for randomly generated test problems (fixed seeds): an element of a list, a coin that
+// comes up with probability p, an integer in [lo, hi].
+struct RandomDraws {
+    std::mt19937_64& rng;
+    template <typename T>
+    T pick(const std::vector<T>& options) { return options[rng() % options.size()]; }
+    bool chance(double p) { return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p; }
+    int between(int lo, int hi) { return lo + int(rng() % uint64_t(hi - lo + 1)); }
+};
+
 struct Case {
     std::string name;
     Backend backend = Backend::cpu;
