@@ -30,20 +30,13 @@ def allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window, device="cpu"):
     return allowed
 
 
-def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
-                  seqused_k=None, keep_mask=None, dropout_p=0.0, upcast=True, learnable_sink=None):
-    """Dense attention. q: (b, sq, h, d), k: (b, sk, hk, d), v: (b, sk, hk, dv). Returns (out, lse, probs).
-
-    keep_mask: bool (b, h, sq, sk) or None; kept probabilities are scaled by 1/(1-dropout_p).
-    learnable_sink: (h,) or None: one more score per row, in the denominator (and lse) with no value.
-    out has the compute dtype (float64 when upcast), lse is float64-or-compute (b, h, sq), probs are
-    the undropped normalised probabilities of the keys."""
-    compute = torch.float64 if upcast else q.dtype
-    q, k, v = (t.to(compute) for t in (q, k, v))
+def _scores(q, k, *, softmax_scale, causal, window, softcap, alibi_slopes, seqused_k, upcast):
+    """(scores (b, h, sq, sk), -inf where masked; allowed (b, 1, sq, sk)) in q's dtype. The scale goes on q
+    before the product in a low precision (as a framework's naive code has it), on the scores in float64."""
+    compute = q.dtype
     batch, seqlen_q, heads, head_dim = q.shape
-    seqlen_k, heads_k = k.shape[1], k.shape[2]
-    k = k.repeat_interleave(heads // heads_k, dim=2)
-    v = v.repeat_interleave(heads // heads_k, dim=2)
+    seqlen_k = k.shape[1]
+    k = k.repeat_interleave(heads // k.shape[2], dim=2)
     scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
     scores = torch.einsum("bihd,bjhd->bhij", q * scale if not upcast else q, k)
     if upcast:
@@ -59,7 +52,23 @@ def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1),
         distance = (i + torch.tensor(k_lens).view(-1, 1, 1, 1) - seqlen_q - j).abs()
         scores = scores - slopes * distance.to(compute)
     allowed = allowed_mask(seqlen_q, seqlen_k, k_lens, causal, window).to(scores.device)
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.masked_fill(~allowed, float("-inf")), allowed
+
+
+def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi_slopes=None,
+                  seqused_k=None, keep_mask=None, dropout_p=0.0, upcast=True, learnable_sink=None):
+    """Dense attention. q: (b, sq, h, d), k: (b, sk, hk, d), v: (b, sk, hk, dv). Returns (out, lse, probs).
+
+    keep_mask: bool (b, h, sq, sk) or None; kept probabilities are scaled by 1/(1-dropout_p).
+    learnable_sink: (h,) or None: one more score per row, in the denominator (and lse) with no value.
+    out has the compute dtype (float64 when upcast), lse is float64-or-compute (b, h, sq), probs are
+    the undropped normalised probabilities of the keys."""
+    compute = torch.float64 if upcast else q.dtype
+    q, k, v = (t.to(compute) for t in (q, k, v))
+    batch, seqlen_q, heads, _ = q.shape
+    v = v.repeat_interleave(heads // v.shape[2], dim=2)
+    scores, allowed = _scores(q, k, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
+                              alibi_slopes=alibi_slopes, seqused_k=seqused_k, upcast=upcast)
     if learnable_sink is not None:  # one more column, dropped from the probabilities before P V
         column = learnable_sink.to(compute).view(1, heads, 1, 1).expand(batch, heads, seqlen_q, 1)
         scores = torch.cat([scores, column], dim=-1)
@@ -73,6 +82,40 @@ def attention_ref(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1),
         weights = probs * keep_mask.to(compute) / (1.0 - dropout_p)
     out = torch.einsum("bhij,bjhd->bihd", weights, v)
     return out, lse, probs
+
+
+def flash_form_grads(q, k, v, dout, *, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0,
+                     alibi_slopes=None, seqused_k=None, keep_mask=None, dropout_p=0.0, learnable_sink=None):
+    """The naive backward in the inputs' dtype by FlashAttention's formulas: P = exp(S - lse) from the
+    lse as stored (float32) and D_i = rowsum(dO_i O_i) from the output rounded to the dtype. A
+    framework's autograd takes D_i = rowsum(P dP) instead, which cancels exactly where a row sees one
+    key (P = 1, so dS = 0), while FlashAttention's D carries O's rounding there. Each form keeps
+    roundings the other does not, so the tolerance rule's yardstick is the worse of the two (as
+    reference::Formula in the C++ suite). Returns [dq, dk, dv] (and dsink with learnable_sink)."""
+    options = dict(softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
+                   alibi_slopes=alibi_slopes, seqused_k=seqused_k)
+    out, lse, _ = attention_ref(q, k, v, keep_mask=keep_mask, dropout_p=dropout_p, upcast=False,
+                                learnable_sink=learnable_sink, **options)
+    compute = q.dtype
+    q, k = (t.detach().to(compute).requires_grad_() for t in (q, k))
+    v, dout, out = (t.detach().to(compute) for t in (v, dout, out))
+    heads, heads_k = q.shape[2], k.shape[2]
+    scores, allowed = _scores(q, k, upcast=False, **options)
+    probs = torch.where(allowed, torch.exp(scores.float() - lse[..., None].float()), 0.0).to(compute)
+    keep = 1.0 if keep_mask is None else keep_mask.to(compute) / (1.0 - dropout_p)
+    v_rep = v.repeat_interleave(heads // heads_k, dim=2)
+    dv = torch.einsum("bhij,bihd->bjhd", probs * keep, dout)
+    dv = dv.unflatten(2, (heads_k, heads // heads_k)).sum(3)
+    dp = torch.einsum("bihd,bjhd->bhij", dout, v_rep) * keep
+    d_rows = (dout.float() * out.float()).sum(-1).transpose(1, 2).to(compute)  # (b, h, sq)
+    ds = (probs * (dp - d_rows[..., None])).detach()
+    # dS through the scores' own graph (the scale, softcap's tanh; ALiBi is a constant), masked entries 0.
+    dq, dk = torch.autograd.grad((torch.where(allowed, scores, 0.0) * ds).sum(), (q, k))
+    grads = [dq, dk, dv]
+    if learnable_sink is not None:
+        p_sink = torch.exp(learnable_sink.float().view(1, -1, 1) - lse.float())
+        grads.append(-(p_sink * d_rows.float()).sum((0, 2)))
+    return grads
 
 
 def varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None, alibi_slopes=None, **options):
