@@ -1,0 +1,2 @@
+# The command of run3 as it ran (run tool, carry .after-s48/m.so.xz, m.commit; m.so already unpacked by run2 on the warm machine), one line:
+B=.after-s48; export FLASHATTN_COMMIT=$(cat $B/m.commit); nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader > $OUT/gpu.txt; python3 scripts/gpu.py --out $OUT/f bench forward --lib $B/m.so --timeout 150 -- --rounds 2 | tail -3; python3 scripts/gpu.py --out $OUT/x bench features --lib $B/m.so --timeout 75 -- --rounds 2 | tail -3; cd $OUT && tar czf grids.tgz f x && rm -rf f x
