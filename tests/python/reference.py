@@ -91,7 +91,7 @@ def flash_form_grads(q, k, v, dout, *, softmax_scale=None, causal=False, window=
     framework's autograd takes D_i = rowsum(P dP) instead, which cancels exactly where a row sees one
     key (P = 1, so dS = 0), while FlashAttention's D carries O's rounding there. Each form keeps
     roundings the other does not, so the tolerance rule's yardstick is the worse of the two (as
-    reference::Formula in the C++ suite). Returns [dq, dk, dv] (and dsink with learnable_sink)."""
+    reference::Formula in the C++ suite). Returns [dq, dk, dv]."""
     options = dict(softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
                    alibi_slopes=alibi_slopes, seqused_k=seqused_k)
     out, lse, _ = attention_ref(q, k, v, keep_mask=keep_mask, dropout_p=dropout_p, upcast=False,
@@ -111,11 +111,7 @@ def flash_form_grads(q, k, v, dout, *, softmax_scale=None, causal=False, window=
     ds = (probs * (dp - d_rows[..., None])).detach()
     # dS through the scores' own graph (the scale, softcap's tanh; ALiBi is a constant), masked entries 0.
     dq, dk = torch.autograd.grad((torch.where(allowed, scores, 0.0) * ds).sum(), (q, k))
-    grads = [dq, dk, dv]
-    if learnable_sink is not None:
-        p_sink = torch.exp(learnable_sink.float().view(1, -1, 1) - lse.float())
-        grads.append(-(p_sink * d_rows.float()).sum((0, 2)))
-    return grads
+    return [dq, dk, dv]
 
 
 def varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k=None, alibi_slopes=None, **options):

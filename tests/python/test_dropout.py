@@ -19,6 +19,26 @@ def _forward_with_rng_state(q, k, v, dropout_p, **options):
     return out, lse, probs, rng_state
 
 
+def _references(q, k, v, dout, **options):
+    """{"ref": in float64, "naive": in the inputs' dtype}: attention_ref's (out, probs, dq, dk, dv)."""
+    refs = {}
+    for name, upcast in (("ref", True), ("naive", False)):
+        leaves = [t.detach().cpu().requires_grad_() for t in (q, k, v)]
+        o, _, p = attention_ref(*leaves, upcast=upcast, **options)
+        o.backward(dout.cpu().to(o.dtype))
+        refs[name] = (o, p, *[t.grad for t in leaves])
+    return refs
+
+
+def _assert_gradients_within(q, k, v, dout, refs, dtype, **options):
+    """q, k, v's gradients within 3x the worse naive error: autograd's or FlashAttention's formulas'
+    (reference.flash_form_grads)."""
+    flash = flash_form_grads(*(t.detach().cpu() for t in (q, k, v, dout)), **options)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        assert_within(name, (q, k, v)[i].grad, refs["ref"][2 + i], (refs["naive"][2 + i], flash[i]), 3,
+                      FLOOR[dtype])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dropout_p", [0.17, 0.5])
 def test_pattern_is_the_specified_philox_stream(device, dropout_p):
@@ -69,23 +89,13 @@ def test_forward_and_backward_use_the_same_mask(device, dtype):
     dout = randn(2, 40, 4, 64, dtype=dtype, device=device)
     out, _, probs = flashattn.flash_attn_func(q, k, v, dropout_p=dropout_p, alibi_slopes=alibi.to(device),
                                               return_attn_probs=True, **options)
-    keep = ~torch.signbit(probs.cpu())
-    refs = {}
-    for name, upcast in (("ref", True), ("naive", False)):
-        leaves = [t.detach().cpu().requires_grad_() for t in (q, k, v)]
-        o, _, p = attention_ref(*leaves, keep_mask=keep, dropout_p=dropout_p, alibi_slopes=alibi, upcast=upcast,
-                                **options)
-        o.backward(dout.cpu().to(o.dtype))
-        refs[name] = (o, p, *[t.grad for t in leaves])
+    ref_options = dict(keep_mask=~torch.signbit(probs.cpu()), dropout_p=dropout_p, alibi_slopes=alibi, **options)
+    refs = _references(q, k, v, dout, **ref_options)
     assert_within("out", out, refs["ref"][0], refs["naive"][0], 2, FLOOR[dtype])
     assert_within("|attn_probs|", probs.abs(), refs["ref"][1], refs["naive"][1], 2, FLOOR[dtype])
     with skip_if_unsupported(f"backward on {device}"):
         out.backward(dout)
-    flash = flash_form_grads(*(t.detach().cpu() for t in (q, k, v, dout)), keep_mask=keep, dropout_p=dropout_p,
-                             alibi_slopes=alibi, **options)
-    for i, name in enumerate(("dq", "dk", "dv")):
-        assert_within(name, (q, k, v)[i].grad, refs["ref"][2 + i], (refs["naive"][2 + i], flash[i]), 3,
-                      FLOOR[dtype])
+    _assert_gradients_within(q, k, v, dout, refs, dtype, **ref_options)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -106,21 +116,12 @@ def test_rows_that_see_one_key(device, dtype, shape):
     v = randn(2, seqlen_k, 2, 64, dtype=dtype, device=device, requires_grad=True)
     dout = randn(2, seqlen_q, 4, 64, dtype=dtype, device=device)
     out, _, probs = flashattn.flash_attn_func(q, k, v, dropout_p=dropout_p, return_attn_probs=True, **options)
-    keep = ~torch.signbit(probs.cpu())
-    refs = {}
-    for name, upcast in (("ref", True), ("naive", False)):
-        leaves = [t.detach().cpu().requires_grad_() for t in (q, k, v)]
-        o, _, _ = attention_ref(*leaves, keep_mask=keep, dropout_p=dropout_p, upcast=upcast, **options)
-        o.backward(dout.cpu().to(o.dtype))
-        refs[name] = (o, *[t.grad for t in leaves])
+    ref_options = dict(keep_mask=~torch.signbit(probs.cpu()), dropout_p=dropout_p, **options)
+    refs = _references(q, k, v, dout, **ref_options)
     assert_within("out", out, refs["ref"][0], refs["naive"][0], 2, FLOOR[dtype])
     with skip_if_unsupported(f"backward on {device}"):
         out.backward(dout)
-    flash = flash_form_grads(*(t.detach().cpu() for t in (q, k, v, dout)), keep_mask=keep, dropout_p=dropout_p,
-                             **options)
-    for i, name in enumerate(("dq", "dk", "dv")):
-        assert_within(name, (q, k, v)[i].grad, refs["ref"][1 + i], (refs["naive"][1 + i], flash[i]), 3,
-                      FLOOR[dtype])
+    _assert_gradients_within(q, k, v, dout, refs, dtype, **ref_options)
 
 
 @pytest.mark.parametrize("device", DEVICES)
