@@ -2,7 +2,7 @@
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_kernels.py --out DIR \
         [--d 192 --dv 128] [--shapes 16384x1x16x16,1024x16x64x8] [--causal both|yes|no] \
-        [--directions forward,backward] [--reps 10] [--deterministic] [--lib NAME:PATH]...
+        [--directions forward,backward] [--reps 10] [--deterministic] [--sink] [--lib NAME:PATH]...
 
 Each implementation's call runs --reps times back to back (after three untimed) under torch.profiler
 (CUPTI), and every kernel it launched is listed with its median duration, grid, block, registers and
@@ -10,12 +10,15 @@ shared memory; the first line gives the kernels' time per call. Ours goes throug
 (`flashattn.flash_attn_func`, autograd for the backward), cuDNN through torch SDPA's
 CUDNN_ATTENTION backend (K/V with their own heads through `enable_gqa`), both built by
 bench/gpu_features.py's functions, so q/k and v may have different head dims. L2 is warm (no flush between calls), unlike the benchmark grids. A shape is SEQxBATCHxHEADSxKV_HEADS.
---deterministic adds our backward in deterministic mode (`ours_det`); --lib NAME:PATH another build of
-ours (`ours_NAME`). Writes DIR/kernels.txt.
+--deterministic adds our backward in deterministic mode (`ours_det`); --sink adds each build of ours with
+a learnable sink (`ours_sink`: fp32 logits drawn as bench/gpu_features.py draws them, around
+log(seqlen)), on the same q, k, v; --lib NAME:PATH another build of ours (`ours_NAME`). Writes
+DIR/kernels.txt.
 """
 import argparse
 import collections
 import json
+import math
 import os
 import sys
 import tempfile
@@ -71,6 +74,7 @@ def main():
     ap.add_argument("--directions", default="forward,backward", help="comma-separated: forward, backward")
     ap.add_argument("--reps", type=int, default=10, help="calls profiled back to back (default 10)")
     ap.add_argument("--deterministic", action="store_true", help="also our backward in deterministic mode (ours_det)")
+    ap.add_argument("--sink", action="store_true", help="also ours with a learnable sink (ours_sink)")
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH", help="another build of ours; repeatable")
     args = ap.parse_args()
     out = Path(args.out)
@@ -96,17 +100,20 @@ def main():
             v = torch.randn(batch, seqlen, heads_k, dv, device="cuda", dtype=torch.bfloat16)
             dout = torch.randn(batch, seqlen, heads, dv, device="cuda", dtype=torch.bfloat16)
             tag = f"{batch}x{seqlen} {heads}/{heads_k} d {args.d}/{dv} {'causal' if causal else 'dense'}"
+            sink = torch.randn(heads, device="cuda") + math.log(seqlen)
             impls = [("ours", None)] + [(f"ours_{name}", lib) for name, lib in libs]
+            sinks = [None, sink] if args.sink else [None]
             for direction in directions:
                 # Each builder runs its call once (a refusal raises there) and returns (run, results).
                 calls = []
-                for label, lib in impls:
+                for (label, lib), s in ((impl, s) for impl in impls for s in sinks):
+                    label += "_sink" if s is not None else ""
                     with features.on_library(lib):
                         if direction == "forward":
-                            calls.append((label, lib, features.ours_forward(q, k, v, causal, None)[0]))
+                            calls.append((label, lib, features.ours_forward(q, k, v, causal, s)[0]))
                         else:
-                            calls.append((label, lib, features.ours_backward(q, k, v, dout, causal, None)[0]))
-                            if args.deterministic:
+                            calls.append((label, lib, features.ours_backward(q, k, v, dout, causal, s)[0]))
+                            if args.deterministic and s is None:
                                 calls.append((label + "_det", lib,
                                               features.ours_backward(q, k, v, dout, causal, None, deterministic=True)[0]))
                 try:
