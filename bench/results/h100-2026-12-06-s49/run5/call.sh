@@ -1,0 +1,2 @@
+# The command of run5 as it ran (run tool, carry .after-s49: m.so.xz, m.commit), one line:
+B=.after-s49; python3 -c "import lzma,pathlib;pathlib.Path('$B/m.so').write_bytes(lzma.decompress(pathlib.Path('$B/m.so.xz').read_bytes()))"; export FLASHATTN_COMMIT=$(cat $B/m.commit); nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt; FLASHATTN_LIBRARY=$PWD/$B/m.so timeout 150 python3 bench/gpu_kernels.py --out $OUT/k192 --d 192 --dv 128 --shapes 8192x2x16x16,16384x1x16x16 --causal yes --directions backward --reps 5 --deterministic | head -60

@@ -1,0 +1,2 @@
+# The command of run6 as it ran (run tool, carry .after-s49: m.so.xz, m.commit), one line:
+B=.after-s49; python3 -c "import lzma,pathlib;pathlib.Path('$B/m.so').write_bytes(lzma.decompress(pathlib.Path('$B/m.so.xz').read_bytes()))"; export FLASHATTN_COMMIT=$(cat $B/m.commit); nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader > $OUT/gpu.txt; cat $OUT/gpu.txt; python3 scripts/gpu.py --out $OUT/x bench features --lib $B/m.so --timeout 150 -- --rounds 3 | tail -26

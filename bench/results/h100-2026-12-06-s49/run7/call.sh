@@ -1,0 +1,2 @@
+# The command of run7 as it ran (run tool, carry .after-s49: m.so.xz, m.commit), one line:
+B=.after-s49; python3 -c "import lzma,pathlib;pathlib.Path('$B/m.so').write_bytes(lzma.decompress(pathlib.Path('$B/m.so.xz').read_bytes()))"; export FLASHATTN_COMMIT=$(cat $B/m.commit); nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt; for i in 1 2 3; do FLASHATTN_LIBRARY=$PWD/$B/m.so timeout 100 python3 bench/gpu_kernels.py --out $OUT/ks$i --d 128 --shapes 16384x1x16x16,8192x2x16x16 --causal both --directions forward --reps 20 --sink | grep "=="; done
