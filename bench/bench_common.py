@@ -177,6 +177,30 @@ def best_of_rounds(entries, rounds, bench_ms, work):
     return best
 
 
+def alternating_medians(entries, rounds, calls, work):
+    """Times each (column, fn, context) `calls` times in a row per round, the entries in one order on
+    even rounds and the reverse on odd ones (ABBA...), by CUDA events, and returns {column: work /
+    median ms}. For a comparison of nearly the same work, such as one kernel with and without a
+    feature: at the H200's and H100's 700 W cap the clock follows the power of the last ~100 ms, so
+    whatever runs after a long stretch of another call is timed at that call's clock (a sink measured
+    6-9% slower back to back and 0.2-1.3% slower alternated, H100, docs/perf-log.md session 49). Here
+    both sides sample the same clock states and the medians compare the work alone; no L2 flush (the
+    calls are milliseconds long)."""
+    import torch
+    times = {column: [] for column, _, _ in entries}
+    for r in range(rounds):
+        for column, fn, context in (entries if r % 2 == 0 else entries[::-1]):
+            with (context or contextlib.nullcontext)():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+            times[column].append(start.elapsed_time(end) / calls)
+    return {column: work / sorted(ms)[len(ms) // 2] for column, ms in times.items()}
+
+
 def pyplot():
     """matplotlib.pyplot drawing to files, or None, after a one-line note, where matplotlib is not
     installed: the charts are optional, the numbers are written either way."""
