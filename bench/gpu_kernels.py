@@ -10,6 +10,10 @@ shared memory; the first line gives the kernels' time per call. Ours goes throug
 (`flashattn.flash_attn_func`, autograd for the backward), cuDNN through torch SDPA's
 CUDNN_ATTENTION backend (K/V with their own heads through `enable_gqa`), both built by
 bench/gpu_features.py's functions, so q/k and v may have different head dims. L2 is warm (no flush between calls), unlike the benchmark grids. A shape is SEQxBATCHxHEADSxKV_HEADS.
+The implementations run one after another, so at the 700 W cap each is timed at the clock the one
+before left: the same kernel read 6-9% slower second than first (H100, docs/perf-log.md session 49).
+Use the listing for which kernels run and where a call's time goes; compare nearly equal kernels
+with the grids or bench_common.alternating_medians.
 --deterministic adds our backward in deterministic mode (`ours_det`); --sink adds each build of ours with
 a learnable sink (`ours_sink`: fp32 logits drawn as bench/gpu_features.py draws them, around
 log(seqlen)), on the same q, k, v; --lib NAME:PATH another build of ours (`ours_NAME`). Writes
