@@ -36,8 +36,9 @@ implementation of a row is timed round-robin, --rounds times, each keeping its b
 (bench_common.best_of_rounds), in one process on the same tensors. sink rows, a difference of a few
 percent at most: with and without the sink (and the --lib builds) alternated, three calls each, 30
 rounds (10 with --quick) in ABBA order, medians (bench_common.alternating_medians: timed back to back
-at the power cap, the second of two equal kernels reads several percent slower). --lib NAME:PATH times the package on another build of the library
-(a before/after comparison, interleaved), column ours_NAME_tflops.
+at the power cap, the second of two equal kernels reads several percent slower). --lib NAME:PATH
+times the package on another build of the library (a before/after comparison, interleaved), column
+ours_NAME_tflops.
 
 Correctness, checked before a direction is timed: each implementation's out (forward), and dq, dk, dv
 (and dsink) from the very graph that is then timed (backward), against float32 attention through
