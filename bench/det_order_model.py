@@ -19,6 +19,8 @@ Plain Python: python3 bench/det_order_model.py [eps ...]
 import heapq
 import sys
 
+from grid_order_model import cta_length
+
 SHAPES = [("d256 8/8 1k", 1024, 128, 64, 64, 11), ("d256 8/8 4k", 4096, 32, 64, 64, 2),
           ("d128 16/16 1k", 1024, 256, 128, 80, 22), ("d128 16/16 2k", 2048, 128, 128, 80, 11)]
 
@@ -58,7 +60,7 @@ def main():
         for name, seqlen, P, bn, bm, W in SHAPES:
             K, M = seqlen // bn, -(-seqlen // bm)
             first_m = [(n * bn) // bm for n in range(K)]
-            ideal = sum(M - first_m[n] + 1 for n in range(K)) * P / 132
+            ideal = sum(cta_length(n, seqlen, bn, bm) for n in range(K)) * P / 132
             out = []
             for label, ascending, reverse in (("main", False, False), ("reversed", True, True)):
                 launch = [(p, n) for s0 in range(0, P, W) for n in (range(K) if ascending else range(K - 1, -1, -1))

@@ -247,12 +247,18 @@ def label(p):
 
 # ------------------------------------------------------------------------------------------------
 
+def sink_logits(heads, seqlen):
+    """Learnable sink logits as the sink rows draw them: around log(seqlen), so that the sink takes a
+    visible share of every row (see the docstring's correctness paragraph)."""
+    return torch.randn(heads, device="cuda") + math.log(seqlen)
+
+
 def measure(p, libs, rounds, quick):
     """The forward and the backward row of one shape."""
     b, s, h, dqk, dv, causal = (p[key] for key in ("batch", "seqlen", "nheads", "d_qk", "d_v", "causal"))
     q, k = (torch.randn(b, s, h, dqk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     v, dout = (torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    sink = torch.randn(h, device="cuda") + math.log(s) if p["kind"] == "sink" else None
+    sink = sink_logits(h, s) if p["kind"] == "sink" else None
     refs = {False: {head: reference(q, k, v, dout, causal, None, head) for head in CHECK_HEADS}}
     if sink is not None:
         refs[True] = {head: reference(q, k, v, dout, causal, sink, head) for head in CHECK_HEADS}

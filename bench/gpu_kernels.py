@@ -15,14 +15,13 @@ before left: the same kernel read 6-9% slower second than first (H100, docs/perf
 Use the listing for which kernels run and where a call's time goes; compare nearly equal kernels
 with the grids or bench_common.alternating_medians.
 --deterministic adds our backward in deterministic mode (`ours_det`); --sink adds each build of ours with
-a learnable sink (`ours_sink`: fp32 logits drawn as bench/gpu_features.py draws them, around
-log(seqlen)), on the same q, k, v; --lib NAME:PATH another build of ours (`ours_NAME`). Writes
+a learnable sink (`ours_sink`: logits from bench/gpu_features.py's sink_logits), on the same q, k, v; --lib NAME:PATH another build of ours (`ours_NAME`). Writes
 DIR/kernels.txt.
 """
 import argparse
 import collections
+import itertools
 import json
-import math
 import os
 import sys
 import tempfile
@@ -104,13 +103,12 @@ def main():
             v = torch.randn(batch, seqlen, heads_k, dv, device="cuda", dtype=torch.bfloat16)
             dout = torch.randn(batch, seqlen, heads, dv, device="cuda", dtype=torch.bfloat16)
             tag = f"{batch}x{seqlen} {heads}/{heads_k} d {args.d}/{dv} {'causal' if causal else 'dense'}"
-            sink = torch.randn(heads, device="cuda") + math.log(seqlen)
             impls = [("ours", None)] + [(f"ours_{name}", lib) for name, lib in libs]
-            sinks = [None, sink] if args.sink else [None]
+            sinks = [None, features.sink_logits(heads, seqlen)] if args.sink else [None]
             for direction in directions:
                 # Each builder runs its call once (a refusal raises there) and returns (run, results).
                 calls = []
-                for (label, lib), s in ((impl, s) for impl in impls for s in sinks):
+                for (label, lib), s in itertools.product(impls, sinks):
                     label += "_sink" if s is not None else ""
                     with features.on_library(lib):
                         if direction == "forward":
