@@ -177,28 +177,73 @@ def best_of_rounds(entries, rounds, bench_ms, work):
     return best
 
 
-def alternating_medians(entries, rounds, calls, work):
-    """Times each (column, fn, context) `calls` times in a row per round, the entries in one order on
-    even rounds and the reverse on odd ones (ABBA...), by CUDA events, and returns {column: work /
-    median ms}. For a comparison of nearly the same work, such as one kernel with and without a
-    feature: at the H200's and H100's 700 W cap the clock follows the power of the last ~100 ms, so
-    whatever runs after a long stretch of another call is timed at that call's clock (a sink measured
-    6-9% slower back to back and 0.2-1.3% slower alternated, H100, docs/perf-log.md session 49). Here
-    both sides sample the same clock states and the medians compare the work alone; no L2 flush (the
-    calls are milliseconds long)."""
+def carryover_balanced_order(n):
+    """An order of n entries, n turns each, in which each entry follows every entry, itself included,
+    exactly once when the order repeats (a de Bruijn sequence of pairs, B(n, 2)): the clock state a
+    turn inherits from the turn before is then the same mix for every entry. For two: 0 0 1 1."""
+    order, word = [], [0, 0, 0]
+    def extend(t, p):  # the FKM construction: Lyndon words of length dividing 2, in order
+        if t > 2:
+            if 2 % p == 0:
+                order.extend(word[1:p + 1])
+            return
+        word[t] = word[t - p]
+        extend(t + 1, p)
+        for symbol in range(word[t - p] + 1, n):
+            word[t] = symbol
+            extend(t + 1, t)
+    extend(1, 1)
+    return order
+
+
+def alternating_means(entries, rounds, calls, work):
+    """Times each (column, fn, context) `calls` times in a row per turn, `rounds` turns each (rounded
+    up to whole repeats of carryover_balanced_order), by CUDA events, and returns {column: work /
+    mean ms}. For a comparison of nearly the same work, such as one kernel with and without a
+    feature, or two builds: at the H200's and H100's 700 W cap the clock follows the power of the last
+    ~100 ms, so whatever runs right after another call is timed at the clock that call left (a sink
+    measured 6-9% slower back to back and 0.2-1.3% slower alternated, H100, docs/perf-log.md session
+    49). In the balanced order every entry follows every entry equally often, so all sample the same
+    clock states and the means compare the work alone (a median of so few discrete clock states
+    would not weigh them alike); an untimed lead-in turn of the order's last entry closes the cycle.
+    No L2 flush (the calls are milliseconds long)."""
     import torch
     times = {column: [] for column, _, _ in entries}
-    for r in range(rounds):
-        for column, fn, context in (entries if r % 2 == 0 else entries[::-1]):
-            with (context or contextlib.nullcontext)():
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(calls):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
+    order = carryover_balanced_order(len(entries))
+    repeats = -(-rounds // len(entries))
+    for k, i in enumerate([order[-1]] + order * repeats):
+        column, fn, context = entries[i]
+        with (context or contextlib.nullcontext)():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+        if k > 0:
             times[column].append(start.elapsed_time(end) / calls)
-    return {column: work / sorted(ms)[len(ms) // 2] for column, ms in times.items()}
+    return {column: work * len(ms) / sum(ms) for column, ms in times.items()}
+
+
+# --alternate's help, and the rounds it takes where --rounds is not given.
+ALTERNATE_HELP = ("time by alternation instead, for a comparison of builds or variants (--lib, --variant) "
+                  "within a few percent: CALLS calls a turn, each implementation after every one equally "
+                  "often, means (bench_common.alternating_means; --rounds is then the number "
+                  "of turns of every implementation, default 20, rounded up to whole balanced orders); "
+                  "no L2 flush between calls")
+ALTERNATE_ROUNDS = 20
+
+
+def timed_rates(entries, rounds, bench_ms, work, alternate=0):
+    """{column: work per ms} of the entries: best_of_rounds (do_bench's median per round, the best
+    round kept), or with alternate = CALLS > 0 alternating_means over `rounds` turns of every entry
+    (ALTERNATE_ROUNDS where rounds < 2). Two handles on one build, timed as
+    the grids time them (best of two rounds), read 0.95-1.09 apart in the backward and 0.99-1.12 in
+    the forward (H100, docs/perf-log.md session 50); alternation compares the work alone at the
+    clock states the power cap leaves every side alike."""
+    if alternate > 0:
+        return alternating_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, alternate, work)
+    return best_of_rounds(entries, rounds, bench_ms, work)
 
 
 def pyplot():

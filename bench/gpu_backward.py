@@ -3,6 +3,7 @@
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
         [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
         [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--det-variant LABEL:KEY=VALUE]... [--lib NAME:PATH]...
+        [--alternate CALLS]
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
@@ -18,7 +19,10 @@ GQA row, K/V with their nheads_k heads (enable_gqa=True), or, for a backend that
 K/V repeated to nheads heads beforehand (outside the graph: its gradients are per query head, and
 their per-group sums are compared with ours); column baseline_gqa says which, per backend (e.g.
 fa2=native;cudnn=expanded; empty on MHA rows). All in this process, on the same tensors, timed with
-triton's do_bench (CUDA events, median, L2 flushed between runs).
+triton's do_bench (CUDA events, median, L2 flushed between runs). With --alternate CALLS the row's
+implementations are timed instead by alternation (bench_common.timed_rates: CALLS calls a turn,
+ABBA order, medians over --rounds alternations, default 20, warm L2): for before/after comparisons
+within a few percent, which the best of rounds does not resolve at the power cap.
 
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, nheads_k, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
@@ -54,7 +58,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
-from bench_common import FAMILIES, ROUNDS_HELP, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import ALTERNATE_HELP, FAMILIES, ROUNDS_HELP, commit, parse_variant, timed_rates  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
 from bench_common import shape_label  # noqa: E402
 
@@ -98,7 +102,7 @@ def folded(grad, nheads):
     return grad.transpose(1, 2).float().unflatten(2, (nheads, -1)).sum(3)
 
 
-def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
+def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0):
     rows, noted = [], set()
     for shape in grid:
         b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
@@ -111,7 +115,8 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
         ours = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
         ours()
         ours_grads = [g.clone() for g in grads]
-        # Each implementation keeps its best round (bench_common.best_of_rounds).
+        # Each implementation keeps its best round (bench_common.best_of_rounds), or with --alternate
+        # its median over the alternations.
         entries = [("ours", ours, None),
                    ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
         # The default call under each of `variants`' overrides, the deterministic one under `det_variants`'.
@@ -148,7 +153,7 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=()):
                                                  for o, r in zip(ours_grads, ref))
             del ref
         row["baseline_gqa"] = ";".join(hows)
-        for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
+        for column, tflops in timed_rates(entries, rounds, bench_ms, flops / 1e9, alternate).items():
             row[f"{column}_tflops"] = tflops
         del entries
         rows.append(row)
@@ -183,6 +188,7 @@ def main():
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--rounds", type=int, default=1,
                     help=ROUNDS_HELP)
+    ap.add_argument("--alternate", type=int, default=0, metavar="CALLS", help=ALTERNATE_HELP)
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
                     help="also time ours with these overrides set (column ours_LABEL_tflops); repeatable")
     ap.add_argument("--det-variant", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
@@ -205,7 +211,8 @@ def main():
     variants = [parse_variant(v) for v in args.variant]
     det_variants = [parse_variant(v) for v in args.det_variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, det_variants=det_variants)
+    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, det_variants=det_variants,
+                   alternate=args.alternate)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2", "baseline_gqa"]

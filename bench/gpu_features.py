@@ -35,8 +35,9 @@ torch's). value_dim rows: Triton's do_bench (CUDA events, median, L2 flushed bet
 implementation of a row is timed round-robin, --rounds times, each keeping its best
 (bench_common.best_of_rounds), in one process on the same tensors. sink rows, a difference of a few
 percent at most: with and without the sink (and the --lib builds) alternated, three calls each, 30
-rounds (10 with --quick) in ABBA order, medians (bench_common.alternating_medians: timed back to back
-at the power cap, the second of two equal kernels reads several percent slower). --lib NAME:PATH
+rounds (10 with --quick), each implementation after every other one equally often (ABBA for two),
+means (bench_common.alternating_means: timed back to back at the power cap, the second of two equal
+kernels reads several percent slower). --lib NAME:PATH
 times the package on another build of the library (a before/after comparison, interleaved), column
 ours_NAME_tflops.
 
@@ -79,12 +80,12 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
     os.environ["FLASHATTN_LIBRARY"] = str(REPO / "build-gpu" / "src" / "libflashattn.so")
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
-from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, alternating_medians, best_of_rounds,  # noqa: E402
+from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, alternating_means, best_of_rounds,  # noqa: E402
                           commit, parse_lib, pyplot)
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
-SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' alternations (bench_common.alternating_medians), by --quick
+SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' alternations (bench_common.alternating_means), by --quick
 # kind: (d_qk, d_v, baseline column name, baseline label)
 KINDS = {"value_dim": (192, 128, "cudnn", "PyTorch SDPA cuDNN"),
          "sink": (128, 128, "nosink", "flashattn without sink")}
@@ -294,8 +295,8 @@ def measure(p, libs, rounds, quick):
         if fn is not None:
             entries.append(("baseline", fn, None))
         del got
-        if p["kind"] == "sink":  # the same kernel with and without: alternated, medians (SINK_ROUNDS)
-            timed = alternating_medians(entries, SINK_ROUNDS[quick], 3, work(p, direction))
+        if p["kind"] == "sink":  # the same kernel with and without: alternated, means (SINK_ROUNDS)
+            timed = alternating_means(entries, SINK_ROUNDS[quick], 3, work(p, direction))
         else:
             timed = best_of_rounds(entries, rounds, bench_ms(direction, quick), work(p, direction))
         for column, tflops in timed.items():

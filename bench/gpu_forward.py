@@ -2,7 +2,7 @@
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick]
         [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
-        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]...
+        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]... [--alternate CALLS]
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
@@ -13,7 +13,7 @@ The shapes models train (bench_common.shape_grid): bf16, batch * seqlen = 16k to
 FLOPs are counted on the query heads, as FlashAttention does: 4 * b * h_q * s^2 * d, halved when
 causal. All implementations run in this process on the same tensors (q (batch, seqlen, nheads, d),
 k/v (batch, seqlen, nheads_k, d)), timed with triton's do_bench (CUDA events, median, L2 flushed
-between runs). Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their nheads_k heads
+between runs; with --alternate CALLS by alternation instead, as bench/gpu_backward.py says). Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their nheads_k heads
 (enable_gqa=True), or, for a backend that raises for that, K/V repeated to nheads heads beforehand,
 outside the timed call: column baseline_gqa says which, per backend (e.g. fa2=native;cudnn=expanded;
 empty on MHA rows).
@@ -49,7 +49,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
-from bench_common import FAMILIES, ROUNDS_HELP, best_of_rounds, commit, parse_variant  # noqa: E402
+from bench_common import ALTERNATE_HELP, FAMILIES, ROUNDS_HELP, commit, parse_variant, timed_rates  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
 from bench_common import shape_label  # noqa: E402
 
@@ -96,7 +96,7 @@ def sdpa_fn(q, k, v, causal, backend, expand):
     return run, run()
 
 
-def measure(grid, variants=(), libs=(), rounds=1):
+def measure(grid, variants=(), libs=(), rounds=1, alternate=0):
     rows, noted = [], set()
     for shape in grid:
         b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
@@ -108,7 +108,8 @@ def measure(grid, variants=(), libs=(), rounds=1):
         fn = ours_fn(q, k, v, out, causal)
         # (column, function, context while it runs): the library's own choice (the Hopper kernel on
         # sm_90), the portable mma.sync kernel forced, the --variant overrides, the --lib builds,
-        # torch's two backends; each keeps its best round.
+        # torch's two backends; each keeps its best round (or, with --alternate, its median over
+        # the alternations).
         entries = [("ours", fn, None)]
         for label, spec in [("sm80", "forward_kernel=sm80"), *variants]:
             try:
@@ -132,7 +133,7 @@ def measure(grid, variants=(), libs=(), rounds=1):
                 row["max_abs_diff_vs_fa2"] = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
             del ref
         row["baseline_gqa"] = ";".join(hows)
-        for column, tflops in best_of_rounds(entries, rounds, bench_ms, flops / 1e9).items():
+        for column, tflops in timed_rates(entries, rounds, bench_ms, flops / 1e9, alternate).items():
             row[f"{column}_tflops"] = tflops
         rows.append(row)
         print(f"{shape_label(row):>13} causal={causal!s:5} s={s:5d}: ours {row['ours_tflops']:6.1f}  "
@@ -164,6 +165,7 @@ def main():
                     help="also time the library at PATH (another build), interleaved (column ours_NAME_tflops)")
     ap.add_argument("--rounds", type=int, default=1,
                     help=ROUNDS_HELP)
+    ap.add_argument("--alternate", type=int, default=0, metavar="CALLS", help=ALTERNATE_HELP)
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")
@@ -184,7 +186,7 @@ def main():
 
     variants = [parse_variant(v) for v in args.variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds)
+    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, alternate=args.alternate)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "max_abs_diff_vs_fa2",

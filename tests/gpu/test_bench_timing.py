@@ -1,0 +1,138 @@
+"""The benchmarks' two ways of timing a row (bench/bench_common.py), against a simulated GPU clock:
+round-robin best of rounds, and alternation for comparisons within a few percent. The simulated
+device runs a call at a speed set by the call before it, as the 700 W cap does (docs/perf-log.md,
+session 49: a kernel timed right after another reads several percent slower), so only a timing
+order that gives both sides the same places can report their true ratio."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import bench_common  # noqa: E402
+
+
+class SimulatedDevice:
+    """A clock in ms; a call of implementation `name` takes cost[name] times carry[previous], the
+    clock that the call before it left (itself too: default 6% slower than a cold start), and the
+    first call cost[name]."""
+
+    def __init__(self, cost, carry=None):
+        self.cost, self.carry, self.now, self.last, self.calls = cost, carry or {}, 0.0, None, []
+
+    def fn(self, name):
+        def call():
+            self.now += self.cost[name] * (1.0 if self.last is None else self.carry.get(self.last, 1.06))
+            self.last = name
+            self.calls.append(name)
+        return call
+
+    def install(self, monkeypatch):
+        device = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = device.now
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+
+def test_alternation_of_two_and_the_true_ratio(monkeypatch):
+    device = SimulatedDevice({"a": 1.0, "b": 1.03}, {"a": 1.06, "b": 1.02})
+    device.install(monkeypatch)
+    entries = [("a", device.fn("a"), None), ("b", device.fn("b"), None)]
+    rates = bench_common.alternating_means(entries, rounds=6, calls=3, work=1.0)
+    # A lead-in turn of b, then a a b b three times, three calls a turn.
+    assert device.calls == ["b"] * 3 + (["a"] * 6 + ["b"] * 6) * 3
+    # Each side's turns follow a and b equally often: the time of a turn of x is
+    # cost[x] * (mean carry + 2 carry[x]) / 3, whatever the order did.
+    turn = {x: device.cost[x] * ((1.06 + 1.02) / 2 + 2 * device.carry[x]) / 3 for x in "ab"}
+    assert rates["a"] / rates["b"] == pytest.approx(turn["b"] / turn["a"], rel=1e-9)
+
+
+def test_back_to_back_order_biases_and_alternation_does_not(monkeypatch):
+    # The same implementation twice: any ratio but 1 is the order's.
+    device = SimulatedDevice({"a": 1.0, "b": 1.0})
+    device.install(monkeypatch)
+    entries = [("a", device.fn("a"), None), ("b", device.fn("b"), None)]
+
+    def timed_once(fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        return start.elapsed_time(end)
+
+    first, second = (timed_once(fn) for _, fn, _ in entries)  # a, then b right after it
+    assert second / first == pytest.approx(1.06)
+    rates = bench_common.alternating_means(entries, rounds=20, calls=1, work=1.0)
+    assert rates["a"] == pytest.approx(rates["b"], rel=1e-9)
+
+
+def test_alternation_of_many_is_balanced_against_carry_over(monkeypatch):
+    # a and b the same implementation among four others that leave the clock differently, c with 3%
+    # more work: every one follows every one equally often, so a and b read alike and c 3% slower.
+    carry = {"a": 1.06, "b": 1.06, "c": 1.02, "fa2": 1.10, "cudnn": 0.97, "sm80": 1.0}
+    device = SimulatedDevice({"a": 1.0, "b": 1.0, "c": 1.03, "fa2": 1.5, "cudnn": 0.8, "sm80": 2.0}, carry)
+    device.install(monkeypatch)
+    names = ["a", "sm80", "b", "c", "fa2", "cudnn"]
+    entries = [(name, device.fn(name), None) for name in names]
+    rates = bench_common.timed_rates(entries, 1, None, work=1.0, alternate=1)
+    assert len(device.calls) == 1 + 6 * 24  # the lead-in, then 20 turns each rounded up to four orders of 36
+    assert rates["a"] / rates["b"] == pytest.approx(1.0, rel=1e-9)
+    assert rates["a"] / rates["c"] == pytest.approx(1.03, rel=1e-9)
+    # The same entries in one fixed order (each after the same neighbour every round) are biased.
+    fixed = {name: [] for name in names}
+    for _ in range(6):
+        for name, fn, _ in entries:
+            start = device.now
+            fn()
+            fixed[name].append(device.now - start)
+    assert sum(fixed["a"]) / sum(fixed["b"]) != pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_carryover_balanced_order(n):
+    order = bench_common.carryover_balanced_order(n)
+    assert len(order) == n * n and all(order.count(i) == n for i in range(n))
+    cycle = order + order[:1]  # repeated, the order closes on itself
+    assert sorted(zip(cycle, cycle[1:])) == [(i, j) for i in range(n) for j in range(n)]  # each pair once
+
+
+def test_timed_rates_picks_the_method(monkeypatch):
+    device = SimulatedDevice({"a": 2.0})
+    device.install(monkeypatch)
+    entries = [("a", device.fn("a"), None)]
+    seen = []
+
+    def bench_ms(fn):
+        seen.append(fn)
+        fn()
+        return 4.0
+
+    assert bench_common.timed_rates(entries, 3, bench_ms, work=8.0) == {"a": 2.0}  # best of rounds
+    assert len(seen) == 3 and device.calls == ["a"] * 3
+    device.calls.clear()
+    # Alternation (no bench_ms), ALTERNATE_ROUNDS turns where fewer than two rounds are asked for.
+    rates = bench_common.timed_rates(entries, 1, bench_ms, work=8.0, alternate=2)
+    assert rates == {"a": pytest.approx(8.0 / (2.0 * 1.06))}  # every call after one of its own
+    assert len(seen) == 3 and device.calls == ["a"] * 2 * (1 + bench_common.ALTERNATE_ROUNDS)
+    device.calls.clear()
+    bench_common.timed_rates(entries, 5, bench_ms, work=8.0, alternate=1)
+    assert device.calls == ["a"] * 6
+
+
+def test_best_of_rounds_rotates_the_order():
+    order = []
+    entries = [(name, lambda name=name: order.append(name), None) for name in "abc"]
+    rates = bench_common.best_of_rounds(entries, 3, lambda fn: fn() or 1.0, work=5.0)
+    assert order == list("abc" "bca" "cab")  # each in every place once
+    assert rates == {"a": 5.0, "b": 5.0, "c": 5.0}
