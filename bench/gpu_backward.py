@@ -20,9 +20,10 @@ K/V repeated to nheads heads beforehand (outside the graph: its gradients are pe
 their per-group sums are compared with ours); column baseline_gqa says which, per backend (e.g.
 fa2=native;cudnn=expanded; empty on MHA rows). All in this process, on the same tensors, timed with
 triton's do_bench (CUDA events, median, L2 flushed between runs). With --alternate CALLS the row's
-implementations are timed instead by alternation (bench_common.timed_rates: CALLS calls a turn,
-ABBA order, medians over --rounds alternations, default 20, warm L2): for before/after comparisons
-within a few percent, which the best of rounds does not resolve at the power cap.
+implementations are timed instead by alternation (bench_common.timed_rates: CALLS calls a turn, each
+implementation after every one equally often, the mean of --rounds turns each, default 20, warm
+L2): for before/after comparisons within a few percent, which the best of rounds does not resolve
+at the power cap (A/A: sd 1.5% a row against 3.2%, docs/perf-log.md session 50).
 
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, nheads_k, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
@@ -116,7 +117,7 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0):
         ours()
         ours_grads = [g.clone() for g in grads]
         # Each implementation keeps its best round (bench_common.best_of_rounds), or with --alternate
-        # its median over the alternations.
+        # the mean of its turns.
         entries = [("ours", ours, None),
                    ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
         # The default call under each of `variants`' overrides, the deterministic one under `det_variants`'.

@@ -35,7 +35,7 @@ torch's). value_dim rows: Triton's do_bench (CUDA events, median, L2 flushed bet
 implementation of a row is timed round-robin, --rounds times, each keeping its best
 (bench_common.best_of_rounds), in one process on the same tensors. sink rows, a difference of a few
 percent at most: with and without the sink (and the --lib builds) alternated, three calls each, 30
-rounds (10 with --quick), each implementation after every other one equally often (ABBA for two),
+turns each (10 with --quick), each implementation after every one equally often (a a b b for two),
 means (bench_common.alternating_means: timed back to back at the power cap, the second of two equal
 kernels reads several percent slower). --lib NAME:PATH
 times the package on another build of the library (a before/after comparison, interleaved), column

@@ -108,8 +108,8 @@ def measure(grid, variants=(), libs=(), rounds=1, alternate=0):
         fn = ours_fn(q, k, v, out, causal)
         # (column, function, context while it runs): the library's own choice (the Hopper kernel on
         # sm_90), the portable mma.sync kernel forced, the --variant overrides, the --lib builds,
-        # torch's two backends; each keeps its best round (or, with --alternate, its median over
-        # the alternations).
+        # torch's two backends; each keeps its best round (or, with --alternate, the mean of its
+        # turns).
         entries = [("ours", fn, None)]
         for label, spec in [("sm80", "forward_kernel=sm80"), *variants]:
             try:
