@@ -2,7 +2,7 @@
 round-robin best of rounds, and alternation for comparisons within a few percent. The simulated
 device runs a call at a speed set by the call before it, as the 700 W cap does (docs/perf-log.md,
 session 49: a kernel timed right after another reads several percent slower), so only a timing
-order that gives both sides the same places can report their true ratio."""
+order that gives every side the same mix of predecessors reports their true ratio."""
 import sys
 from pathlib import Path
 
