@@ -1,14 +1,18 @@
 """Where a kernel's warps stall, by CUDA source line, from an Nsight Compute source page.
 
-    python3 bench/ncu_stalls.py REPORT-source.csv KERNEL_SUBSTRING [TOP] [--diff]
+    python3 bench/ncu_stalls.py REPORT-source.csv KERNEL_SUBSTRING [TOP] [--diff | --sites FILE:LINE]
 
-REPORT-source.csv is what `scripts/gpu.py profile ... --export NAME` writes beside each report
-(`ncu -i NAME-PASS.ncu-rep --page source --csv --print-source cuda,sass`). For each profiled launch
-of the kernel (the page lists them one after another), prints its stall samples by reason, then its
-TOP source lines (default 25) by samples with their three largest reasons. --diff (two launches of
-one kernel, say at 1k and at 16k tokens): each line's share of the first launch's samples against
-its share of the second's, the TOP largest differences first: what one shape spends that the other
-does not. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
+REPORT-source.csv is what `scripts/gpu.py profile ... --export NAME` writes beside each report (`ncu
+-i NAME-PASS.ncu-rep --page source --csv --print-source cuda,sass`). For each profiled launch of the
+kernel (the page lists them one after another), prints its stall samples by reason, then its TOP
+source lines (default 25) by samples with their three largest reasons. --diff (two launches of one
+kernel, say at 1k and at 16k tokens): each line's share of the first launch's samples against its
+share of the second's, the TOP largest differences first: what one shape spends that the other does
+not. --sites FILE:LINE (a line of an inlined helper, e.g. barrier.h:424, an mbarrier's wait loop):
+that line's instructions with samples, each named by the nearest source lines of the kernel's own
+code before it in address order (not the helper's file, CUTLASS / CuTe or the toolkit's headers),
+that is by the call site that inlined it: which barrier a kernel waits at, where the line total sums
+them all. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
 its barriers), so read a line's share against the 12 warps of a Hopper CTA, 4 of them the
 producer's.
 """
@@ -47,6 +51,56 @@ def launches(path, kernel):
     return results
 
 
+def instructions(path, kernel):
+    """[[(address, 'file:line', path, sass, samples)] sorted by address] per launch of the kernel: the
+    SASS rows of the source page, each under the source line it belongs to."""
+    results, seen = [], set()
+    file = func = header = None
+    line = None
+    for row in csv.reader(open(path)):
+        if not row:
+            continue
+        if row[0] == "File Path":
+            file = row[1]
+        elif row[0] == "Function Name":
+            func = row[1]
+            if kernel in func:
+                if not results or (file, func) in seen:
+                    results.append({})
+                    seen = set()
+                seen.add((file, func))
+        elif row[0] == "Line No":
+            header = row
+        elif header and func and kernel in func and len(row) > 4:
+            if row[0]:
+                line = row[0]
+            elif row[2].startswith("0x"):
+                samples = dict(zip(header, row)).get("Warp Stall Sampling (All Samples)", "")
+                where = f"{file.rsplit('/', 1)[-1]}:{line}"
+                count = int(samples) if samples.isdigit() else 0
+                # (an instruction inlined from several lines is listed under each: keep one)
+                if count >= results[-1].get(row[2], (0, "", "", "", -1))[4]:
+                    results[-1][row[2]] = (int(row[2], 16), where, file, row[3].strip(), count)
+    return [sorted(r.values()) for r in results]
+
+
+def sites(instrs, target, top, context=3):
+    """The instructions of source line `target` with samples, most first, each with the kernel's own
+    source lines just before it in address order."""
+    own = lambda path: not any(part in path for part in ("/cutlass/", "/cute/", "/third_party/", "/targets/"))
+    total = sum(i[4] for i in instrs) or 1
+    hits = [(k, i) for k, i in enumerate(instrs) if i[1] == target and i[4] > 0]
+    print(f"{target}: {sum(i[4] for _, i in hits)} of {total} instruction samples, by call site")
+    for k, (address, _, _, sass, samples) in sorted(hits, key=lambda h: -h[1][4])[:top]:
+        before = []
+        for _, where, path, _, _ in reversed(instrs[:k]):
+            if where.split(":")[0] != target.split(":")[0] and own(path) and where not in before:
+                before.append(where)
+                if len(before) == context:
+                    break
+        print(f"{100 * samples / total:5.1f}%  {samples:8d}  +{address - instrs[0][0]:#07x}  {sass[:40]:40s}  after {', '.join(before)}")
+
+
 def top_reasons(reasons, n=3):
     return ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:n])
 
@@ -75,8 +129,18 @@ def diff(a, b, top):
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--diff"]
+    argv = sys.argv[1:]
+    target = None
+    if "--sites" in argv:
+        at = argv.index("--sites")
+        target = argv[at + 1]
+        del argv[at:at + 2]
+    args = [a for a in argv if a != "--diff"]
     path, kernel, top = args[0], args[1], int(args[2]) if len(args) > 2 else 25
+    if target:
+        for instrs in instructions(path, kernel):
+            sites(instrs, target, top)
+        sys.exit()
     results = launches(path, kernel)
     if "--diff" in sys.argv:
         if len(results) < 2:
