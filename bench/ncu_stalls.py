@@ -21,10 +21,11 @@ import csv
 import sys
 
 
-def launches(path, kernel):
-    """[{'file:line': (samples, source, {reason: samples})}] per launch of the kernel, in page order:
-    a launch ends where its first (file, function) section comes round again."""
-    results, seen = [], set()
+def kernel_rows(path, kernel):
+    """The source page's rows in the kernel's sections, as (launch, file, header, row): launch counts
+    the kernel's launches from 0, in page order; one ends where its first (file, function) section
+    comes round again."""
+    launch, seen = -1, set()
     file = func = header = None
     for row in csv.reader(open(path)):
         if not row:
@@ -34,13 +35,21 @@ def launches(path, kernel):
         elif row[0] == "Function Name":
             func = row[1]
             if kernel in func:
-                if not results or (file, func) in seen:
-                    results.append({})
-                    seen = set()
+                if launch < 0 or (file, func) in seen:
+                    launch, seen = launch + 1, set()
                 seen.add((file, func))
         elif row[0] == "Line No":
             header = row
-        elif header and func and kernel in func and len(row) > 2 and row[0] and row[2] == "-":  # a line's total
+        elif header and func and kernel in func:
+            yield launch, file, header, row
+
+
+def launches(path, kernel):
+    """[{'file:line': (samples, source, {reason: samples})}] per launch of the kernel, in page order."""
+    results = []
+    for launch, file, header, row in kernel_rows(path, kernel):
+        results += [{} for _ in range(launch + 1 - len(results))]
+        if len(row) > 2 and row[0] and row[2] == "-":  # a line's total
             cells = dict(zip(header, row))
             samples = cells.get("Warp Stall Sampling (All Samples)", "")
             if not samples.isdigit():
@@ -54,33 +63,19 @@ def launches(path, kernel):
 def instructions(path, kernel):
     """[[(address, 'file:line', path, sass, samples)] sorted by address] per launch of the kernel: the
     SASS rows of the source page, each under the source line it belongs to."""
-    results, seen = [], set()
-    file = func = header = None
-    line = None
-    for row in csv.reader(open(path)):
-        if not row:
+    results, line = [], None
+    for launch, file, header, row in kernel_rows(path, kernel):
+        results += [{} for _ in range(launch + 1 - len(results))]
+        if len(row) <= 4:
             continue
-        if row[0] == "File Path":
-            file = row[1]
-        elif row[0] == "Function Name":
-            func = row[1]
-            if kernel in func:
-                if not results or (file, func) in seen:
-                    results.append({})
-                    seen = set()
-                seen.add((file, func))
-        elif row[0] == "Line No":
-            header = row
-        elif header and func and kernel in func and len(row) > 4:
-            if row[0]:
-                line = row[0]
-            elif row[2].startswith("0x"):
-                samples = dict(zip(header, row)).get("Warp Stall Sampling (All Samples)", "")
-                where = f"{file.rsplit('/', 1)[-1]}:{line}"
-                count = int(samples) if samples.isdigit() else 0
-                # (an instruction inlined from several lines is listed under each: keep one)
-                if count >= results[-1].get(row[2], (0, "", "", "", -1))[4]:
-                    results[-1][row[2]] = (int(row[2], 16), where, file, row[3].strip(), count)
+        if row[0]:
+            line = row[0]
+        elif row[2].startswith("0x"):
+            samples = dict(zip(header, row)).get("Warp Stall Sampling (All Samples)", "")
+            count = int(samples) if samples.isdigit() else 0
+            # (an instruction inlined from several lines is listed under each: keep one)
+            if count >= results[-1].get(row[2], (0, "", "", "", -1))[4]:
+                results[-1][row[2]] = (int(row[2], 16), f"{file.rsplit('/', 1)[-1]}:{line}", file, row[3].strip(), count)
     return [sorted(r.values()) for r in results]
 
 
