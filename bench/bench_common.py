@@ -156,25 +156,10 @@ def baseline_or_nan(make, gqa, name, noted, row):
         return None
 
 
-# --rounds' help, for every benchmark that times through best_of_rounds.
-ROUNDS_HELP = ("time every implementation this many times, round-robin (each round starting one place later), "
-               "and keep each one's best")
-
-
-def best_of_rounds(entries, rounds, bench_ms, work):
-    """Times each (column, fn, context) once per round, round-robin, inside `context()` (a context
-    manager factory, e.g. overrides set and put back; None: nothing); returns {column: best work / ms}.
-    Round r starts at entry r (mod the count), so that with as many rounds as entries each one is
-    timed in every place of the order: in one run (session 26) two builds with the same forward code
-    measured up to 1.11x apart, the first-timed one ahead on every row."""
-    best = {}
-    for r in range(rounds):
-        start = r % len(entries) if entries else 0
-        for column, fn, context in entries[start:] + entries[:start]:
-            with (context or contextlib.nullcontext)():
-                rate = work / bench_ms(fn)
-            best[column] = max(best.get(column, 0.0), rate)
-    return best
+# --rounds' help, for every benchmark that times through timed_rates or balanced_means.
+ROUNDS_HELP = ("turns of every implementation, rounded up to whole balanced orders (one order: each "
+               "implementation after every one, itself included, once; as many turns each as there are "
+               "implementations); default one order")
 
 
 def carryover_balanced_order(n):
@@ -196,54 +181,61 @@ def carryover_balanced_order(n):
     return order
 
 
-def alternating_means(entries, rounds, calls, work):
-    """Times each (column, fn, context) `calls` times in a row per turn, `rounds` turns each (rounded
-    up to whole repeats of carryover_balanced_order), by CUDA events, and returns {column: work /
-    mean ms}. For a comparison of nearly the same work, such as one kernel with and without a
-    feature, or two builds: at the H200's and H100's 700 W cap the clock follows the power of the last
-    ~100 ms, so whatever runs right after another call is timed at the clock that call left (a sink
-    measured 6-9% slower back to back and 0.2-1.3% slower alternated, H100, docs/perf-log.md session
-    49). In the balanced order every entry follows every entry equally often, so all sample the same
-    clock states and the means compare the work alone (a median of so few discrete clock states
-    would not weigh them alike); an untimed lead-in turn of the order's last entry closes the cycle.
-    No L2 flush (the calls are milliseconds long)."""
-    import torch
+def balanced_means(entries, rounds, time_turn, work):
+    """Times each (column, fn, context) by `time_turn(fn)` (ms a call) inside `context()` (a context
+    manager factory, e.g. overrides set and put back; None: nothing), `rounds` turns each, rounded up
+    to whole repeats of carryover_balanced_order, and returns {column: work / mean ms}. At the H200's
+    and H100's 700 W cap the clock follows the power of the last ~100 ms, so a turn is timed at the
+    clock the turn before it left, and the first turn after an idle gap (a row's set-up on the host)
+    on a cool card: a fixed order, or a round-robin whose first turn follows the gap, reads one side
+    up to 3% ahead of an identical copy of itself (docs/perf-log.md, sessions 50 and 51). Here every
+    entry follows every entry equally often, an untimed lead-in turn of the order's last entry puts
+    the gap before no timed turn, and the means weigh the clock states alike (a median of so few
+    discrete states would not)."""
     times = {column: [] for column, _, _ in entries}
     order = carryover_balanced_order(len(entries))
-    repeats = -(-rounds // len(entries))
-    for k, i in enumerate([order[-1]] + order * repeats):
+    repeats = -(-rounds // len(entries)) if entries else 0
+    for k, i in enumerate(([order[-1]] + order * repeats) if entries else []):
         column, fn, context = entries[i]
         with (context or contextlib.nullcontext)():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
+            ms = time_turn(fn)
         if k > 0:
-            times[column].append(start.elapsed_time(end) / calls)
+            times[column].append(ms)
     return {column: work * len(ms) / sum(ms) for column, ms in times.items()}
 
 
+def event_timer(calls):
+    """time_turn for balanced_means: `calls` calls back to back between two CUDA events, ms a call
+    (no L2 flush: for calls of milliseconds, where the flush would be a large share of the turn)."""
+    import torch
+
+    def time_turn(fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / calls
+    return time_turn
+
+
 # --alternate's help, and the rounds it takes where --rounds is not given.
-ALTERNATE_HELP = ("time by alternation instead, for a comparison of builds or variants (--lib, --variant) "
-                  "within a few percent: CALLS calls a turn, each implementation after every one equally "
-                  "often, means (bench_common.alternating_means; --rounds is then the number "
-                  "of turns of every implementation, default 20, rounded up to whole balanced orders); "
-                  "no L2 flush between calls")
+ALTERNATE_HELP = ("time by CALLS calls a turn between CUDA events instead of do_bench (warm L2, no flush), "
+                  "--rounds then the turns of every implementation, default 20: for a comparison of builds "
+                  "or variants (--lib, --variant) within a few percent (bench_common.timed_rates)")
 ALTERNATE_ROUNDS = 20
 
 
 def timed_rates(entries, rounds, bench_ms, work, alternate=0):
-    """{column: work per ms} of the entries: best_of_rounds (do_bench's median per round, the best
-    round kept), or with alternate = CALLS > 0 alternating_means over `rounds` turns of every entry
-    (ALTERNATE_ROUNDS where rounds < 2). Two handles on one build, timed as
-    the grids time them (best of two rounds), read 0.95-1.09 apart in the backward and 0.99-1.12 in
-    the forward (H100, docs/perf-log.md session 50); alternation compares the work alone at the
-    clock states the power cap leaves every side alike."""
+    """{column: work per ms} of the entries, by balanced_means: each turn one bench_ms (do_bench's
+    median, L2 flushed), `rounds` turns each; with alternate = CALLS > 0 each turn CALLS calls between
+    CUDA events and ALTERNATE_ROUNDS turns each where rounds < 2. A/A (main's library against a copy of
+    itself, H100): MEASURE (docs/perf-log.md session 51); the events with 20 turns, sd 1.5% a row
+    (session 50)."""
     if alternate > 0:
-        return alternating_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, alternate, work)
-    return best_of_rounds(entries, rounds, bench_ms, work)
+        return balanced_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, event_timer(alternate), work)
+    return balanced_means(entries, rounds, bench_ms, work)
 
 
 def pyplot():

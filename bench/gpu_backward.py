@@ -18,12 +18,13 @@ call is exactly one backward (no grad accumulation). Torch's backends get (b, h,
 GQA row, K/V with their nheads_k heads (enable_gqa=True), or, for a backend that raises for that,
 K/V repeated to nheads heads beforehand (outside the graph: its gradients are per query head, and
 their per-group sums are compared with ours); column baseline_gqa says which, per backend (e.g.
-fa2=native;cudnn=expanded; empty on MHA rows). All in this process, on the same tensors, timed with
-triton's do_bench (CUDA events, median, L2 flushed between runs). With --alternate CALLS the row's
-implementations are timed instead by alternation (bench_common.timed_rates: CALLS calls a turn, each
-implementation after every one equally often, the mean of --rounds turns each, default 20, warm
-L2): for before/after comparisons within a few percent, which the best of rounds does not resolve
-at the power cap (A/A: sd 1.5% a row against 3.2%, docs/perf-log.md session 50).
+fa2=native;cudnn=expanded; empty on MHA rows). All in this process, on the same tensors, timed in
+turns (bench_common.timed_rates): every implementation after every one equally often, after an
+untimed lead-in turn, the mean of its turns kept (at the 700 W cap a turn runs at the clock the turn
+before it left). A turn is one triton do_bench (CUDA events, median, L2 flushed between runs),
+--rounds turns each (rounded up to whole orders; default one order). With --alternate CALLS a turn is
+CALLS calls between CUDA events (warm L2), 20 turns each by default: for before/after comparisons
+within a few percent (A/A: sd 1.5% a row, docs/perf-log.md session 50).
 
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, nheads_k, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
@@ -116,8 +117,7 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0):
         ours = ours_fn(q, k, v, out, lse, dout, grads, causal, False)
         ours()
         ours_grads = [g.clone() for g in grads]
-        # Each implementation keeps its best round (bench_common.best_of_rounds), or with --alternate
-        # the mean of its turns.
+        # Each implementation's rate is the mean of its turns (bench_common.timed_rates).
         entries = [("ours", ours, None),
                    ("ours_deterministic", ours_fn(q, k, v, out, lse, dout, grads, causal, True), None)]
         # The default call under each of `variants`' overrides, the deterministic one under `det_variants`'.

@@ -31,13 +31,12 @@ What is timed. Ours as a Python caller runs it: flash_attn_func (argument checks
 allocation included: host time hidden behind milliseconds of queued kernels). Forward: the call under
 torch.no_grad(). Backward: torch.autograd.grad through the forward's graph, kept (retain_graph), so
 each timed call is exactly one backward, for ours and cuDNN alike (as bench/gpu_backward.py times
-torch's). value_dim rows: Triton's do_bench (CUDA events, median, L2 flushed between runs); every
-implementation of a row is timed round-robin, --rounds times, each keeping its best
-(bench_common.best_of_rounds), in one process on the same tensors. sink rows, a difference of a few
-percent at most: with and without the sink (and the --lib builds) alternated, three calls each, 30
-turns each (10 with --quick), each implementation after every one equally often (a a b b for two),
-means (bench_common.alternating_means: timed back to back at the power cap, the second of two equal
-kernels reads several percent slower). --lib NAME:PATH
+torch's). Every implementation of a row is timed in turns, each after every one equally often, after an
+untimed lead-in turn, and the mean of its turns kept (bench_common.balanced_means: at the power cap a
+turn runs at the clock the turn before it left), in one process on the same tensors. value_dim rows:
+a turn is one Triton do_bench (CUDA events, median, L2 flushed between runs), --rounds turns each
+(rounded up to whole orders). sink rows, a difference of a few percent at most: a turn is three calls
+between CUDA events, 30 turns each (10 with --quick). --lib NAME:PATH
 times the package on another build of the library (a before/after comparison, interleaved), column
 ours_NAME_tflops.
 
@@ -80,12 +79,12 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
     os.environ["FLASHATTN_LIBRARY"] = str(REPO / "build-gpu" / "src" / "libflashattn.so")
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
-from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, alternating_means, best_of_rounds,  # noqa: E402
-                          commit, parse_lib, pyplot)
+from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, balanced_means, commit, event_timer,  # noqa: E402
+                          parse_lib, pyplot)
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
-SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' alternations (bench_common.alternating_means), by --quick
+SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' turns each (bench_common.balanced_means), by --quick
 # kind: (d_qk, d_v, baseline column name, baseline label)
 KINDS = {"value_dim": (192, 128, "cudnn", "PyTorch SDPA cuDNN"),
          "sink": (128, 128, "nosink", "flashattn without sink")}
@@ -296,9 +295,9 @@ def measure(p, libs, rounds, quick):
             entries.append(("baseline", fn, None))
         del got
         if p["kind"] == "sink":  # the same kernel with and without: alternated, means (SINK_ROUNDS)
-            timed = alternating_means(entries, SINK_ROUNDS[quick], 3, work(p, direction))
+            timed = balanced_means(entries, SINK_ROUNDS[quick], event_timer(3), work(p, direction))
         else:
-            timed = best_of_rounds(entries, rounds, bench_ms(direction, quick), work(p, direction))
+            timed = balanced_means(entries, rounds, bench_ms(direction, quick), work(p, direction))
         for column, tflops in timed.items():
             row[f"{column}_tflops"] = tflops
         del entries, fn

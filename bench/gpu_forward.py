@@ -12,8 +12,8 @@ The shapes models train (bench_common.shape_grid): bf16, batch * seqlen = 16k to
   gqa: grouped K/V heads, (nheads, nheads_k) = (32, 8) and (64, 8) at d128, (32, 4) at d256.
 FLOPs are counted on the query heads, as FlashAttention does: 4 * b * h_q * s^2 * d, halved when
 causal. All implementations run in this process on the same tensors (q (batch, seqlen, nheads, d),
-k/v (batch, seqlen, nheads_k, d)), timed with triton's do_bench (CUDA events, median, L2 flushed
-between runs; with --alternate CALLS by alternation instead, as bench/gpu_backward.py says). Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their nheads_k heads
+k/v (batch, seqlen, nheads_k, d)), timed in balanced turns of triton's do_bench (CUDA events,
+median, L2 flushed between runs; with --alternate CALLS, CALLS calls a turn), as bench/gpu_backward.py says. Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their nheads_k heads
 (enable_gqa=True), or, for a backend that raises for that, K/V repeated to nheads heads beforehand,
 outside the timed call: column baseline_gqa says which, per backend (e.g. fa2=native;cudnn=expanded;
 empty on MHA rows).
@@ -108,8 +108,7 @@ def measure(grid, variants=(), libs=(), rounds=1, alternate=0):
         fn = ours_fn(q, k, v, out, causal)
         # (column, function, context while it runs): the library's own choice (the Hopper kernel on
         # sm_90), the portable mma.sync kernel forced, the --variant overrides, the --lib builds,
-        # torch's two backends; each keeps its best round (or, with --alternate, the mean of its
-        # turns).
+        # torch's two backends; each the mean of its turns (bench_common.timed_rates).
         entries = [("ours", fn, None)]
         for label, spec in [("sm80", "forward_kernel=sm80"), *variants]:
             try:

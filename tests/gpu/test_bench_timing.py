@@ -1,8 +1,10 @@
-"""The benchmarks' two ways of timing a row (bench/bench_common.py), against a simulated GPU clock:
-round-robin best of rounds, and alternation for comparisons within a few percent. The simulated
-device runs a call at a speed set by the call before it, as the 700 W cap does (docs/perf-log.md,
-session 49: a kernel timed right after another reads several percent slower), so only a timing
-order that gives every side the same mix of predecessors reports their true ratio."""
+"""How the benchmarks time a row (bench/bench_common.py: balanced turns, a turn one do_bench or a few
+calls between CUDA events), against a simulated GPU clock. The simulated device runs a call at a
+speed set by the call before it, as the 700 W cap does (docs/perf-log.md, session 49: a kernel timed
+right after another reads several percent slower), and the first call after an idle gap at the cool
+card's speed (session 50: the entry timed first after a row's set-up read 1.4-2.7% ahead of a copy of
+itself), so only a timing order that gives every side the same mix of predecessors, and puts the gap
+before no timed turn, reports their true ratio."""
 import sys
 from pathlib import Path
 
@@ -49,7 +51,7 @@ def test_alternation_of_two_and_the_true_ratio(monkeypatch):
     device = SimulatedDevice({"a": 1.0, "b": 1.03}, {"a": 1.06, "b": 1.02})
     device.install(monkeypatch)
     entries = [("a", device.fn("a"), None), ("b", device.fn("b"), None)]
-    rates = bench_common.alternating_means(entries, rounds=6, calls=3, work=1.0)
+    rates = bench_common.balanced_means(entries, 6, bench_common.event_timer(3), work=1.0)
     # A lead-in turn of b, then a a b b three times, three calls a turn.
     assert device.calls == ["b"] * 3 + (["a"] * 6 + ["b"] * 6) * 3
     # Each side's turns follow a and b equally often: the time of a turn of x is
@@ -73,7 +75,7 @@ def test_back_to_back_order_biases_and_alternation_does_not(monkeypatch):
 
     first, second = (timed_once(fn) for _, fn, _ in entries)  # a, then b right after it
     assert second / first == pytest.approx(1.06)
-    rates = bench_common.alternating_means(entries, rounds=20, calls=1, work=1.0)
+    rates = bench_common.balanced_means(entries, 20, bench_common.event_timer(1), work=1.0)
     assert rates["a"] == pytest.approx(rates["b"], rel=1e-9)
 
 
@@ -107,7 +109,7 @@ def test_carryover_balanced_order(n):
     assert sorted(zip(cycle, cycle[1:])) == [(i, j) for i in range(n) for j in range(n)]  # each pair once
 
 
-def test_timed_rates_picks_the_method(monkeypatch):
+def test_timed_rates_picks_the_turn(monkeypatch):
     device = SimulatedDevice({"a": 2.0})
     device.install(monkeypatch)
     entries = [("a", device.fn("a"), None)]
@@ -118,21 +120,43 @@ def test_timed_rates_picks_the_method(monkeypatch):
         fn()
         return 4.0
 
-    assert bench_common.timed_rates(entries, 3, bench_ms, work=8.0) == {"a": 2.0}  # best of rounds
-    assert len(seen) == 3 and device.calls == ["a"] * 3
+    assert bench_common.timed_rates(entries, 3, bench_ms, work=8.0) == {"a": 2.0}  # do_bench turns
+    assert len(seen) == 4 and device.calls == ["a"] * 4  # the lead-in and three turns
+    seen.clear()
     device.calls.clear()
-    # Alternation (no bench_ms), ALTERNATE_ROUNDS turns where fewer than two rounds are asked for.
+    # CALLS calls a turn between events (no bench_ms), ALTERNATE_ROUNDS turns where fewer than two
+    # rounds are asked for.
     rates = bench_common.timed_rates(entries, 1, bench_ms, work=8.0, alternate=2)
     assert rates == {"a": pytest.approx(8.0 / (2.0 * 1.06))}  # every call after one of its own
-    assert len(seen) == 3 and device.calls == ["a"] * 2 * (1 + bench_common.ALTERNATE_ROUNDS)
+    assert not seen and device.calls == ["a"] * 2 * (1 + bench_common.ALTERNATE_ROUNDS)
     device.calls.clear()
     bench_common.timed_rates(entries, 5, bench_ms, work=8.0, alternate=1)
     assert device.calls == ["a"] * 6
 
 
-def test_best_of_rounds_rotates_the_order():
-    order = []
-    entries = [(name, lambda name=name: order.append(name), None) for name in "abc"]
-    rates = bench_common.best_of_rounds(entries, 3, lambda fn: fn() or 1.0, work=5.0)
-    assert order == list("abc" "bca" "cab")  # each in every place once
-    assert rates == {"a": 5.0, "b": 5.0, "c": 5.0}
+def test_turns_after_a_gap():
+    # The grids' entries: a copy of ours ("a") beside torch's and cuDNN's, the row's set-up an idle
+    # gap before them (the simulated card cool: its first call unslowed), a turn one call (the
+    # clock's memory outlasts a do_bench on the real card). A round-robin whose first round follows
+    # the gap gives the entry that starts it a cold turn; balanced turns after a lead-in read the two
+    # copies alike, and cuDNN at its true ratio to them.
+    carry = {"ours": 1.06, "a": 1.06, "fa2": 1.02, "cudnn": 1.05}
+    device = SimulatedDevice({"ours": 1.0, "a": 1.0, "fa2": 1.8, "cudnn": 0.95}, carry)
+    entries = [(name, device.fn(name), None) for name in ("ours", "a", "fa2", "cudnn")]
+
+    def one_call(fn):
+        start = device.now
+        fn()
+        return device.now - start
+
+    best = {}
+    for r in range(2):  # a round-robin, best of two rounds
+        for name, fn, _ in entries[r:] + entries[:r]:
+            best[name] = min(best.get(name, 1e9), one_call(fn))
+    assert best["a"] / best["ours"] == pytest.approx(1.05)  # ours cold after the gap; a at best after cuDNN
+    device.last = None  # the next row's gap
+    device.calls.clear()
+    rates = bench_common.timed_rates(entries, 1, one_call, work=1.0)
+    assert rates["ours"] == pytest.approx(rates["a"], rel=1e-9)
+    assert rates["ours"] / rates["cudnn"] == pytest.approx(0.95, rel=1e-9)  # the same mix of clocks
+    assert device.calls[0] == "cudnn" and len(device.calls) == 1 + 4 * 4  # the lead-in: the order's last entry
