@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # Where a benchmark writes when no --out is given: a scratch folder (gitignored), so that a run never
@@ -157,9 +158,9 @@ def baseline_or_nan(make, gqa, name, noted, row):
 
 
 # --rounds' help, for every benchmark that times through timed_rates or balanced_means.
-ROUNDS_HELP = ("turns of every implementation, rounded up to whole balanced orders (one order: each "
-               "implementation after every one, itself included, once; as many turns each as there are "
-               "implementations); default one order")
+ROUNDS_HELP = ("turns of every implementation, rounded up to whole balanced orders (bench_common.mirrored_order: "
+               "each implementation after every one, itself included, twice; twice as many turns each as there "
+               "are implementations); default one order")
 
 
 def carryover_balanced_order(n):
@@ -181,26 +182,55 @@ def carryover_balanced_order(n):
     return order
 
 
-def balanced_means(entries, rounds, time_turn, work):
+# Untimed turns before a row's first timed one (balanced_means): about the time the die takes to
+# warm up again after the row's set-up on the host.
+LEAD_IN_S = 1.0
+
+
+def mirrored_order(n):
+    """A cycle of 2 n * n turns with every pair of entries twice in it, and a palindrome, so that every
+    entry's mean place is the middle and a linear drift over the sequence (the die warming up) weighs
+    on every entry alike (in carryover_balanced_order entry 0 comes mostly first and entry n - 1
+    last). carryover_balanced_order rotated to start and end with the same entry (its cycle opens
+    with 0 0), then its reverse: the two seams are that entry after itself, which is what each
+    cycle's closing pair was."""
+    order = carryover_balanced_order(n)
+    order = order[1:] + order[:1]
+    return order + order[::-1]
+
+
+def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.monotonic):
     """Times each (column, fn, context) by `time_turn(fn)` (ms a call) inside `context()` (a context
     manager factory, e.g. overrides set and put back; None: nothing), `rounds` turns each, rounded up
-    to whole repeats of carryover_balanced_order, and returns {column: work / mean ms}. At the H200's
-    and H100's 700 W cap the clock follows the power of the last ~100 ms, so a turn is timed at the
-    clock the turn before it left, and the first turn after an idle gap (a row's set-up on the host)
-    on a cool card: a fixed order, or a round-robin whose first turn follows the gap, reads one side
-    up to 3% ahead of an identical copy of itself (docs/perf-log.md, sessions 50 and 51). Here every
-    entry follows every entry equally often, an untimed lead-in turn of the order's last entry puts
-    the gap before no timed turn, and the means weigh the clock states alike (a median of so few
-    discrete states would not)."""
+    to whole repeats of mirrored_order, and returns {column: work / mean ms}. At the H200's and H100's
+    700 W cap the clock follows the power of the last ~100 ms, so a turn runs at the clock the turn
+    before it left, and, with the power fixed, faster while the die is cool: after a row's set-up on
+    the host it warms up again over about a second. Two handles on one library timed in a fixed
+    order, or round-robin from the row's start, or in the plain balanced order, read up to 3% apart
+    on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here untimed turns
+    in the same order run for lead_in_s (default LEAD_IN_S) first (ending on the order's last entry, which closes the
+    cycle), every entry follows every entry equally often and has the same mean place, and the means
+    weigh the clock states alike (a median of so few discrete states would not)."""
+    if not entries:
+        return {}
     times = {column: [] for column, _, _ in entries}
-    order = carryover_balanced_order(len(entries))
-    repeats = -(-rounds // len(entries)) if entries else 0
-    for k, i in enumerate(([order[-1]] + order * repeats) if entries else []):
+    cycle = mirrored_order(len(entries))
+    lead_in_s = LEAD_IN_S if lead_in_s is None else lead_in_s
+
+    def turn(i):
         column, fn, context = entries[i]
         with (context or contextlib.nullcontext)():
-            ms = time_turn(fn)
-        if k > 0:
-            times[column].append(ms)
+            return column, time_turn(fn)
+
+    began, k = clock(), 0
+    while True:
+        turn(cycle[k % len(cycle)])
+        k += 1
+        if clock() - began >= lead_in_s and cycle[(k - 1) % len(cycle)] == cycle[-1]:
+            break
+    for i in cycle * -(-rounds // (2 * len(entries))):
+        column, ms = turn(i)
+        times[column].append(ms)
     return {column: work * len(ms) / sum(ms) for column, ms in times.items()}
 
 

@@ -68,7 +68,7 @@ BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn"
 
 
 def bench_ms(fn):
-    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+    return do_bench(fn, warmup=5, rep=25, return_mode="median")
 
 
 def ours_fn(q, k, v, out, lse, dout, grads, causal, deterministic, library=abi.lib):

@@ -3,8 +3,9 @@ calls between CUDA events), against a simulated GPU clock. The simulated device 
 speed set by the call before it, as the 700 W cap does (docs/perf-log.md, session 49: a kernel timed
 right after another reads several percent slower), and the first call after an idle gap at the cool
 card's speed (session 50: the entry timed first after a row's set-up read 1.4-2.7% ahead of a copy of
-itself), so only a timing order that gives every side the same mix of predecessors, and puts the gap
-before no timed turn, reports their true ratio."""
+itself; session 51: the card speeds up while cool, so the entry with the earliest turns of a row reads
+ahead), so only a timing order that gives every side the same mix of predecessors and the same mean
+place, and puts the gap before no timed turn, reports their true ratio."""
 import sys
 from pathlib import Path
 
@@ -13,6 +14,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_common  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_lead_in_time(monkeypatch):
+    """The simulated calls take no real time: a lead-in of one turn (test_lead_in_time times one)."""
+    monkeypatch.setattr(bench_common, "LEAD_IN_S", 0.0)
 
 
 class SimulatedDevice:
@@ -52,8 +59,8 @@ def test_alternation_of_two_and_the_true_ratio(monkeypatch):
     device.install(monkeypatch)
     entries = [("a", device.fn("a"), None), ("b", device.fn("b"), None)]
     rates = bench_common.balanced_means(entries, 6, bench_common.event_timer(3), work=1.0)
-    # A lead-in turn of b, then a a b b three times, three calls a turn.
-    assert device.calls == ["b"] * 3 + (["a"] * 6 + ["b"] * 6) * 3
+    # A lead-in turn of a, then a b b a a b b a twice, three calls a turn.
+    assert device.calls == ["a"] * 3 + [x for x in "abbaabba" * 2 for _ in range(3)]
     # Each side's turns follow a and b equally often: the time of a turn of x is
     # cost[x] * (mean carry + 2 carry[x]) / 3, whatever the order did.
     turn = {x: device.cost[x] * ((1.06 + 1.02) / 2 + 2 * device.carry[x]) / 3 for x in "ab"}
@@ -93,6 +100,7 @@ def test_alternation_of_many_is_balanced_against_carry_over(monkeypatch):
     assert rates["a"] / rates["c"] == pytest.approx(1.03, rel=1e-9)
     # The same entries in one fixed order (each after the same neighbour every round) are biased.
     fixed = {name: [] for name in names}
+    device.last = names[-1]  # as in a steady state of the fixed order
     for _ in range(6):
         for name, fn, _ in entries:
             start = device.now
@@ -109,6 +117,67 @@ def test_carryover_balanced_order(n):
     assert sorted(zip(cycle, cycle[1:])) == [(i, j) for i in range(n) for j in range(n)]  # each pair once
 
 
+@pytest.mark.parametrize("n", range(1, 9))
+def test_mirrored_order(n):
+    order = bench_common.mirrored_order(n)
+    assert len(order) == 2 * n * n and all(order.count(i) == 2 * n for i in range(n))
+    cycle = order + order[:1]
+    assert sorted(zip(cycle, cycle[1:])) == sorted([(i, j) for i in range(n) for j in range(n)] * 2)
+    assert order == order[::-1]  # so every entry's mean place is the middle
+    plain = bench_common.carryover_balanced_order(n)
+    plain_places = [sum(k for k, x in enumerate(plain) if x == i) / n for i in range(n)]
+    assert n < 3 or max(plain_places) - min(plain_places) > n
+
+
+def test_drift_over_a_row():
+    # A card that slows down over the row (the die warming up after the set-up: 4% per 10 units of
+    # simulated time, a quarter over the row), two copies of one implementation beside three others:
+    # in the plain balanced order the copy with the earlier turns reads more than 3% ahead; in the
+    # mirrored one within 0.5% (what is left: the turns' places in time are not quite symmetric).
+    class DriftingCall:
+        def __init__(self):
+            self.now = 0.0
+
+        def fn(self, cost):
+            def call():
+                self.now += cost * (1.0 + 0.004 * self.now)
+            return call
+
+    def one_call(device):
+        def time_turn(fn):
+            start = device.now
+            fn()
+            return device.now - start
+        return time_turn
+
+    costs = {"ours": 1.0, "sm80": 1.9, "a": 1.0, "fa2": 1.8, "cudnn": 0.95}
+    device = DriftingCall()
+    entries = [(name, device.fn(cost), None) for name, cost in costs.items()]
+    plain = {name: [] for name in costs}
+    for i in bench_common.carryover_balanced_order(len(entries)):
+        plain[entries[i][0]].append(one_call(device)(entries[i][1]))
+    assert sum(plain["a"]) / sum(plain["ours"]) > 1.03
+    device.now = 0.0
+    rates = bench_common.balanced_means(entries, 1, one_call(device), work=1.0)
+    assert rates["ours"] / rates["a"] == pytest.approx(1.0, abs=0.005)
+
+
+def test_lead_in_time():
+    # Untimed turns in the order until lead_in_s of the clock has passed, ending on the order's last
+    # entry; then the timed turns from the order's start.
+    device = SimulatedDevice({"a": 1.0, "b": 2.0})
+    entries = [(name, device.fn(name), None) for name in "ab"]
+
+    def one_call(fn):
+        start = device.now
+        fn()
+        return device.now - start
+
+    bench_common.balanced_means(entries, 4, one_call, work=1.0, lead_in_s=5.0, clock=lambda: device.now)
+    lead_in = device.calls[:-8]
+    assert lead_in == list("abba") and device.calls[-8:] == list("abbaabba")
+
+
 def test_timed_rates_picks_the_turn(monkeypatch):
     device = SimulatedDevice({"a": 2.0})
     device.install(monkeypatch)
@@ -121,7 +190,7 @@ def test_timed_rates_picks_the_turn(monkeypatch):
         return 4.0
 
     assert bench_common.timed_rates(entries, 3, bench_ms, work=8.0) == {"a": 2.0}  # do_bench turns
-    assert len(seen) == 4 and device.calls == ["a"] * 4  # the lead-in and three turns
+    assert len(seen) == 5 and device.calls == ["a"] * 5  # the lead-in and four turns (two orders of two)
     seen.clear()
     device.calls.clear()
     # CALLS calls a turn between events (no bench_ms), ALTERNATE_ROUNDS turns where fewer than two
@@ -131,7 +200,7 @@ def test_timed_rates_picks_the_turn(monkeypatch):
     assert not seen and device.calls == ["a"] * 2 * (1 + bench_common.ALTERNATE_ROUNDS)
     device.calls.clear()
     bench_common.timed_rates(entries, 5, bench_ms, work=8.0, alternate=1)
-    assert device.calls == ["a"] * 6
+    assert device.calls == ["a"] * 7
 
 
 def test_turns_after_a_gap():
@@ -159,4 +228,4 @@ def test_turns_after_a_gap():
     rates = bench_common.timed_rates(entries, 1, one_call, work=1.0)
     assert rates["ours"] == pytest.approx(rates["a"], rel=1e-9)
     assert rates["ours"] / rates["cudnn"] == pytest.approx(0.95, rel=1e-9)  # the same mix of clocks
-    assert device.calls[0] == "cudnn" and len(device.calls) == 1 + 4 * 4  # the lead-in: the order's last entry
+    assert device.calls[0] == "ours" and len(device.calls) == 1 + 4 * 8  # the lead-in: the order's last entry
