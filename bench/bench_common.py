@@ -260,9 +260,11 @@ ALTERNATE_ROUNDS = 20
 def timed_rates(entries, rounds, bench_ms, work, alternate=0):
     """{column: work per ms} of the entries, by balanced_means: each turn one bench_ms (do_bench's
     median, L2 flushed), `rounds` turns each; with alternate = CALLS > 0 each turn CALLS calls between
-    CUDA events and ALTERNATE_ROUNDS turns each where rounds < 2. A/A (main's library against a copy of
-    itself, H100): MEASURE (docs/perf-log.md session 51); the events with 20 turns, sd 1.5% a row
-    (session 50)."""
+    CUDA events and ALTERNATE_ROUNDS turns each where rounds < 2. A/A, main's library timed against a
+    copy of itself beside torch's two backends (H100, 18 rows, docs/perf-log.md session 51): do_bench
+    turns in this order read 0.978-1.030 apart, mean 0.998, sd 1.1% (forward) and mean 1.003, sd
+    1.2% (backward), where the former best of two round-robin rounds read mean 1.023, sd 3.5%
+    (forward) and the plain balanced order 1.026, sd 2.7%."""
     if alternate > 0:
         return balanced_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, event_timer(alternate), work)
     return balanced_means(entries, rounds, bench_ms, work)
