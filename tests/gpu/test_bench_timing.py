@@ -37,6 +37,12 @@ class SimulatedDevice:
             self.calls.append(name)
         return call
 
+    def one_call(self, fn):
+        """A turn of one call, timed on the simulated clock (time_turn for balanced_means)."""
+        start = self.now
+        fn()
+        return self.now - start
+
     def install(self, monkeypatch):
         device = self
 
@@ -73,13 +79,7 @@ def test_back_to_back_order_biases_and_alternation_does_not(monkeypatch):
     device.install(monkeypatch)
     entries = [("a", device.fn("a"), None), ("b", device.fn("b"), None)]
 
-    def timed_once(fn):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        return start.elapsed_time(end)
-
+    timed_once = bench_common.event_timer(1)
     first, second = (timed_once(fn) for _, fn, _ in entries)  # a, then b right after it
     assert second / first == pytest.approx(1.06)
     rates = bench_common.balanced_means(entries, 20, bench_common.event_timer(1), work=1.0)
@@ -134,31 +134,24 @@ def test_drift_over_a_row():
     # simulated time, a quarter over the row), two copies of one implementation beside three others:
     # in the plain balanced order the copy with the earlier turns reads more than 3% ahead; in the
     # mirrored one within 0.5% (what is left: the turns' places in time are not quite symmetric).
-    class DriftingCall:
+    class DriftingCall(SimulatedDevice):
         def __init__(self):
-            self.now = 0.0
+            super().__init__({})
 
         def fn(self, cost):
             def call():
                 self.now += cost * (1.0 + 0.004 * self.now)
             return call
 
-    def one_call(device):
-        def time_turn(fn):
-            start = device.now
-            fn()
-            return device.now - start
-        return time_turn
-
     costs = {"ours": 1.0, "sm80": 1.9, "a": 1.0, "fa2": 1.8, "cudnn": 0.95}
     device = DriftingCall()
     entries = [(name, device.fn(cost), None) for name, cost in costs.items()]
     plain = {name: [] for name in costs}
     for i in bench_common.carryover_balanced_order(len(entries)):
-        plain[entries[i][0]].append(one_call(device)(entries[i][1]))
+        plain[entries[i][0]].append(device.one_call(entries[i][1]))
     assert sum(plain["a"]) / sum(plain["ours"]) > 1.03
     device.now = 0.0
-    rates = bench_common.balanced_means(entries, 1, one_call(device), work=1.0)
+    rates = bench_common.balanced_means(entries, 1, device.one_call, work=1.0)
     assert rates["ours"] / rates["a"] == pytest.approx(1.0, abs=0.005)
 
 
@@ -168,12 +161,7 @@ def test_lead_in_time():
     device = SimulatedDevice({"a": 1.0, "b": 2.0})
     entries = [(name, device.fn(name), None) for name in "ab"]
 
-    def one_call(fn):
-        start = device.now
-        fn()
-        return device.now - start
-
-    bench_common.balanced_means(entries, 4, one_call, work=1.0, lead_in_s=5.0, clock=lambda: device.now)
+    bench_common.balanced_means(entries, 4, device.one_call, work=1.0, lead_in_s=5.0, clock=lambda: device.now)
     lead_in = device.calls[:-8]
     assert lead_in == list("abba") and device.calls[-8:] == list("abbaabba")
 
@@ -213,19 +201,14 @@ def test_turns_after_a_gap():
     device = SimulatedDevice({"ours": 1.0, "a": 1.0, "fa2": 1.8, "cudnn": 0.95}, carry)
     entries = [(name, device.fn(name), None) for name in ("ours", "a", "fa2", "cudnn")]
 
-    def one_call(fn):
-        start = device.now
-        fn()
-        return device.now - start
-
     best = {}
     for r in range(2):  # a round-robin, best of two rounds
         for name, fn, _ in entries[r:] + entries[:r]:
-            best[name] = min(best.get(name, 1e9), one_call(fn))
+            best[name] = min(best.get(name, 1e9), device.one_call(fn))
     assert best["a"] / best["ours"] == pytest.approx(1.05)  # ours cold after the gap; a at best after cuDNN
     device.last = None  # the next row's gap
     device.calls.clear()
-    rates = bench_common.timed_rates(entries, 1, one_call, work=1.0)
+    rates = bench_common.timed_rates(entries, 1, device.one_call, work=1.0)
     assert rates["ours"] == pytest.approx(rates["a"], rel=1e-9)
     assert rates["ours"] / rates["cudnn"] == pytest.approx(0.95, rel=1e-9)  # the same mix of clocks
     assert device.calls[0] == "ours" and len(device.calls) == 1 + 4 * 8  # the lead-in: the order's last entry
