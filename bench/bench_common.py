@@ -264,7 +264,8 @@ def timed_rates(entries, rounds, bench_ms, work, alternate=0):
     copy of itself beside torch's two backends (H100, 18 rows, docs/perf-log.md session 51): do_bench
     turns in this order read 0.978-1.030 apart, mean 0.998, sd 1.1% (forward) and mean 1.003, sd
     1.2% (backward), where the former best of two round-robin rounds read mean 1.023, sd 3.5%
-    (forward) and the plain balanced order 1.026, sd 2.7%."""
+    (forward) and the plain balanced order 1.026, sd 2.7%; three calls a turn between events, mean
+    1.000 and 0.998, sd 1.8% and 1.3%."""
     if alternate > 0:
         return balanced_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, event_timer(alternate), work)
     return balanced_means(entries, rounds, bench_ms, work)

@@ -24,7 +24,7 @@ untimed lead-in turn, the mean of its turns kept (at the 700 W cap a turn runs a
 before it left). A turn is one triton do_bench (CUDA events, median, L2 flushed between runs),
 --rounds turns each (rounded up to whole orders; default one order). With --alternate CALLS a turn is
 CALLS calls between CUDA events (warm L2), 20 turns each by default: for before/after comparisons
-within a few percent (A/A: sd 1.5% a row, docs/perf-log.md session 50).
+within a few percent (A/A: sd 1.3-1.8% a row, docs/perf-log.md session 51).
 
 Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, nheads_k, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
