@@ -208,9 +208,9 @@ def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.
     the host it warms up again over about a second. Two handles on one library timed in a fixed
     order, or round-robin from the row's start, or in the plain balanced order, read up to 3% apart
     on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here untimed turns
-    in the same order run for lead_in_s (default LEAD_IN_S) first (ending on the order's last entry, which closes the
-    cycle), every entry follows every entry equally often and has the same mean place, and the means
-    weigh the clock states alike (a median of so few discrete states would not)."""
+    in the same order run for lead_in_s (default LEAD_IN_S) first, ending on the order's last entry
+    (which closes the cycle), every entry follows every entry equally often and has the same mean
+    place, and the means weigh the clock states alike (a median of so few discrete states would not)."""
     if not entries:
         return {}
     times = {column: [] for column, _, _ in entries}
@@ -223,10 +223,11 @@ def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.
             return column, time_turn(fn)
 
     began, k = clock(), 0
-    while True:
-        turn(cycle[k % len(cycle)])
+    while True:  # the lead-in
+        entry = cycle[k % len(cycle)]
+        turn(entry)
         k += 1
-        if clock() - began >= lead_in_s and cycle[(k - 1) % len(cycle)] == cycle[-1]:
+        if entry == cycle[-1] and clock() - began >= lead_in_s:
             break
     for i in cycle * -(-rounds // (2 * len(entries))):
         column, ms = turn(i)
