@@ -13,10 +13,11 @@ The shapes models train (bench_common.shape_grid): bf16, batch * seqlen = 16k to
 FLOPs are counted on the query heads, as FlashAttention does: 4 * b * h_q * s^2 * d, halved when
 causal. All implementations run in this process on the same tensors (q (batch, seqlen, nheads, d),
 k/v (batch, seqlen, nheads_k, d)), timed in balanced turns of triton's do_bench (CUDA events,
-median, L2 flushed between runs; with --alternate CALLS, CALLS calls a turn), as bench/gpu_backward.py says. Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their nheads_k heads
-(enable_gqa=True), or, for a backend that raises for that, K/V repeated to nheads heads beforehand,
-outside the timed call: column baseline_gqa says which, per backend (e.g. fa2=native;cudnn=expanded;
-empty on MHA rows).
+median, L2 flushed between runs; with --alternate CALLS, CALLS calls a turn), as
+bench/gpu_backward.py says. Torch's backends get (b, h, s, d) views; on a GQA row, K/V with their
+nheads_k heads (enable_gqa=True), or, for a backend that raises for that, K/V repeated to nheads
+heads beforehand, outside the timed call: column baseline_gqa says which, per backend (e.g.
+fa2=native;cudnn=expanded; empty on MHA rows).
 
 Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, nheads_k,
 ours_tflops, torch_fa2_tflops, cudnn_tflops, ours_sm80_tflops, max_abs_diff_vs_fa2, baseline_gqa, then
