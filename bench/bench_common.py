@@ -182,14 +182,14 @@ def carryover_balanced_order(n):
     return order
 
 
-# Untimed turns before a row's first timed one (balanced_means): about the time the die takes to
-# warm up again after the row's set-up on the host.
+# Untimed turns before a row's first timed one (balanced_means): the card settles again after the
+# row's set-up on the host (a drift over the first second or so, docs/perf-log.md session 51).
 LEAD_IN_S = 1.0
 
 
 def mirrored_order(n):
     """A cycle of 2 n * n turns with every pair of entries twice in it, and a palindrome, so that every
-    entry's mean place is the middle and a linear drift over the sequence (the die warming up) weighs
+    entry's mean place is the middle and a linear drift over the sequence (the card slowing) weighs
     on every entry alike (in carryover_balanced_order entry 0 comes mostly first and entry n - 1
     last). carryover_balanced_order rotated to start and end with the same entry (its cycle opens
     with 0 0), then its reverse: the two seams are that entry after itself, which is what each
@@ -204,8 +204,8 @@ def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.
     manager factory, e.g. overrides set and put back; None: nothing), `rounds` turns each, rounded up
     to whole repeats of mirrored_order, and returns {column: work / mean ms}. At the H200's and H100's
     700 W cap the clock follows the power of the last ~100 ms, so a turn runs at the clock the turn
-    before it left, and, with the power fixed, faster while the die is cool: after a row's set-up on
-    the host it warms up again over about a second. Two handles on one library timed in a fixed
+    before it left, and the card slows down over a row after its set-up on the host (likely the die
+    warming up again: at a fixed power a cool die clocks higher). Two handles on one library timed in a fixed
     order, or round-robin from the row's start, or in the plain balanced order, read up to 3% apart
     on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here untimed turns
     in the same order run for lead_in_s (default LEAD_IN_S) first, ending on the order's last entry
