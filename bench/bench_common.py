@@ -205,9 +205,9 @@ def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.
     to whole repeats of mirrored_order, and returns {column: work / mean ms}. At the H200's and H100's
     700 W cap the clock follows the power of the last ~100 ms, so a turn runs at the clock the turn
     before it left, and the card slows down over a row after its set-up on the host (likely the die
-    warming up again: at a fixed power a cool die clocks higher). Two handles on one library timed in a fixed
-    order, or round-robin from the row's start, or in the plain balanced order, read up to 3% apart
-    on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here untimed turns
+    warming up again: at a fixed power a cool die clocks higher). Two handles on one library timed
+    in a fixed order, or round-robin from the row's start, or in the plain balanced order, read up to
+    3% apart on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here untimed turns
     in the same order run for lead_in_s (default LEAD_IN_S) first, ending on the order's last entry
     (which closes the cycle), every entry follows every entry equally often and has the same mean
     place, and the means weigh the clock states alike (a median of so few discrete states would not)."""
