@@ -3,8 +3,8 @@ calls between CUDA events), against a simulated GPU clock. The simulated device 
 speed set by the call before it, as the 700 W cap does (docs/perf-log.md, session 49: a kernel timed
 right after another reads several percent slower), and the first call after an idle gap at the cool
 card's speed (session 50: the entry timed first after a row's set-up read 1.4-2.7% ahead of a copy of
-itself; session 51: the card speeds up while cool, so the entry with the earliest turns of a row reads
-ahead), so only a timing order that gives every side the same mix of predecessors and the same mean
+itself; session 51: the card slows down over a row, so the entry with the earliest turns of a row
+reads ahead), so only a timing order that gives every side the same mix of predecessors and the same mean
 place, and puts the gap before no timed turn, reports their true ratio."""
 import sys
 from pathlib import Path
@@ -130,7 +130,7 @@ def test_mirrored_order(n):
 
 
 def test_drift_over_a_row():
-    # A card that slows down over the row (the die warming up after the set-up: 4% per 10 units of
+    # A card that slows down over the row (as after the set-up on the host: 4% per 10 units of
     # simulated time, a quarter over the row), two copies of one implementation beside three others:
     # in the plain balanced order the copy with the earlier turns reads more than 3% ahead; in the
     # mirrored one within 0.5% (what is left: the turns' places in time are not quite symmetric).
