@@ -4,8 +4,8 @@ speed set by the call before it, as the 700 W cap does (docs/perf-log.md, sessio
 right after another reads several percent slower), and the first call after an idle gap at the cool
 card's speed (session 50: the entry timed first after a row's set-up read 1.4-2.7% ahead of a copy of
 itself; session 51: the card slows down over a row, so the entry with the earliest turns of a row
-reads ahead), so only a timing order that gives every side the same mix of predecessors and the same mean
-place, and puts the gap before no timed turn, reports their true ratio."""
+reads ahead), so only a timing order that gives every side the same mix of predecessors and the
+same mean place, and puts the gap before no timed turn, reports their true ratio."""
 import sys
 from pathlib import Path
 
