@@ -207,10 +207,11 @@ def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.
     before it left, and the card slows down over a row after its set-up on the host (likely the die
     warming up again: at a fixed power a cool die clocks higher). Two handles on one library timed
     in a fixed order, or round-robin from the row's start, or in the plain balanced order, read up to
-    3% apart on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here untimed turns
-    in the same order run for lead_in_s (default LEAD_IN_S) first, ending on the order's last entry
-    (which closes the cycle), every entry follows every entry equally often and has the same mean
-    place, and the means weigh the clock states alike (a median of so few discrete states would not)."""
+    3% apart on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here
+    untimed turns in the same order run for lead_in_s (default LEAD_IN_S) first, ending on the
+    order's last entry (which closes the cycle), every entry follows every entry equally often and has
+    the same mean place, and the means weigh the clock states alike (a median of so few discrete
+    states would not). At least one whole order is timed."""
     if not entries:
         return {}
     times = {column: [] for column, _, _ in entries}
@@ -229,7 +230,7 @@ def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.
         k += 1
         if entry == cycle[-1] and clock() - began >= lead_in_s:
             break
-    for i in cycle * -(-rounds // (2 * len(entries))):
+    for i in cycle * max(1, -(-rounds // (2 * len(entries)))):
         column, ms = turn(i)
         times[column].append(ms)
     return {column: work * len(ms) / sum(ms) for column, ms in times.items()}

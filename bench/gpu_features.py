@@ -31,13 +31,13 @@ What is timed. Ours as a Python caller runs it: flash_attn_func (argument checks
 allocation included: host time hidden behind milliseconds of queued kernels). Forward: the call under
 torch.no_grad(). Backward: torch.autograd.grad through the forward's graph, kept (retain_graph), so
 each timed call is exactly one backward, for ours and cuDNN alike (as bench/gpu_backward.py times
-torch's). Every implementation of a row is timed in turns, each after every one equally often, after an
-untimed lead-in turn, and the mean of its turns kept (bench_common.balanced_means: at the power cap a
-turn runs at the clock the turn before it left), in one process on the same tensors. value_dim rows:
-a turn is one Triton do_bench (CUDA events, median, L2 flushed between runs), --rounds turns each
-(rounded up to whole orders). sink rows, a difference of a few percent at most: a turn is three calls
-between CUDA events, 30 turns each (10 with --quick). --lib NAME:PATH
-times the package on another build of the library (a before/after comparison, interleaved), column
+torch's). Every implementation of a row is timed in turns, each after every one equally often,
+after untimed lead-in turns, and the mean of its turns kept (bench_common.timed_rates: at the power
+cap a turn runs at the clock the turn before it left), in one process on the same tensors.
+value_dim rows: a turn is one Triton do_bench (CUDA events, median, L2 flushed between runs),
+--rounds turns each (rounded up to whole orders). sink rows, a difference of a few percent at most:
+a turn is three calls between CUDA events, 30 turns each (10 with --quick). --lib NAME:PATH times
+the package on another build of the library (a before/after comparison, interleaved), column
 ours_NAME_tflops.
 
 Correctness, checked before a direction is timed: each implementation's out (forward), and dq, dk, dv
@@ -79,12 +79,12 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
     os.environ["FLASHATTN_LIBRARY"] = str(REPO / "build-gpu" / "src" / "libflashattn.so")
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
-from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, balanced_means, commit, event_timer,  # noqa: E402
-                          parse_lib, pyplot)
+from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, commit, parse_lib, pyplot,  # noqa: E402
+                          timed_rates)
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
-SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' turns each (bench_common.balanced_means), by --quick
+SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' turns each (bench_common.timed_rates), by --quick
 # kind: (d_qk, d_v, baseline column name, baseline label)
 KINDS = {"value_dim": (192, 128, "cudnn", "PyTorch SDPA cuDNN"),
          "sink": (128, 128, "nosink", "flashattn without sink")}
@@ -294,10 +294,9 @@ def measure(p, libs, rounds, quick):
         if fn is not None:
             entries.append(("baseline", fn, None))
         del got
-        if p["kind"] == "sink":  # the same kernel with and without: alternated, means (SINK_ROUNDS)
-            timed = balanced_means(entries, SINK_ROUNDS[quick], event_timer(3), work(p, direction))
-        else:
-            timed = balanced_means(entries, rounds, bench_ms(direction, quick), work(p, direction))
+        sink_row = p["kind"] == "sink"  # the same kernel with and without: three calls a turn, SINK_ROUNDS
+        timed = timed_rates(entries, SINK_ROUNDS[quick] if sink_row else rounds, bench_ms(direction, quick),
+                            work(p, direction), alternate=3 if sink_row else 0)
         for column, tflops in timed.items():
             row[f"{column}_tflops"] = tflops
         del entries, fn

@@ -14,9 +14,9 @@ The implementations run one after another, so at the 700 W cap each is timed at 
 before left: the same kernel read 6-9% slower second than first (H100, docs/perf-log.md session 49).
 Use the listing for which kernels run and where a call's time goes; compare nearly equal kernels
 with the grids or bench_common.balanced_means.
---deterministic adds our backward in deterministic mode (`ours_det`); --sink adds each build of ours with
-a learnable sink (`ours_sink`: logits from bench/gpu_features.py's sink_logits), on the same q, k, v; --lib NAME:PATH another build of ours (`ours_NAME`). Writes
-DIR/kernels.txt.
+--deterministic adds our backward in deterministic mode (`ours_det`); --sink adds each build of ours
+with a learnable sink (`ours_sink`: logits from bench/gpu_features.py's sink_logits), on the same q,
+k, v; --lib NAME:PATH another build of ours (`ours_NAME`). Writes DIR/kernels.txt.
 """
 import argparse
 import collections
