@@ -83,6 +83,18 @@ def test_long_sequences():
             run_and_check(q, k, v, name=f"4k d{hdim} causal={causal}", causal=causal)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("hdim", [64, 128, 256])
+def test_q_by_tma_past_8k_keys(hdim, causal):
+    """From 8k keys the Hopper forward loads Q by TMA (kv_tensor_maps.cuh, q_tma): a short query
+    block count whose last tile ends past seqlen_q and, causal, whose first starts before row 0, GQA."""
+    if not ON_CUDA:
+        pytest.skip("a CUDA kernel's load path")
+    torch.manual_seed(hdim + causal)
+    q, k, v = rand(2, 300, 4, hdim), rand(2, 8200, 2, hdim), rand(2, 8200, 2, hdim)
+    run_and_check(q, k, v, name=f"q by TMA d{hdim} causal={causal}", causal=causal)
+
+
 def test_deterministic():
     torch.manual_seed(2)
     q, k, v = (rand(2, 777, 4, 128) for _ in range(3))

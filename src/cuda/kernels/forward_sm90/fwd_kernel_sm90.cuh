@@ -1,7 +1,8 @@
 // The Hopper (sm_90a) forward: FlashAttention-2's algorithm with wgmma products, scheduled
 // FlashAttention-3's way (warp specialisation). Tiles and the CuTe objects: fwd_traits_sm90.cuh.
 //
-//   warpgroup 0 (producer)     cp.async of Q once, then K[j] and V[j] into a ring of stages: by TMA
+//   warpgroup 0 (producer)     Q once a tile (cp.async, or TMA from thread 32 at >= 8k keys:
+//                              Sm90FwdParams::q_tma), then K[j] and V[j] into a ring of stages: by TMA
 //                              from one thread where K and V are dense (kv_tensor_maps.cuh), else by
 //                              cp.async from all 128; each stage's arrival is signalled on an mbarrier
 //                              (TMA's byte count, or cp.async.mbarrier.arrive), its reuse waits for
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
     fwd_kernel_sm90(const __grid_constant__ Sm90FwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const FwdArgs& args = params.args;
-    const bool kv_tma = params.kv_tma;
+    const bool kv_tma = params.kv_tma, q_tma = params.q_tma;
     using Element = typename Traits::Element;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
 
     if (threadIdx.x == 0) {
         for (int b = 0; b < kQBuffers; ++b) {
-            cutlass::arch::ClusterBarrier::init(q_full + b, 128);
+            cutlass::arch::ClusterBarrier::init(q_full + b, q_tma ? 1 : 128);
             cutlass::arch::ClusterBarrier::init(q_empty + b, kConsumerThreads);
         }
         for (int s = 0; s < kStages; ++s) {
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.k_map));
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.v_map));
         }
+        if (q_tma) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.q_map));
         if (Traits::kOwnOBuffer && params.o_tma)
             cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&params.o_map));
     }
@@ -288,6 +290,15 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
             // before the sequence's first, in an end-aligned first tile: zero-filled, not read.)
             auto produce_q = [&]() __attribute__((always_inline)) {
                 const int b = q_buffer(tiles_done);
+                if (q_tma) { // (thread 32: Q's copy does not wait behind thread 0's K / V loads)
+                    if (ptid != 32) return;
+                    if (tiles_done >= kQBuffers)
+                        cutlass::arch::ClusterBarrier::wait(q_empty + b, q_parity(tiles_done - kQBuffers));
+                    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full + b, Traits::kQBytes);
+                    tma_load_tile<kBlockM, kHeadDim, Traits::kSwizzleCols>(&params.q_map, q_full + b, smem_q + b * kQElems,
+                                                                           t.m0, t.h, t.b);
+                    return;
+                }
                 if (tiles_done >= kQBuffers)
                     cutlass::arch::ClusterBarrier::wait(q_empty + b, q_parity(tiles_done - kQBuffers));
                 copy_q.load_async(smem_q_at + b * kQElems * int(sizeof(Element)), q_rows + int64_t(t.m0) * q_stride,
@@ -464,7 +475,9 @@ __global__ void __launch_bounds__(Traits::kCtaThreads, 1)
         };
         if constexpr (!kQRegs) tSrQ = mma_s_thr.partition_fragment_A(q_tile(q_now));
         cutlass::arch::ClusterBarrier::wait(q_full + q_now, q_parity(tiles_done));
-        cutlass::arch::fence_view_async_shared(); // Q came by cp.async
+        // Q came by cp.async (by TMA, Sm90FwdParams::q_tma, it needs no fence: unconditional, so that
+        // the consumers hold no flag for it, which cost the extras kernel 116 B of spills).
+        cutlass::arch::fence_view_async_shared();
         if constexpr (kQRegs) { // ldmatrix into S's A fragment (a consumer without blocks needs none)
             if (own_blocks > 0) {
                 auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyQ{}, mma_s);

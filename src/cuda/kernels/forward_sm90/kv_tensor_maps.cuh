@@ -25,7 +25,8 @@ struct Sm90FwdParams {
     FwdArgs args;
     CUtensorMap k_map, v_map; // valid when kv_tma
     CUtensorMap o_map;        // valid when o_tma
-    bool kv_tma, o_tma;
+    CUtensorMap q_map;        // valid when q_tma
+    bool kv_tma, o_tma, q_tma;
     TileDecoder tiles; // args' tile order, sequences and heads
 };
 
@@ -45,6 +46,16 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
                    encode_rows_map(p.v_map, args.v, bf16, head_dim_v, args.seqlen_k, heads_k, args.batch,
                                    Traits::kSwizzleColsV, Traits::kBlockN);
     }
+    // Q likewise from one thread (a box of kSwizzleCols columns by kBlockM rows per column block; a
+    // tile that starts before row 0, end-aligned under a causal mask, or ends past seqlen_q gets
+    // zeros there) where tiles are long: with K, V and Q each loaded by one thread the producer's
+    // other threads leave the tile loop, where with Q by cp.async all 128 wait on every tile's Q
+    // buffer. Measured (H100, d128, docs/perf-log.md): +1-2% at 16k keys, -1-2% at 1k-4k
+    // without a mask, where Q's arrival is on a tile's short path.
+    constexpr int kQTmaMinKeys = 8192;
+    if (args.cu_seqlens_q == nullptr && args.seqlen_k >= kQTmaMinKeys)
+        p.q_tma = encode_rows_map(p.q_map, args.q, bf16, args.head_dim, args.seqlen_q, args.num_heads, args.batch,
+                                  Traits::kSwizzleCols, Traits::kBlockM);
     if constexpr (Traits::kOwnOBuffer) {
         const int head_dim_v = Traits::kHeadDimV == Traits::kHeadDim ? args.head_dim : args.head_dim_v;
         p.o_tma = args.cu_seqlens_q == nullptr &&
