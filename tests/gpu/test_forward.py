@@ -84,15 +84,17 @@ def test_long_sequences():
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("hdim", [64, 128, 256])
-def test_q_by_tma_past_8k_keys(hdim, causal):
+@pytest.mark.parametrize("hdims", [(64, 64), (128, 128), (192, 192), (192, 128), (256, 256)], ids=lambda d: f"{d[0]}_{d[1]}")
+def test_q_by_tma_past_8k_keys(hdims, causal):
     """From 8k keys the Hopper forward loads Q by TMA (kv_tensor_maps.cuh, q_tma): a short query
-    block count whose last tile ends past seqlen_q and, causal, whose first starts before row 0, GQA."""
+    block count whose last tile ends past seqlen_q and, causal, whose first starts before row 0, GQA;
+    every tile form (three consumers at d64, O in Q's buffer at d192 / d256 and 192 / 128)."""
     if not ON_CUDA:
         pytest.skip("a CUDA kernel's load path")
-    torch.manual_seed(hdim + causal)
-    q, k, v = rand(2, 300, 4, hdim), rand(2, 8200, 2, hdim), rand(2, 8200, 2, hdim)
-    run_and_check(q, k, v, name=f"q by TMA d{hdim} causal={causal}", causal=causal)
+    d, dv = hdims
+    torch.manual_seed(d + dv + causal)
+    q, k, v = rand(2, 300, 4, d), rand(2, 8200, 2, d), rand(2, 8200, 2, dv)
+    run_and_check(q, k, v, name=f"q by TMA d{d}/{dv} causal={causal}", causal=causal)
 
 
 def test_deterministic():

@@ -50,8 +50,8 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
     // tile that starts before row 0, end-aligned under a causal mask, or ends past seqlen_q gets
     // zeros there) where tiles are long: with K, V and Q each loaded by one thread the producer's
     // other threads leave the tile loop, where with Q by cp.async all 128 wait on every tile's Q
-    // buffer. Measured (H100, d128, docs/perf-log.md): +1-2% at 16k keys, -1-2% at 1k-4k
-    // without a mask, where Q's arrival is on a tile's short path.
+    // buffer. Measured (H100, docs/perf-log.md): +1-2% at 16k keys over every head dim; below 8k
+    // Q by TMA lost 1-2% at d128 without a mask (Q's arrival on a short tile's path).
     constexpr int kQTmaMinKeys = 8192;
     if (args.cu_seqlens_q == nullptr && args.seqlen_k >= kQTmaMinKeys)
         p.q_tma = encode_rows_map(p.q_map, args.q, bf16, args.head_dim, args.seqlen_q, args.num_heads, args.batch,
