@@ -84,11 +84,13 @@ def test_long_sequences():
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("hdims", [(64, 64), (128, 128), (192, 192), (192, 128), (256, 256)], ids=lambda d: f"{d[0]}_{d[1]}")
+@pytest.mark.parametrize("hdims", [(64, 64), (128, 128), (192, 192), (192, 128), (256, 256)],
+                         ids=lambda d: f"{d[0]}_{d[1]}")
 def test_q_by_tma_past_8k_keys(hdims, causal):
-    """From 8k keys the Hopper forward loads Q by TMA (kv_tensor_maps.cuh, q_tma): a short query
-    block count whose last tile ends past seqlen_q and, causal, whose first starts before row 0, GQA;
-    every tile form (three consumers at d64, O in Q's buffer at d192 / d256 and 192 / 128)."""
+    """From 8k keys the Hopper forward loads Q by TMA where the tile form allows it (kv_tensor_maps.cuh,
+    q_tma: d128's two Q buffers, d192 / d256's one tile a CTA), by cp.async in the others (d <= 64's
+    three consumers, 192 / 128): a short query block count whose last tile ends past seqlen_q and,
+    causal, whose first starts before row 0, GQA."""
     if not ON_CUDA:
         pytest.skip("a CUDA kernel's load path")
     d, dv = hdims

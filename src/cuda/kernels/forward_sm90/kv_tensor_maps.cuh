@@ -50,12 +50,15 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
     // tile that starts before row 0, end-aligned under a causal mask, or ends past seqlen_q gets
     // zeros there) where tiles are long: with K, V and Q each loaded by one thread the producer's
     // other threads leave the tile loop, where with Q by cp.async all 128 wait on every tile's Q
-    // buffer. Measured (H100, docs/perf-log.md): +1-2% at 16k keys over every head dim; below 8k
-    // Q by TMA lost 1-2% at d128 without a mask (Q's arrival on a short tile's path).
+    // buffer. Measured (H100, docs/perf-log.md): +1-2% at 16k keys; below 8k Q by TMA lost 1-2% at
+    // d128 without a mask, where Q's arrival is on a short tile's path. So also only where the next
+    // tile's Q loads a tile ahead (two Q buffers) or a CTA computes one tile: with one buffer
+    // (d <= 64's three consumers; 192 / 128, O staged in it) Q's load waits for the tile's end.
     constexpr int kQTmaMinKeys = 8192;
-    if (args.cu_seqlens_q == nullptr && args.seqlen_k >= kQTmaMinKeys)
-        p.q_tma = encode_rows_map(p.q_map, args.q, bf16, args.head_dim, args.seqlen_q, args.num_heads, args.batch,
-                                  Traits::kSwizzleCols, Traits::kBlockM);
+    constexpr bool kQAhead = Traits::kQBuffers == 2 || !Traits::kCanPersist;
+    if (kQAhead && args.cu_seqlens_q == nullptr && args.seqlen_k >= kQTmaMinKeys)
+        p.q_tma = encode_rows_map(p.q_map, args.q, bf16, args.head_dim, args.seqlen_q, args.num_heads,
+                                  args.batch, Traits::kSwizzleCols, Traits::kBlockM);
     if constexpr (Traits::kOwnOBuffer) {
         const int head_dim_v = Traits::kHeadDimV == Traits::kHeadDim ? args.head_dim : args.head_dim_v;
         p.o_tma = args.cu_seqlens_q == nullptr &&
