@@ -3,6 +3,7 @@
 
     PYTHONPATH=python FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_features.py --out DIR
         [--quick] [--kinds value_dim,sink] [--seqlens S,...] [--rounds N] [--lib NAME:PATH]...
+        [--alternate CALLS]
     python3 scripts/gpu.py bench features -- --quick        (the same on the device machine, logged)
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
@@ -35,7 +36,9 @@ torch's). Every implementation of a row is timed in turns, each after every one 
 after untimed lead-in turns, and the mean of its turns kept (bench_common.timed_rates: at the power
 cap a turn runs at the clock the turn before it left), in one process on the same tensors.
 value_dim rows: a turn is one Triton do_bench (CUDA events, median, L2 flushed between runs),
---rounds turns each (rounded up to whole orders). sink rows, a difference of a few percent at most:
+--rounds turns each (rounded up to whole orders); with --alternate CALLS, CALLS calls between CUDA
+events (warm L2), 20 turns each by default: the timing for a comparison of builds (--lib), whose A/A
+spread by do_bench turns reached 4% a row. sink rows, a difference of a few percent at most:
 a turn is three calls between CUDA events, 30 turns each (10 with --quick). --lib NAME:PATH times
 the package on another build of the library (a before/after comparison, interleaved), column
 ours_NAME_tflops.
@@ -79,8 +82,8 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
     os.environ["FLASHATTN_LIBRARY"] = str(REPO / "build-gpu" / "src" / "libflashattn.so")
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
-from bench_common import (EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS, commit, parse_lib, pyplot,  # noqa: E402
-                          timed_rates)
+from bench_common import (ALTERNATE_HELP, EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS,  # noqa: E402
+                          commit, parse_lib, pyplot, timed_rates)
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
@@ -253,7 +256,7 @@ def sink_logits(heads, seqlen):
     return torch.randn(heads, device="cuda") + math.log(seqlen)
 
 
-def measure(p, libs, rounds, quick):
+def measure(p, libs, rounds, quick, alternate=0):
     """The forward and the backward row of one shape."""
     b, s, h, dqk, dv, causal = (p[key] for key in ("batch", "seqlen", "nheads", "d_qk", "d_v", "causal"))
     q, k = (torch.randn(b, s, h, dqk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -296,7 +299,7 @@ def measure(p, libs, rounds, quick):
         del got
         sink_row = p["kind"] == "sink"  # the same kernel with and without: three calls a turn, SINK_ROUNDS
         timed = timed_rates(entries, SINK_ROUNDS[quick] if sink_row else rounds, bench_ms(direction, quick),
-                            work(p, direction), alternate=3 if sink_row else 0)
+                            work(p, direction), alternate=3 if sink_row else alternate)
         for column, tflops in timed.items():
             row[f"{column}_tflops"] = tflops
         del entries, fn
@@ -377,6 +380,8 @@ def main():
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the package on the library at PATH (another build), interleaved "
                          "(column ours_NAME_tflops)")
+    ap.add_argument("--alternate", type=int, default=0, metavar="CALLS",
+                    help=ALTERNATE_HELP + " (value_dim rows)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-features.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
@@ -399,7 +404,7 @@ def main():
 
     rows = []
     for p in grid:
-        rows += measure(p, libs, args.rounds, args.quick)
+        rows += measure(p, libs, args.rounds, args.quick, args.alternate)
         torch.cuda.empty_cache()  # the shape's tensors, graphs and references are gone with measure's frame
     date, rev = datetime.date.today().isoformat(), commit()
     for r in rows:
