@@ -765,8 +765,8 @@ __device__ __forceinline__ void sm90_bwd_dscores(Grads& grads_qk, Probs const& p
 // Earlier key blocks (deterministic mode's CTAs walk several) store from the registers, as the
 // producer may be refilling K and V for the next one.
 // Transposed dK / dV (Traits::kDkvTransposed: dK^T, dV^T, tdKc / tdVc give (column, key), and
-// registers 2t, 2t+1 are neighbouring keys, not columns) go element by element where the others go
-// in pairs: through shared memory that is 2-byte stores of a once-per-CTA epilogue.
+// registers 2t, 2t+1 are neighbouring keys, not columns): through shared memory by stmatrix.trans;
+// straight to global memory (earlier key blocks) element by element.
 template <typename Traits, typename AccK, typename AccV, typename CoordsK, typename CoordsV>
 __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params, const Sm90BwdWork& w,
                                                     const Sm90BwdSmem<Traits>& sm, int n, AccK& acc_dk, AccV& acc_dv,
@@ -817,16 +817,28 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kEpilogueBarrier);
         const uint32_t k_at = cast_smem_ptr_to_uint(sm.k), v_at = cast_smem_ptr_to_uint(sm.v);
         if constexpr (kTransposed) {
+            // stmatrix.trans (x4: four 8 x 8 tiles): the accumulator's pairs 4i .. 4i + 3 are, of
+            // the warp's 16 head-dim rows, rows g and g + 8 (g = lane / 4) of key groups 2i and
+            // 2i + 1, two neighbouring keys each; stored transposed, each tile's 8 rows in memory
+            // are 8 keys of 8 head-dim columns (16 bytes of a K / V row). Lane l addresses key
+            // l % 8 of tile l / 8: head-dim rows 8 ((l / 8) % 2) on, key group l / 16. One address
+            // a lane per tile instead of a swizzled address per element (120 st.shared.b16 a
+            // thread at 192 / 128).
+            const int lane = int(threadIdx.x) % 32;
             auto stage = [&](uint32_t at, auto const& values, auto const& coords, auto* out_copy) {
                 using Out = std::remove_pointer_t<decltype(out_copy)>; // its byte_offset
+                Tensor pairs = recast<uint32_t>(values);
                 int col0 = get<0>(coords(0)), key0 = get<1>(coords(0));
                 asm volatile("" : "+r"(col0), "+r"(key0)); // computed here, not hoisted (as below)
+                const int col = col0 - lane / 4 + 8 * ((lane / 8) % 2);
+                const int key = key0 - 2 * (lane % 4) + lane % 8 + 8 * (lane / 16);
                 CUTE_UNROLL
-                for (int t = 0; t < size(values); ++t) {
-                    const int key = key0 + (get<1>(coords(t)) - get<1>(coords(0)));
-                    const int col = col0 + (get<0>(coords(t)) - get<0>(coords(0)));
-                    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at + Out::byte_offset(key, col)),
-                                 "h"(reinterpret_cast<const uint16_t&>(values(t))));
+                for (int i = 0; i < size(pairs) / 4; ++i) {
+                    const int dcol = get<0>(coords(8 * i)) - get<0>(coords(0));
+                    const int dkey = get<1>(coords(8 * i)) - get<1>(coords(0));
+                    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                                     at + Out::byte_offset(key + dkey, col + dcol)),
+                                 "r"(pairs(4 * i)), "r"(pairs(4 * i + 1)), "r"(pairs(4 * i + 2)), "r"(pairs(4 * i + 3)));
                 }
             };
             stage(k_at, dk16, tdKc, static_cast<OutK*>(nullptr));
