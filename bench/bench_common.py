@@ -158,28 +158,72 @@ def baseline_or_nan(make, gqa, name, noted, row):
 
 
 # --rounds' help, for every benchmark that times through timed_rates or balanced_means.
-ROUNDS_HELP = ("turns of every implementation, rounded up to whole balanced orders (bench_common.mirrored_order: "
-               "each implementation after every one, itself included, twice; twice as many turns each as there "
-               "are implementations); default one order")
+ROUNDS_HELP = ("turns of every implementation, rounded up to whole balanced orders (bench_common.blocked_order: "
+               "each implementation once in every n turns, after every one, itself included, twice; twice as "
+               "many turns each as there are implementations); default one order")
 
 
-def carryover_balanced_order(n):
-    """An order of n entries, n turns each, in which each entry follows every entry, itself included,
-    exactly once when the order repeats (a de Bruijn sequence of pairs, B(n, 2)): the clock state a
-    turn inherits from the turn before is then the same mix for every entry. For two: 0 0 1 1."""
-    order, word = [], [0, 0, 0]
-    def extend(t, p):  # the FKM construction: Lyndon words of length dividing 2, in order
-        if t > 2:
-            if 2 % p == 0:
-                order.extend(word[1:p + 1])
+def blocked_order(n):
+    """A cycle of 2 n * n turns of n entries in which
+    - every block of n turns (0..n-1, n..2n-1, ...) holds each entry once, so whatever stretch of the
+      recent past the clock follows, every entry's turns inherit the same mix of entries: at the
+      700 W cap the clock follows the power of the last ~100 ms, several turns of a long row, and an
+      order in which one entry's turns bunch together (the de Bruijn order of pairs that this one
+      replaced put entry 0 at every other place of its first and last few) times that entry after
+      more of its own power than the others (tests/gpu/test_bench_timing.py models it);
+    - every entry follows every entry, itself included, exactly twice (the cycle repeated: the last
+      turn is followed by the first), so the clock that the turn before leaves is the same mix for all;
+    - the cycle is a palindrome, so every entry's mean place is the middle and a linear drift over
+      the sequence (the card slowing) weighs on every entry alike.
+    Built as a half H and its reverse. H: n blocks, each a permutation of the entries; each block
+    opens with the entry that closed the one before (an entry after itself: the only such pairs);
+    H opens and closes with entry 0 and the other entries close one block each; every two different
+    entries are neighbours inside the blocks exactly twice, either way round, so that H and its
+    reverse hold each ordered pair twice. Found by a depth-first search, at once for n <= 13."""
+    if n == 1:
+        return [0, 0]
+    together = {}  # {frozenset pair: times neighbours inside a block}
+    closers = set()
+    blocks = []
+
+    def blocks_from(block, left, last_block):
+        """Completions of `block` (a prefix) to a permutation whose neighbours are still allowed."""
+        if not left:
+            closer = block[-1]
+            if (closer == 0) == last_block and closer not in closers:
+                yield list(block)
             return
-        word[t] = word[t - p]
-        extend(t + 1, p)
-        for symbol in range(word[t - p] + 1, n):
-            word[t] = symbol
-            extend(t + 1, t)
-    extend(1, 1)
-    return order
+        for entry in sorted(left):
+            if entry == 0 and last_block and len(left) > 1:
+                continue  # the last block closes with 0
+            pair = frozenset((block[-1], entry))
+            if together.get(pair, 0) == 2:
+                continue
+            together[pair] = together.get(pair, 0) + 1
+            block.append(entry)
+            left.discard(entry)
+            yield from blocks_from(block, left, last_block)
+            left.add(entry)
+            block.pop()
+            together[pair] -= 1
+
+    def search(opener):
+        if len(blocks) == n:
+            return True
+        last_block = len(blocks) == n - 1
+        for block in blocks_from([opener], set(range(n)) - {opener}, last_block):
+            blocks.append(block)
+            closers.add(block[-1])
+            if search(block[-1]):
+                return True
+            closers.discard(block[-1])
+            blocks.pop()
+        return False
+
+    if not search(0):
+        raise RuntimeError(f"no blocked order of {n} entries found")
+    half = [entry for block in blocks for entry in block]
+    return half + half[::-1]
 
 
 # Untimed turns before a row's first timed one (balanced_means): the card settles again after the
@@ -187,35 +231,25 @@ def carryover_balanced_order(n):
 LEAD_IN_S = 1.0
 
 
-def mirrored_order(n):
-    """A cycle of 2 n * n turns with every pair of entries twice in it, and a palindrome, so that every
-    entry's mean place is the middle and a linear drift over the sequence (the card slowing) weighs
-    on every entry alike (in carryover_balanced_order entry 0 comes mostly first and entry n - 1
-    last). carryover_balanced_order rotated to start and end with the same entry (its cycle opens
-    with 0 0), then its reverse: the two seams are that entry after itself, which is what each
-    cycle's closing pair was."""
-    order = carryover_balanced_order(n)
-    order = order[1:] + order[:1]
-    return order + order[::-1]
-
-
 def balanced_means(entries, rounds, time_turn, work, lead_in_s=None, clock=time.monotonic):
     """Times each (column, fn, context) by `time_turn(fn)` (ms a call) inside `context()` (a context
     manager factory, e.g. overrides set and put back; None: nothing), `rounds` turns each, rounded up
-    to whole repeats of mirrored_order, and returns {column: work / mean ms}. At the H200's and H100's
-    700 W cap the clock follows the power of the last ~100 ms, so a turn runs at the clock the turn
-    before it left, and the card slows down over a row after its set-up on the host (likely the die
-    warming up again: at a fixed power a cool die clocks higher). Two handles on one library timed
+    to whole repeats of blocked_order, and returns {column: work / mean ms}. At the H200's and H100's
+    700 W cap the clock follows the power of the last ~100 ms, so a turn runs at the clock that the
+    turns before it left, and the card slows down over a row after its set-up on the host (likely the
+    die warming up again: at a fixed power a cool die clocks higher). Two handles on one library timed
     in a fixed order, or round-robin from the row's start, or in the plain balanced order, read up to
-    3% apart on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51). Here
-    untimed turns in the same order run for lead_in_s (default LEAD_IN_S) first, ending on the
-    order's last entry (which closes the cycle), every entry follows every entry equally often and has
-    the same mean place, and the means weigh the clock states alike (a median of so few discrete
-    states would not). At least one whole order is timed."""
+    3% apart on average, the one timed earliest ahead (docs/perf-log.md sessions 50 and 51); in an
+    order balanced for the turn before but with one entry's turns bunched, that entry read 1-2.5%
+    behind a copy of itself in rows of 12 ms turns (sessions 51 and 53). Here untimed turns in the
+    same order run for lead_in_s (default LEAD_IN_S) first, ending on the order's last entry (which
+    closes the cycle); every entry follows every entry equally often, has the same mean place and one
+    turn in every n, and the means weigh the clock states alike (a median of so few discrete states
+    would not). At least one whole order is timed."""
     if not entries:
         return {}
     times = {column: [] for column, _, _ in entries}
-    cycle = mirrored_order(len(entries))
+    cycle = blocked_order(len(entries))
     lead_in_s = LEAD_IN_S if lead_in_s is None else lead_in_s
 
     def turn(i):
@@ -264,10 +298,12 @@ def timed_rates(entries, rounds, bench_ms, work, alternate=0):
     median, L2 flushed), `rounds` turns each; with alternate = CALLS > 0 each turn CALLS calls between
     CUDA events and ALTERNATE_ROUNDS turns each where rounds < 2. A/A, main's library timed against a
     copy of itself beside torch's two backends (H100, 18 rows, docs/perf-log.md session 51): do_bench
-    turns in this order read 0.978-1.030 apart, mean 0.998, sd 1.1% (forward) and mean 1.003, sd
-    1.2% (backward), where the former best of two round-robin rounds read mean 1.023, sd 3.5%
-    (forward) and the plain balanced order 1.026, sd 2.7%; three calls a turn between events, mean
-    1.000 and 0.998, sd 1.8% and 1.3%."""
+    turns in the mirrored de Bruijn order that blocked_order replaced read 0.978-1.030 apart, mean
+    0.998, sd 1.1% (forward) and mean 1.003, sd 1.2% (backward), where the former best of two
+    round-robin rounds read mean 1.023, sd 3.5% (forward) and the plain balanced order 1.026, sd 2.7%;
+    three calls a turn between events, mean 1.000 and 0.998, sd 1.8% and 1.3%, but at 16k (12 ms
+    turns) the copy read 1-2.5% ahead (sessions 51 and 53), a bias that blocked_order removes in
+    tests/gpu/test_bench_timing.py's model of the clock."""
     if alternate > 0:
         return balanced_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, event_timer(alternate), work)
     return balanced_means(entries, rounds, bench_ms, work)
