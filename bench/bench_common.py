@@ -302,8 +302,9 @@ def timed_rates(entries, rounds, bench_ms, work, alternate=0):
     0.998, sd 1.1% (forward) and mean 1.003, sd 1.2% (backward), where the former best of two
     round-robin rounds read mean 1.023, sd 3.5% (forward) and the plain balanced order 1.026, sd 2.7%;
     three calls a turn between events, mean 1.000 and 0.998, sd 1.8% and 1.3%, but at 16k (12 ms
-    turns) the copy read 1-2.5% ahead (sessions 51 and 53), a bias that blocked_order removes in
-    tests/gpu/test_bench_timing.py's model of the clock."""
+    turns) the copy read 1-2.5% ahead (sessions 51 and 53), a bias of that order's bunched entry 0
+    that blocked_order removes (the same A/A at 16k, six rows, twice each: a / ours 1.011 and 1.012
+    in the mirrored order, 0.995 and 1.000 in this one; session 54)."""
     if alternate > 0:
         return balanced_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, event_timer(alternate), work)
     return balanced_means(entries, rounds, bench_ms, work)
