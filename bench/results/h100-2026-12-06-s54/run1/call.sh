@@ -5,5 +5,5 @@
 # = scripts/next-vd.sh (t/: the 192 / 128 backward tests and memcheck with vd; x/: features value_dim rows,
 #   m as ours, vd as --lib; y/: vd as ours, m as --lib; --alternate 3), then scripts/aa-blocked.sh
 #   (M1, B1, M2, B2: A/A, m as ours, a copy of m as --lib a, d128 at 16k, --alternate 3 --rounds 40;
-#   M = the mirrored de Bruijn order (scripts/bench_common_mirrored.py = main's bench_common.py before
-#   blocked_order), B = blocked_order). B2's chart timed out (the call's deadline); its CSV is whole.
+#   M = the mirrored de Bruijn order (.after-s53/bench_common_mirrored.py, not kept here: it is
+#   `git show bece7f8:bench/bench_common.py`, main before blocked_order), B = blocked_order). B2's chart timed out (the call's deadline); its CSV is whole.
