@@ -50,8 +50,8 @@ Sm90FwdParams sm90_forward_params(const FwdArgs& args, bool bf16) {
     // tile that starts before row 0, end-aligned under a causal mask, or ends past seqlen_q gets
     // zeros there) where tiles are long: with K, V and Q each loaded by one thread the producer's
     // other threads leave the tile loop, where with Q by cp.async all 128 wait on every tile's Q
-    // buffer. Below 8k keys Q by TMA lost 1-2% at d128 without a mask (H100); its gain at 16k is
-    // within the comparison's spread, not confirmed (docs/perf-log.md). Only where the next tile's
+    // buffer. Below 8k keys Q by TMA lost 1-2% at d128 without a mask (H100); from 8k it gains
+    // 0.7-0.9% at d128 (H100, 18 rows, docs/perf-log.md). Only where the next tile's
     // Q loads a tile ahead (two Q buffers) or a CTA computes one tile: with one buffer (d <= 64's
     // three consumers; 192 / 128, O staged in it) Q's load waits for the tile's end.
     constexpr int kQTmaMinKeys = 8192;
