@@ -180,8 +180,6 @@ def blocked_order(n):
     H opens and closes with entry 0 and the other entries close one block each; every two different
     entries are neighbours inside the blocks exactly twice, either way round, so that H and its
     reverse hold each ordered pair twice. Found by a depth-first search, at once for n <= 13."""
-    if n == 1:
-        return [0, 0]
     together = {}  # {frozenset pair: times neighbours inside a block}
     closers = set()
     blocks = []
