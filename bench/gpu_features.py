@@ -19,7 +19,7 @@ forward and backward, two kinds of rows (--kinds):
   sink: d 128; ours with learnable_sink (fp32, (heads,); requires_grad in the backward, so dsink is
       computed) against ours without it, on the same q, k, v: ratio = what the sink costs.
 --quick times fewer iterations per call (meant to end within about a minute on an H200), not fewer
-shapes; --seqlens and --kinds do choose the shapes. The library must have head dims 128 and 192 built
+shapes; --seqlens and --kinds do choose the shapes, --directions the rows of each (forward, backward). The library must have head dims 128 and 192 built
 (scripts/gpu.py build's default has both); a missing one fails at the first call of that kind.
 
 FLOPs, FlashAttention's count with d_qk and d_v apart: forward 2 * b * h * s^2 * (d_qk + d_v) (S = Q K^T
@@ -87,6 +87,7 @@ from bench_common import (ALTERNATE_HELP, EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TO
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
+DIRECTIONS = ("forward", "backward")
 SINK_ROUNDS = {False: 30, True: 10}  # the sink rows' turns each (bench_common.timed_rates), by --quick
 # kind: (d_qk, d_v, baseline column name, baseline label)
 KINDS = {"value_dim": (192, 128, "cudnn", "PyTorch SDPA cuDNN"),
@@ -256,8 +257,8 @@ def sink_logits(heads, seqlen):
     return torch.randn(heads, device="cuda") + math.log(seqlen)
 
 
-def measure(p, libs, rounds, quick, alternate=0):
-    """The forward and the backward row of one shape."""
+def measure(p, libs, rounds, quick, alternate=0, directions=DIRECTIONS):
+    """The rows of one shape, a row per direction (forward, backward)."""
     b, s, h, dqk, dv, causal = (p[key] for key in ("batch", "seqlen", "nheads", "d_qk", "d_v", "causal"))
     q, k = (torch.randn(b, s, h, dqk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     v, dout = (torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -266,7 +267,7 @@ def measure(p, libs, rounds, quick, alternate=0):
     if sink is not None:
         refs[True] = {head: reference(q, k, v, dout, causal, sink, head) for head in CHECK_HEADS}
     rows = []
-    for direction in ("forward", "backward"):
+    for direction in directions:
         def ours(library, with_sink=True):
             with on_library(library):
                 if direction == "forward":
@@ -374,6 +375,8 @@ def main():
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--quick", action="store_true", help="fewer iterations per timed call (the same shapes)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: value_dim, sink (default both)")
+    ap.add_argument("--directions", default=",".join(DIRECTIONS),
+                    help="comma-separated: forward, backward (default both)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default 4096,8192,16384; batch = 16384 / seqlen)")
     ap.add_argument("--rounds", type=int, default=1,
                     help=ROUNDS_HELP)
@@ -392,6 +395,9 @@ def main():
     kinds = tuple(args.kinds.split(","))
     if any(kind not in KINDS for kind in kinds):
         raise SystemExit(f"--kinds {args.kinds!r}: expected a comma-separated subset of {','.join(KINDS)}")
+    directions = tuple(args.directions.split(","))
+    if not directions or any(d not in DIRECTIONS for d in directions):
+        raise SystemExit(f"--directions {args.directions!r}: expected a comma-separated subset of {','.join(DIRECTIONS)}")
     seqlens = tuple(int(s) for s in args.seqlens.split(",")) if args.seqlens else SEQLENS
     if any(s <= 0 or TOKENS % s for s in seqlens):
         raise SystemExit(f"--seqlens {args.seqlens}: each must divide {TOKENS} (batch = {TOKENS} / seqlen)")
@@ -399,12 +405,12 @@ def main():
     from flashattn._library import Library
     libs = [(name, Library(path)) for name, path in map(parse_lib, args.lib)]
     props = torch.cuda.get_device_properties(0)
-    print(f"{len(grid)} shapes x forward, backward on {props.name} (torch {torch.__version__}, "
+    print(f"{len(grid)} shapes x {', '.join(directions)} on {props.name} (torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()})", flush=True)
 
     rows = []
     for p in grid:
-        rows += measure(p, libs, args.rounds, args.quick, args.alternate)
+        rows += measure(p, libs, args.rounds, args.quick, args.alternate, directions)
         torch.cuda.empty_cache()  # the shape's tensors, graphs and references are gone with measure's frame
     date, rev = datetime.date.today().isoformat(), commit()
     for r in rows:
