@@ -24,12 +24,17 @@ FAMILIES = ("mha", "gqa")
 EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
+def parse_subset(option, text, allowed):
+    """A comma-separated option's value ("mha,gqa") -> the tuple of its items, each one of `allowed`."""
+    items = tuple(text.split(","))
+    if any(item not in allowed for item in items):
+        raise SystemExit(f"{option} {text!r}: expected a comma-separated subset of {','.join(allowed)}")
+    return items
+
+
 def parse_families(text):
     """--shapes "mha,gqa" -> the tuple of families, checked."""
-    families = tuple(text.split(","))
-    if any(f not in FAMILIES for f in families):
-        raise SystemExit(f"--shapes {text!r}: expected a comma-separated subset of {','.join(FAMILIES)}")
-    return families
+    return parse_subset("--shapes", text, FAMILIES)
 
 
 def shape_grid(hdims=HDIMS, seqlens=SEQLENS, families=FAMILIES):

@@ -19,8 +19,9 @@ forward and backward, two kinds of rows (--kinds):
   sink: d 128; ours with learnable_sink (fp32, (heads,); requires_grad in the backward, so dsink is
       computed) against ours without it, on the same q, k, v: ratio = what the sink costs.
 --quick times fewer iterations per call (meant to end within about a minute on an H200), not fewer
-shapes; --seqlens and --kinds do choose the shapes, --directions the rows of each (forward, backward). The library must have head dims 128 and 192 built
-(scripts/gpu.py build's default has both); a missing one fails at the first call of that kind.
+shapes; --seqlens and --kinds do choose the shapes, --directions the rows of each (forward, backward).
+The library must have head dims 128 and 192 built (scripts/gpu.py build's default has both); a missing
+one fails at the first call of that kind.
 
 FLOPs, FlashAttention's count with d_qk and d_v apart: forward 2 * b * h * s^2 * (d_qk + d_v) (S = Q K^T
 at d_qk, O = P V at d_v), halved when causal, as bench/gpu_forward.py does; backward 2.5 x the
@@ -83,7 +84,7 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
 from bench_common import (ALTERNATE_HELP, EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS,  # noqa: E402
-                          commit, parse_lib, pyplot, timed_rates)
+                          commit, parse_lib, parse_subset, pyplot, timed_rates)
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
@@ -392,12 +393,8 @@ def main():
     if args.replot:
         plot(read_rows(args.replot), out / "h200-features.png")
         return
-    kinds = tuple(args.kinds.split(","))
-    if any(kind not in KINDS for kind in kinds):
-        raise SystemExit(f"--kinds {args.kinds!r}: expected a comma-separated subset of {','.join(KINDS)}")
-    directions = tuple(args.directions.split(","))
-    if not directions or any(d not in DIRECTIONS for d in directions):
-        raise SystemExit(f"--directions {args.directions!r}: expected a comma-separated subset of {','.join(DIRECTIONS)}")
+    kinds = parse_subset("--kinds", args.kinds, tuple(KINDS))
+    directions = parse_subset("--directions", args.directions, DIRECTIONS)
     seqlens = tuple(int(s) for s in args.seqlens.split(",")) if args.seqlens else SEQLENS
     if any(s <= 0 or TOKENS % s for s in seqlens):
         raise SystemExit(f"--seqlens {args.seqlens}: each must divide {TOKENS} (batch = {TOKENS} / seqlen)")
