@@ -3,6 +3,7 @@ import contextlib
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -311,6 +312,28 @@ def timed_rates(entries, rounds, bench_ms, work, alternate=0):
     if alternate > 0:
         return balanced_means(entries, rounds if rounds >= 2 else ALTERNATE_ROUNDS, event_timer(alternate), work)
     return balanced_means(entries, rounds, bench_ms, work)
+
+
+def card_prefix(gpu_name):
+    """The prefix of a benchmark's output files for the card it ran on: "NVIDIA H200" -> "h200",
+    "NVIDIA H100 80GB HBM3" -> "h100", so that a run on another card never writes files named for the
+    H200 (the top-level records are the H200's)."""
+    words = [w for w in re.split(r"[\s_-]+", gpu_name) if w and w.upper() not in ("NVIDIA", "GEFORCE", "TESLA")]
+    if len(words) > 1 and words[0].upper() in ("RTX", "QUADRO"):  # "RTX 4090" -> "rtx4090"
+        words = [words[0] + words[1]]
+    slug = re.sub(r"[^a-z0-9]", "", words[0].lower()) if words else ""
+    return slug or "gpu"
+
+
+def card_file(out, gpu_name, name):
+    """OUT/<card>-NAME: a benchmark's output file named for the card (card_prefix)."""
+    return Path(out) / f"{card_prefix(gpu_name)}-{name}"
+
+
+def replot_file(out, rows, name):
+    """The chart --replot redraws, named for the card in the CSV's gpu column (h200 for a file without one)."""
+    gpu_name = (rows[0].get("gpu") if rows else None) or "NVIDIA H200"
+    return card_file(out, gpu_name, name)
 
 
 def pyplot():

@@ -26,10 +26,10 @@ before it left). A turn is one triton do_bench (CUDA events, median, L2 flushed 
 CALLS calls between CUDA events (warm L2), 20 turns each by default: for before/after comparisons
 within a few percent (A/A: sd 1.3-1.8% a row, docs/perf-log.md session 51).
 
-Writes DIR/h200-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
+Writes DIR/<card>-backward.csv (the forward file's columns: date, commit, gpu, hdim, causal,
 seqlen, batch, nheads, nheads_k, ours_tflops, torch_fa2_tflops, cudnn_tflops, then
 ours_deterministic_tflops, max_abs_diff_vs_fa2, the largest |dq|, |dk|, |dv| difference to torch
-FA2's gradients, and baseline_gqa) and DIR/h200-backward.png (the forward's panels: a row per head
+FA2's gradients, and baseline_gqa) and DIR/<card>-backward.png (the forward's panels: a row per head
 shape, non-causal and causal). Each --variant LABEL:OVERRIDES (e.g.
 `sm80:backward_kernel=sm80`, the mma.sync kernel; fa_set_overrides, FLASHATTN_OVERRIDES's syntax) is
 timed as its own column ours_LABEL_tflops with those overrides set while it runs, plus
@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from bench_common import ALTERNATE_HELP, FAMILIES, ROUNDS_HELP, commit, parse_variant, timed_rates  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
-from bench_common import shape_label  # noqa: E402
+from bench_common import card_file, replot_file, shape_label  # noqa: E402
 
 BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn", SDPBackend.CUDNN_ATTENTION))
 
@@ -198,12 +198,13 @@ def main():
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (columns ours_NAME_tflops, "
                          "ours_NAME_deterministic_tflops)")
-    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-backward.png from a results CSV")
+    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/<card>-backward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
-        plot(read_rows(args.replot), out / "h200-backward.png")
+        replot_rows = read_rows(args.replot)
+        plot(replot_rows, replot_file(out, replot_rows, "backward.png"))
         return
     grid = grid_from_args(args)
     print(f"{len(grid)} problems", flush=True)
@@ -220,7 +221,7 @@ def main():
     for label, _ in variants + det_variants + libs:
         fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
     fields += [f"ours_{name}_deterministic_tflops" for name, _ in libs]
-    with open(out / "h200-backward.csv", "w", newline="") as f:
+    with open(card_file(out, props.name, "backward.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
@@ -228,7 +229,7 @@ def main():
                         **{k: (round(v, 2) if isinstance(v, float) and k.endswith("tflops") else v)
                            for k, v in r.items()}})
     try:
-        plot(rows, out / "h200-backward.png")
+        plot(rows, card_file(out, props.name, "backward.png"))
     except Exception as e:  # the numbers matter more than the chart
         print("plot failed:", e)
 

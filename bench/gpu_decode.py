@@ -31,10 +31,10 @@ added to every call (a torch.profiler timeline, docs/perf-log.md), a cost no dec
 is still reported for ours and cuDNN (columns ours_flushed_tbps, cudnn_flushed_tbps). The copy
 bandwidth (y.copy_(x), 2 GB) is the ceiling.
 
-Writes DIR/h200-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
+Writes DIR/<card>-decode.csv (date, commit, gpu, cache_len, batch, paged, page_size, ours_tbps,
 torch_fa2_tbps, cudnn_tbps, then ours_flushed_tbps, cudnn_flushed_tbps and one ours_<variant>_tbps
 column per variant; the torch columns are their contiguous-cache figures on both rows of a shape)
-and DIR/h200-decode.png, and prints a table with the ratios the issue asks for. `--replot CSV`
+and DIR/<card>-decode.png, and prints a table with the ratios the issue asks for. `--replot CSV`
 only redraws the chart from a results file (without the copy-bandwidth line, which it does not hold).
 """
 import argparse
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from bench_common import commit, parse_variant  # noqa: E402
-from bench_common import SCRATCH, parse_lib, pyplot  # noqa: E402
+from bench_common import SCRATCH, card_file, parse_lib, pyplot, replot_file  # noqa: E402
 
 HEADS, HEADS_K, HDIM, PAGE = 32, 8, 128, 16
 CACHE_LENS = (1024, 8192, 32768, 131072)
@@ -312,7 +312,8 @@ def read_rows(path):
         records = list(csv.DictReader(f))
     for r in records:
         row = rows.setdefault((int(r["cache_len"]), int(r["batch"])), {"cache_len": int(r["cache_len"]),
-                                                                        "batch": int(r["batch"])})
+                                                                        "batch": int(r["batch"]),
+                                                                        "gpu": r.get("gpu", "")})
         if r["paged"] == "1":
             row["ours_paged_tbps"] = float(r["ours_tbps"])
         else:
@@ -324,7 +325,7 @@ def read_rows(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
-    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-decode.png from a results CSV")
+    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/<card>-decode.png from a results CSV")
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64 only")
     ap.add_argument("--variants", action="store_true",
                     help="also time each inference kernel forced (overrides inference_kernel=tile64, =split_keys)")
@@ -340,7 +341,8 @@ def main():
     if args.replot:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        plot(read_rows(args.replot), None, out / "h200-decode.png")
+        replot_rows = read_rows(args.replot)
+        plot(replot_rows, None, replot_file(out, replot_rows, "decode.png"))
         return
     global HEAD_MAJOR, PAGED_IN_ORDER
     HEAD_MAJOR = args.head_major
@@ -381,7 +383,7 @@ def main():
     hm_fields = ["ours_hm_tbps", "cudnn_hm_tbps"] if HEAD_MAJOR else []
     hm_fields += ["ours_paged_in_order_tbps"] if PAGED_IN_ORDER else []  # (both rows, as the torch columns)
     fields += hm_fields
-    with open(out / "h200-decode.csv", "w", newline="") as f:
+    with open(card_file(out, props.name, "decode.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
@@ -397,7 +399,7 @@ def main():
                                for v in names},
                             **{k: round(r[k], 3) for k in hm_fields}})
     try:
-        plot(rows, copy, out / "h200-decode.png")
+        plot(rows, copy, card_file(out, props.name, "decode.png"))
     except Exception as e:  # the numbers matter more than the chart
         print("plot failed:", e)
 

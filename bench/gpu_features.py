@@ -54,10 +54,10 @@ out and dsink far past the tolerance (5%, several times what bf16 rounding gives
 tolerance (with or without a sink, or a --lib build) stops the run with an error: a wrong kernel is
 never timed. cuDNN over it is still timed, and baseline_note says so.
 
-Writes DIR/h200-features.csv (date, commit, gpu, kind, direction, causal, seqlen, batch, nheads,
+Writes DIR/<card>-features.csv (date, commit, gpu, kind, direction, causal, seqlen, batch, nheads,
 nheads_k, d_qk, d_v, ours_tflops, baseline (cudnn | nosink), baseline_tflops, ratio = ours /
 baseline, check_rel_err (ours against the reference), baseline_rel_err, baseline_note, then one
-ours_NAME_tflops per --lib) and DIR/h200-features.png (grouped bars per seqlen: a row of panels per
+ours_NAME_tflops per --lib) and DIR/<card>-features.png (grouped bars per seqlen: a row of panels per
 (kind, direction), non-causal left, causal right), and prints a table.
 `--replot CSV` only redraws the chart from a results file.
 """
@@ -84,7 +84,7 @@ if not os.environ.get("FLASHATTN_LIBRARY"):
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "bench"))
 from bench_common import (ALTERNATE_HELP, EXTRA_COLORS, ROUNDS_HELP, SCRATCH, TOKENS,  # noqa: E402
-                          commit, parse_lib, parse_subset, pyplot, timed_rates)
+                          card_file, commit, parse_lib, parse_subset, pyplot, replot_file, timed_rates)
 
 HEADS = 16
 SEQLENS = (4096, 8192, 16384)
@@ -386,12 +386,13 @@ def main():
                          "(column ours_NAME_tflops)")
     ap.add_argument("--alternate", type=int, default=0, metavar="CALLS",
                     help=ALTERNATE_HELP + " (value_dim rows)")
-    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-features.png from a results CSV")
+    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/<card>-features.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
-        plot(read_rows(args.replot), out / "h200-features.png")
+        replot_rows = read_rows(args.replot)
+        plot(replot_rows, replot_file(out, replot_rows, "features.png"))
         return
     kinds = parse_subset("--kinds", args.kinds, tuple(KINDS))
     directions = parse_subset("--directions", args.directions, DIRECTIONS)
@@ -422,13 +423,13 @@ def main():
         if key.endswith("_tflops"):
             return round(value, 2)
         return f"{value:.3g}" if key.endswith("_rel_err") or key == "ratio" else value
-    with open(out / "h200-features.csv", "w", newline="") as f:
+    with open(card_file(out, props.name, "features.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow({key: cell(key, value) for key, value in r.items()})
     try:
-        plot(rows, out / "h200-features.png")
+        plot(rows, card_file(out, props.name, "features.png"))
     except Exception as e:  # the numbers matter more than the chart
         print("plot failed:", e)
 
@@ -441,7 +442,7 @@ def main():
               f"{r['d_qk']:4d} {r['d_v']:3d} | {r['ours_tflops']:6.1f} {r['baseline']:>8} {r['baseline_tflops']:6.1f} | "
               f"{r['ratio']:5.2f} | {r['check_rel_err']:7.1e}"
               + "".join(f" | {r[f'ours_{name}_tflops']:6.1f}" for name, _ in libs) + f" | {r['baseline_note']}")
-    print(f"\nwrote {out / 'h200-features.csv'}", flush=True)
+    print(f"\nwrote {card_file(out, props.name, 'features.csv')}", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ nheads_k heads (enable_gqa=True), or, for a backend that raises for that, K/V re
 heads beforehand, outside the timed call: column baseline_gqa says which, per backend (e.g.
 fa2=native;cudnn=expanded; empty on MHA rows).
 
-Writes DIR/h200-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, nheads_k,
+Writes DIR/<card>-forward.csv (date, commit, gpu, hdim, causal, seqlen, batch, nheads, nheads_k,
 ours_tflops, torch_fa2_tflops, cudnn_tflops, ours_sm80_tflops, max_abs_diff_vs_fa2, baseline_gqa, then
-one column per --variant and --lib) and DIR/h200-forward.png (grouped bars per seqlen, one panel per
+one column per --variant and --lib) and DIR/<card>-forward.png (grouped bars per seqlen, one panel per
 (head shape, causal): rows MHA d64, MHA d128, MHA d256, GQA 32/8 d128, GQA 64/8 d128, GQA 32/4 d256;
 columns non-causal, causal; bars ours, ours_sm80, FA2, cuDNN, then the --variant and --lib columns).
-Also measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/h200-ceilings.json.
+Also measures the two ceilings (bf16 matmul TFLOP/s, copy TB/s) into DIR/<card>-ceilings.json.
 Column ours_sm80_tflops times the portable mma.sync kernel on the same shapes (overrides
 forward_kernel=sm80; on Hopper the library's own choice, column ours_tflops, is mostly the wgmma kernel).
 --variant LABEL:OVERRIDES times ours with those overrides set (fa_set_overrides, FLASHATTN_OVERRIDES's
@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from bench_common import ALTERNATE_HELP, FAMILIES, ROUNDS_HELP, commit, parse_variant, timed_rates  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
-from bench_common import shape_label  # noqa: E402
+from bench_common import card_file, replot_file, shape_label  # noqa: E402
 
 BASELINES = (("torch_fa2", "fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", "cudnn", SDPBackend.CUDNN_ATTENTION))
 
@@ -168,12 +168,13 @@ def main():
     ap.add_argument("--alternate", type=int, default=0, metavar="CALLS", help=ALTERNATE_HELP)
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
-    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/h200-forward.png from a results CSV")
+    ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/<card>-forward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
-        plot(read_rows(args.replot), out / "h200-forward.png")
+        replot_rows = read_rows(args.replot)
+        plot(replot_rows, replot_file(out, replot_rows, "forward.png"))
         return
     grid = grid_from_args(args)
     print(f"{len(grid)} problems", flush=True)
@@ -182,7 +183,7 @@ def main():
     ceil.update({"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
                  "cudnn": torch.backends.cudnn.version()})
     print(ceil, flush=True)
-    (out / "h200-ceilings.json").write_text(json.dumps(ceil, indent=1))
+    card_file(out, props.name, "ceilings.json").write_text(json.dumps(ceil, indent=1))
 
     variants = [parse_variant(v) for v in args.variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
@@ -191,7 +192,7 @@ def main():
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "max_abs_diff_vs_fa2",
               "baseline_gqa"] + [f"ours_{label}_tflops" for label, _ in variants + libs]
-    with open(out / "h200-forward.csv", "w", newline="") as f:
+    with open(card_file(out, props.name, "forward.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
@@ -199,7 +200,7 @@ def main():
                                                                               and k.endswith("tflops") else v)
                                                                           for k, v in r.items()}})
     try:
-        plot(rows, out / "h200-forward.png")
+        plot(rows, card_file(out, props.name, "forward.png"))
     except Exception as e:  # the numbers matter more than the chart
         print("plot failed:", e)
 

@@ -15,7 +15,7 @@ over the shapes where the grid's ratios sit closest to 1 (16k x 1 at 64/8 and 16
 at 16/16; causal and not); and ours forward on q = 0 (scores all zero, P constant: the same
 instructions with little switching), the energy the data itself costs.
 
-Writes DIR/h200-power.csv (date, commit, gpu, kernel, pass, shape, causal, tflops, sm_clock_mhz,
+Writes DIR/<card>-power.csv (date, commit, gpu, kernel, pass, shape, causal, tflops, sm_clock_mhz,
 sm_clock_min_mhz, power_w, power_limit_w, throttle_reasons, tensor_share_per_cycle).
 """
 import argparse
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 import gpu_backward  # noqa: E402
 import gpu_forward  # noqa: E402
-from bench_common import SCRATCH, commit  # noqa: E402
+from bench_common import SCRATCH, card_file, commit  # noqa: E402
 
 DENSE_BF16_FLOP_PER_CLOCK_PER_SM = 4096  # Hopper: 4 tensor cores x 512 bf16 FMA per clock
 QUERY = "clocks.sm,power.draw,power.limit,clocks_throttle_reasons.active"
@@ -177,7 +177,7 @@ def main():
         torch.cuda.empty_cache()
         time.sleep(1.0)
     sampler.close()
-    with open(out / "h200-power.csv", "w", newline="") as f:
+    with open(card_file(out, props.name, "power.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)

@@ -285,3 +285,16 @@ def test_turns_after_a_gap():
     assert rates["ours"] == pytest.approx(rates["a"], rel=1e-9)
     assert rates["ours"] / rates["cudnn"] == pytest.approx(0.95, rel=1e-9)  # the same mix of clocks
     assert device.calls[0] == "ours" and len(device.calls) == 1 + 4 * 8  # the lead-in: the order's last entry
+
+
+@pytest.mark.parametrize("name, prefix", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+                                          ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
+                                          ("", "gpu")])
+def test_outputs_named_for_the_card(name, prefix, tmp_path):
+    """A benchmark run on an H100 writes h100-*.csv, never files named for the H200's records; --replot
+    names the chart for the card in the CSV's gpu column."""
+    assert bench_common.card_prefix(name) == prefix
+    assert bench_common.card_file(tmp_path, name, "forward.csv") == tmp_path / f"{prefix}-forward.csv"
+    assert bench_common.replot_file(tmp_path, [{"gpu": name}], "forward.png").name == \
+        ("h200" if not name else prefix) + "-forward.png"
+    assert bench_common.replot_file(tmp_path, [], "forward.png").name == "h200-forward.png"
