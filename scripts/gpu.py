@@ -24,7 +24,8 @@ subcommands ends with the table of what ran:
 Kernels are forced through the library's overrides (src/core/overrides.h): `--overrides SPEC` sets
 FLASHATTN_OVERRIDES for the step's process (e.g. forward_kernel=sm80, backward_kernel=sm90,
 inference_kernel=split_keys); the benchmarks time them beside the planner's choice with
-`--variant LABEL:SPEC` and another build with `--lib NAME:PATH` (bench's --compare).
+`--variant LABEL:SPEC` and another build with `--lib NAME:PATH` (bench's --compare). A library
+carried compressed (`--lib X.so.xz`, and bench's `--lib NAME:X.so.xz`) is unpacked beside itself first.
 
 Carried to the device: `.gtest/`, a GoogleTest install prefix for `build --tests` (e.g. include/gtest
 and lib/libgtest*.a copied from a machine that has libgtest-dev); `.whl/` for pip-install
@@ -35,6 +36,7 @@ the call ends before the device tool's own limit; set it once at the start of a 
 """
 
 import argparse
+import lzma
 import os
 import re
 import shlex
@@ -130,9 +132,37 @@ def overrides_env(overrides):
     return {} if overrides is None else {"FLASHATTN_OVERRIDES": overrides}
 
 
+def unpacked(path):
+    """A library carried compressed (X.so.xz: a full build is ~100 MB, the device tool carries 64 MiB)
+    -> X.so beside it, unpacked once (again when the .xz is newer); any other path as it is."""
+    packed = ROOT / path
+    if packed.suffix != ".xz":
+        return path
+    target = packed.with_suffix("")
+    if not target.exists() or target.stat().st_mtime < packed.stat().st_mtime:
+        part = target.with_name(target.name + ".part")
+        part.write_bytes(lzma.decompress(packed.read_bytes()))
+        part.replace(target)
+    return str(target)
+
+
+def unpacked_lib_options(options):
+    """The benchmarks' `--lib NAME:PATH` (and `--lib=NAME:PATH`) options with each PATH unpacked."""
+    out, after_lib = [], False
+    for option in options:
+        if after_lib or option.startswith("--lib="):
+            prefix = "" if after_lib else "--lib="
+            name, sep, path = option[len(prefix):].partition(":")
+            option = f"{prefix}{name}{sep}{unpacked(path)}" if sep else option
+        after_lib = option == "--lib"
+        out.append(option)
+    return out
+
+
 def library_env(lib, overrides=None):
-    """Both test suites and the benchmarks find the library (and the package under python/) through these."""
-    return {"FLASHATTN_LIBRARY": str((ROOT / lib).resolve()), "PYTHONPATH": str(ROOT / "python"),
+    """Both test suites and the benchmarks find the library (and the package under python/) through
+    these (a --lib X.so.xz is unpacked first)."""
+    return {"FLASHATTN_LIBRARY": str((ROOT / unpacked(lib)).resolve()), "PYTHONPATH": str(ROOT / "python"),
             "PYTHONUNBUFFERED": "1", **overrides_env(overrides)}
 
 
@@ -324,7 +354,7 @@ def cmd_bench(args):
     command = [sys.executable, BENCHES[args.which], "--out", str(out_dir(args))]
     for compare in args.compare:
         command += ["--lib", compare]
-    command += args.extra
+    command = unpacked_lib_options(command + args.extra)
     rc, seconds = run(args, f"bench-{args.which}", command, args.timeout, library_env(args.lib))
     report(args, f"bench {args.which}: rc={rc} {seconds:.0f} s")
     print(tail(out_dir(args) / f"bench-{args.which}.log", args.show))
