@@ -332,8 +332,7 @@ def card_file(out, gpu_name, name):
 
 def replot_file(out, rows, name):
     """The chart --replot redraws, named for the card in the CSV's gpu column (h200 for a file without one)."""
-    gpu_name = (rows[0].get("gpu") if rows else None) or "NVIDIA H200"
-    return card_file(out, gpu_name, name)
+    return card_file(out, (rows[0].get("gpu") if rows else None) or "H200", name)
 
 
 def pyplot():

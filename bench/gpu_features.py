@@ -423,7 +423,8 @@ def main():
         if key.endswith("_tflops"):
             return round(value, 2)
         return f"{value:.3g}" if key.endswith("_rel_err") or key == "ratio" else value
-    with open(card_file(out, props.name, "features.csv"), "w", newline="") as f:
+    csv_path = card_file(out, props.name, "features.csv")
+    with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         for r in rows:
@@ -442,7 +443,7 @@ def main():
               f"{r['d_qk']:4d} {r['d_v']:3d} | {r['ours_tflops']:6.1f} {r['baseline']:>8} {r['baseline_tflops']:6.1f} | "
               f"{r['ratio']:5.2f} | {r['check_rel_err']:7.1e}"
               + "".join(f" | {r[f'ours_{name}_tflops']:6.1f}" for name, _ in libs) + f" | {r['baseline_note']}")
-    print(f"\nwrote {card_file(out, props.name, 'features.csv')}", flush=True)
+    print(f"\nwrote {csv_path}", flush=True)
 
 
 if __name__ == "__main__":
