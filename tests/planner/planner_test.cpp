@@ -956,11 +956,11 @@ TEST(PlannerBackward, HopperCausalGridEndsKeyMajor) {
 TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward long_gqa;
     long_gqa.fwd.heads_k = 4;
-    long_gqa.fwd.seqlen_q = long_gqa.fwd.seqlen_k = 4096;
+    long_gqa.fwd.seqlen_q = long_gqa.fwd.seqlen_k = 16384;
     const BackwardPlan automatic = plan(long_gqa);
     EXPECT_FALSE(automatic.kv_major);
     EXPECT_TRUE(automatic.dkv_scratch);
-    EXPECT_EQ(automatic.ctas, 32 * 2 * 16);
+    EXPECT_EQ(automatic.ctas, 128 * 2 * 16);
     // The Hopper kernel adds dK / dV into rows per KV head (4 here, not 16 query heads) ...
     EXPECT_TRUE(automatic.dkv_add);
     EXPECT_EQ(automatic.workspace.size(Piece::dk_accum), size_t(4) * automatic.k_rows_total * automatic.tile_dim * 4);
@@ -974,9 +974,15 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     const BackwardPlan forced = plan(long_gqa, h200(), overrides("backward_gqa=kv_major"));
     EXPECT_TRUE(forced.kv_major);
     EXPECT_FALSE(forced.dkv_scratch);
-    EXPECT_EQ(forced.ctas, 32 * 2 * 4);
+    EXPECT_EQ(forced.ctas, 128 * 2 * 4);
     Backward short_gqa;
     short_gqa.fwd.heads_k = 4;
+    short_gqa.fwd.seqlen_q = short_gqa.fwd.seqlen_k = 8192; // up to 8192 keys, in both modes
+    EXPECT_TRUE(plan(short_gqa).kv_major);
+    Backward short_det = short_gqa;
+    short_det.deterministic = true;
+    EXPECT_TRUE(plan(short_det).kv_major);
+    EXPECT_FALSE(plan(short_det).dkv_scratch);
     short_gqa.fwd.seqlen_q = short_gqa.fwd.seqlen_k = 2048;
     EXPECT_TRUE(plan(short_gqa).kv_major);
     const BackwardPlan scratch = plan(short_gqa, h200(), overrides("backward_gqa=scratch"));
@@ -990,7 +996,7 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     EXPECT_FALSE(plan(d256_causal).kv_major);
     EXPECT_TRUE(plan(d256_causal, h200(), overrides("backward_gqa=kv_major")).kv_major);
     // Causal with groups of 8: a CTA per pair of query heads (the whole group's walk makes CTAs too
-    // long for the grid's end), adding dK / dV into fp32 rows per KV head; up to 4096 keys.
+    // long for the grid's end), adding dK / dV into fp32 rows per KV head, at any length.
     Backward group8 = short_gqa;
     group8.fwd.heads = 64, group8.fwd.heads_k = 8, group8.fwd.causal = true;
     const BackwardPlan pairs = plan(group8);
@@ -1006,9 +1012,13 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward group8_long = group8;
     group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 4096;
     EXPECT_EQ(plan(group8_long).walk_heads, 2);
-    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 8192;
-    EXPECT_FALSE(plan(group8_long).kv_major);
+    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 16384;
+    EXPECT_EQ(plan(group8_long).walk_heads, 2);
     EXPECT_TRUE(plan(group8_long).dkv_add);
+    group8_long.deterministic = true; // deterministic mode: the scratch past 4096 keys
+    EXPECT_FALSE(plan(group8_long).kv_major);
+    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 4096;
+    EXPECT_EQ(plan(group8_long).walk_heads, 2);
     Backward group8_det = group8; // deterministic: the pairs store rows of their own, summed in pair order
     group8_det.deterministic = true;
     const BackwardPlan det_pairs8 = plan(group8_det);

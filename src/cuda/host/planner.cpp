@@ -405,15 +405,17 @@ ForwardPlan plan_kvcache(const KvCacheProblem& problem, const DeviceInfo& device
 // device at the benchmark shapes. A fixed bound, not free memory, so that the size query agrees.
 constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 
-// GQA's grid over KV heads on the Hopper backward, automatic up to this many keys. H200, walk /
-// scratch: d128 (32/8, 64/8) 1.15-1.21x at 1k, 1.03-1.09x at 2k, 0.93-1.02x at 4k, 0.77-1.01x at
-// 8k-16k; d256 (32/4) 1.22x / 1.08x at 1k / 2k, but causal 0.97x / 0.93x (so not at d256 causal).
-constexpr int64_t kKvMajorMaxKeys = 2048;
-// Causal GQA with groups of this size or larger: the walk over pairs of query heads up to kPairsMaxKeys
-// keys (the scratch past them); in deterministic mode from kDeterministicPairsGroup past
-// kDeterministicPairsMinKeys keys.
+// GQA's grid over KV heads on the Hopper backward, automatic up to this many keys. H100, walk /
+// scratch, both modes: d128 (32/8, 64/8) 1.05-1.06x at 4k, 1.00-1.06x at 8k, 1.00x at 16k (default),
+// deterministic 1.08-1.12x at 4k, 1.04x at 8k; d256 (32/4) 1.02-1.04x at 4k-8k; 32/8 causal 1.03x
+// at 4k, 1.02x at 8k (docs/perf-log.md, session 61). Past 8k the walk's longer CTAs gain nothing
+// over the scratch's adds (16k: 0.99-1.01x).
+constexpr int64_t kKvMajorMaxKeys = 8192;
+// Causal GQA with groups of this size or larger: the walk over pairs of query heads (the scratch
+// only in deterministic mode past kDeterministicPairsMaxKeys); in deterministic mode from
+// kDeterministicPairsGroup past kDeterministicPairsMinKeys keys.
 constexpr int64_t kCausalPairsGroup = 8;
-constexpr int64_t kPairsMaxKeys = 4096;
+constexpr int64_t kDeterministicPairsMaxKeys = 4096;
 constexpr int64_t kDeterministicPairsGroup = 4;
 constexpr int64_t kDeterministicPairsMinKeys = 1024;
 
@@ -551,8 +553,10 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
             // (one order, the pairs timed as the variant) 64 / 8 1.12 / 1.08 / 1.02, 32 / 4 1.03 /
             // 0.98 / 1.02. Deterministic mode also at even groups of 4 or more past 1024 keys
             // (H100, d128 32 / 8 causal, both role orders, the pairs against the whole walk at 1k / 2k
-            // and the scratch at 4k / 8k: 0.98 / 1.08 / 1.05 / 1.00).
-            plan.kv_major = walk_pairs = pairs_fit && p.seqlen_k <= kPairsMaxKeys;
+            // and the scratch at 4k / 8k: 0.98 / 1.08 / 1.05 / 1.00). Past 4096 keys the pairs against
+            // the scratch: default mode 1.01-1.03x at 8k and 16k (64 / 8 d128, 32 / 4 d256), deterministic
+            // 1.04x at 8k at d128 but 0.89x at d256, so deterministic mode keeps the scratch there.
+            plan.kv_major = walk_pairs = pairs_fit && (!deterministic || p.seqlen_k <= kDeterministicPairsMaxKeys);
             break;
         }
         // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
