@@ -3,6 +3,8 @@
 # in two calls on one warm machine, carrying .after-s61 (cpu-2026-12-07-s60/prep.sh: CUTLASS headers):
 #   rec62.sh build   (~250 s) builds main for d64 / d128 / d256 on sm_90 and runs test_backward's GQA cases
 #   rec62.sh grid    (~570 s) the whole backward grid (deterministic column, torch FA2 and cuDNN in the process)
+# Pass the measured commit: FLASHATTN_COMMIT=$(git rev-parse HEAD) here, written into the command (the
+# device's copy of .git can be stale).
 D=.after-s61
 L=build-rec/src/libflashattn.so
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
