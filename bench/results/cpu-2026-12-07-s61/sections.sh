@@ -7,7 +7,7 @@
 # heaviest-first over every tile), against the planner's 16 MB, --alternate 3.
 # Pass the measured commit: FLASHATTN_COMMIT=<branch head> on the command line.
 D=.after-s61
-export GPU_DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-560} ))
+export GPU_DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-560} )) FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$(cat $D/s.commit 2>/dev/null)}
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
 L=$D/s.so.xz
 if [ ! -f $L ]; then
