@@ -185,8 +185,8 @@ def test_varlen(causal, heads, hdim):
 @pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 @pytest.mark.parametrize("hdim", [64, 128])
 def test_varlen_gqa_pairs(hdim, deterministic):
-    """Causal GQA with groups of 8 walks pairs of query heads (the planner's choice up to 4096 keys;
-    deterministic: rows per pair): ragged and empty sequences on either side, 16 / 2 heads."""
+    """Causal GQA with groups of 8 walks pairs of query heads (the planner's choice at any length;
+    deterministic: up to 4096 keys, rows per pair): ragged and empty sequences on either side, 16 / 2 heads."""
     torch.manual_seed(11 + hdim + deterministic)
     lq, lk = [600, 0, 130, 513, 7], [650, 40, 0, 513, 300]
     q, k, v = rand(sum(lq), 16, hdim), rand(sum(lk), 2, hdim), rand(sum(lk), 2, hdim)
@@ -305,7 +305,7 @@ def sm90_backward_instances(fn):
 @pytest.mark.parametrize("hdim", [128, 256])
 def test_deterministic_ordered_dq_gqa(hdim, causal, gqa, overrides):
     """GQA at d128 and d256: the ordered dQ on the walk over the group (a CTA adds to each of its 4
-    query heads in turn, on that head's counters; automatic up to 2048 keys, at d256 not under a
+    query heads in turn, on that head's counters; automatic up to 8192 keys, at d256 not under a
     causal mask), on the walk over pairs of heads (16 / 2 heads: four CTAs per KV head, each storing its
     dK / dV in rows of its own, summed in pair order afterwards), and on the scratch."""
     torch.manual_seed(40 + causal + hdim)

@@ -951,7 +951,7 @@ TEST(PlannerBackward, HopperCausalGridEndsKeyMajor) {
     EXPECT_EQ(plan(causal, h200(), overrides("backward_kernel=sm80")).tail_pairs, 0);
 }
 
-// Automatic up to 2048 keys (not at d256 causal), where it measured faster than the scratch; the
+// Automatic up to 8192 keys (not at d256 causal), where it measured faster than the scratch; the
 // override forces either.
 TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward long_gqa;
@@ -1140,7 +1140,7 @@ TEST(PlannerBackward, HopperRunsTheValueDimInstanceAt192And128) {
     sink.sink = true;
     EXPECT_EQ(plan(sink).tile_dim_v, 128);
 
-    // GQA: the group walk up to 2048 keys without a causal mask (as d256, the same schedule), else
+    // GQA: the group walk up to 8192 keys without a causal mask (as d256, the same schedule), else
     // the scratch, whose rows are 192 floats for dK and dV alike.
     Backward gqa = mla;
     gqa.fwd.heads_k = 4;
