@@ -1015,10 +1015,15 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 16384;
     EXPECT_EQ(plan(group8_long).walk_heads, 2);
     EXPECT_TRUE(plan(group8_long).dkv_add);
-    group8_long.deterministic = true; // deterministic mode: the scratch past 4096 keys
+    group8_long.deterministic = true; // deterministic mode: the scratch past 8192 keys at d128 ...
     EXPECT_FALSE(plan(group8_long).kv_major);
-    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 4096;
+    group8_long.fwd.seqlen_q = group8_long.fwd.seqlen_k = 8192;
     EXPECT_EQ(plan(group8_long).walk_heads, 2);
+    Backward group8_long_d256 = group8_long; // ... and past 4096 at d256
+    group8_long_d256.fwd.head_dim = 256, group8_long_d256.fwd.heads = 32, group8_long_d256.fwd.heads_k = 4;
+    EXPECT_FALSE(plan(group8_long_d256).kv_major);
+    group8_long_d256.fwd.seqlen_q = group8_long_d256.fwd.seqlen_k = 4096;
+    EXPECT_EQ(plan(group8_long_d256).walk_heads, 2);
     Backward group8_det = group8; // deterministic: the pairs store rows of their own, summed in pair order
     group8_det.deterministic = true;
     const BackwardPlan det_pairs8 = plan(group8_det);
@@ -1048,7 +1053,7 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     EXPECT_FALSE(det_pairs.dkv_add);
     EXPECT_EQ(det_pairs.walk_heads, 2);
     EXPECT_EQ(det_pairs.workspace.size(Piece::dk_accum), size_t(16) * det_pairs.k_rows_total * det_pairs.tile_dim * 4);
-    // Deterministic mode takes the pairs at groups of 4 by itself past 1024 keys (2048 here), up to 4096.
+    // Deterministic mode takes the pairs at groups of 4 by itself past 1024 keys (2048 here), up to 8192 at d128.
     const BackwardPlan det4 = plan(group4);
     EXPECT_TRUE(det4.kv_major);
     EXPECT_EQ(det4.walk_heads, 2);
@@ -1056,8 +1061,10 @@ TEST(PlannerBackward, HopperGqaWalkIsForShortKeysUnlessForced) {
     Backward det4_short = group4; // at 1024 keys the whole group's walk
     det4_short.fwd.seqlen_q = det4_short.fwd.seqlen_k = 1024;
     EXPECT_EQ(plan(det4_short).walk_heads, 4);
-    Backward det4_long = group4; // past 4096 keys the scratch
+    Backward det4_long = group4; // past 8192 keys the scratch
     det4_long.fwd.seqlen_q = det4_long.fwd.seqlen_k = 8192;
+    EXPECT_EQ(plan(det4_long).walk_heads, 2);
+    det4_long.fwd.seqlen_q = det4_long.fwd.seqlen_k = 16384;
     EXPECT_FALSE(plan(det4_long).kv_major);
     odd.deterministic = true; // an odd group keeps the whole walk
     EXPECT_EQ(plan(odd).walk_heads, 3);

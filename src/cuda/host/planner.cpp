@@ -412,10 +412,12 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // over the scratch's adds (16k: 0.99-1.01x).
 constexpr int64_t kKvMajorMaxKeys = 8192;
 // Causal GQA with groups of this size or larger: the walk over pairs of query heads (the scratch
-// only in deterministic mode past kDeterministicPairsMaxKeys); in deterministic mode from
+// only in deterministic mode past deterministic_pairs_max_keys); in deterministic mode from
 // kDeterministicPairsGroup past kDeterministicPairsMinKeys keys.
 constexpr int64_t kCausalPairsGroup = 8;
-constexpr int64_t kDeterministicPairsMaxKeys = 4096;
+// Deterministic mode's pairs against the scratch at 8k (H100, causal): d128 1.04x (32 / 8, 64 / 8),
+// d256 0.89x (32 / 4); past 8k not measured.
+constexpr int64_t deterministic_pairs_max_keys(int tile_dim) { return tile_dim <= 128 ? 8192 : 4096; }
 constexpr int64_t kDeterministicPairsGroup = 4;
 constexpr int64_t kDeterministicPairsMinKeys = 1024;
 
@@ -554,9 +556,9 @@ BackwardPlan plan_backward(const BwdProblem& problem, const DeviceInfo& device, 
             // 0.98 / 1.02. Deterministic mode also at even groups of 4 or more past 1024 keys
             // (H100, d128 32 / 8 causal, both role orders, the pairs against the whole walk at 1k / 2k
             // and the scratch at 4k / 8k: 0.98 / 1.08 / 1.05 / 1.00). Past 4096 keys the pairs against
-            // the scratch: default mode 1.01-1.03x at 8k and 16k (64 / 8 d128, 32 / 4 d256), deterministic
-            // 1.04x at 8k at d128 but 0.89x at d256, so deterministic mode keeps the scratch there.
-            plan.kv_major = walk_pairs = pairs_fit && (!deterministic || p.seqlen_k <= kDeterministicPairsMaxKeys);
+            // the scratch: default mode 1.01-1.03x at 8k and 16k (64 / 8 d128, 32 / 4 d256).
+            plan.kv_major = walk_pairs =
+                pairs_fit && (!deterministic || p.seqlen_k <= deterministic_pairs_max_keys(plan.tile_dim));
             break;
         }
         // Not under a causal mask on the P/dS schedule (d256 measured 0.87-0.98x there; 192 / 128 runs
