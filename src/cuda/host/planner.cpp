@@ -408,7 +408,7 @@ constexpr size_t kMaxDeterministicDqBytes = size_t(4) << 30;
 // GQA's grid over KV heads on the Hopper backward, automatic up to this many keys. H100, walk /
 // scratch, both modes: d128 (32/8, 64/8) 1.05-1.06x at 4k, 1.00-1.06x at 8k, 1.00x at 16k (default),
 // deterministic 1.08-1.12x at 4k, 1.04x at 8k; d256 (32/4) 1.02-1.04x at 4k-8k; 32/8 causal 1.03x
-// at 4k, 1.02x at 8k (docs/perf-log.md, session 61). Past 8k the walk's longer CTAs gain nothing
+// at 4k, 1.02x at 8k (docs/perf-log.md). Past 8k the walk's longer CTAs gain nothing
 // over the scratch's adds (16k: 0.99-1.01x).
 constexpr int64_t kKvMajorMaxKeys = 8192;
 // Causal GQA with groups of this size or larger: the walk over pairs of query heads (the scratch
