@@ -236,6 +236,20 @@ TEST(PlannerForward, MaskedTilesAreClaimedHeavyFirstInSections) {
     EXPECT_EQ(wide.workspace.total, 0u);
     EXPECT_EQ(wide.block_n, 64);
     EXPECT_EQ(wide.ctas, 8 * 2 * 16);
+    EXPECT_EQ(wide.section_heads, 16); // 1 MB of K/V a pair: the 16 MB section, under the cap too
+    // GQA 32/4 at d256, 16 x 1k: 128 KB of K/V a query head (the group shares it) would make 128-pair
+    // sections; where each tile is its own CTA a section holds at most 16 pairs.
+    Dense gqa256 = d256;
+    gqa256.batch = 16, gqa256.heads = 32, gqa256.heads_k = 4;
+    EXPECT_EQ(plan(gqa256).section_heads, 16);
+    gqa256.seqlen_q = gqa256.seqlen_k = 8192, gqa256.batch = 2;
+    EXPECT_EQ(plan(gqa256).section_heads, 16); // 1 MB a query head: the 16 MB section itself
+    gqa256.seqlen_q = gqa256.seqlen_k = 16384, gqa256.batch = 1;
+    EXPECT_EQ(plan(gqa256).section_heads, 8);
+    Dense gqa128 = gqa256; // persistent at d128: the 16 MB section, no cap (1k: 128 pairs)
+    gqa128.head_dim = 128, gqa128.heads_k = 8, gqa128.batch = 16, gqa128.seqlen_q = gqa128.seqlen_k = 1024;
+    EXPECT_TRUE(plan(gqa128).sm90_persistent);
+    EXPECT_EQ(plan(gqa128).section_heads, 128);
 }
 
 TEST(PlannerForward, UnsupportedDevicesAndBuildsSayWhy) {

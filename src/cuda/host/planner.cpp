@@ -46,14 +46,20 @@ void require_runnable(const DeviceInfo& device, const fa_fwd_params& p) {
 
 // The order of a masked forward's tiles (kernels/tile_order.cuh): sections of (sequence, head) pairs
 // whose K/V takes about 16 MB of L2, heaviest query blocks first within a section (H200: 4-12% on
-// causal shapes over per-pair heaviest-first; 8 and 32 MB sections measured about the same).
-int section_heads(const Problem& problem, int head_dim, int head_dim_v, int block_m) {
+// causal shapes over per-pair heaviest-first; 8 and 32 MB sections measured about the same). Where
+// each tile is its own CTA (the Hopper grid with O wider than 128 columns, not persistent), a section
+// holds at most 16 pairs. GQA divides a pair's share of K/V by the group, which gave d256 32/4 at
+// 1-2k sections of 64-128 pairs; 8-16 measured 3-6% faster there, 1% at 4k (H100). d256 MHA's
+// 16 MB sections are already 16 pairs or fewer from 1k keys, and measured best.
+int section_heads(const Problem& problem, int head_dim, int head_dim_v, int block_m, bool tile_per_cta) {
     const fa_fwd_params& p = problem.p;
     const int64_t pairs = int64_t(p.batch) * p.num_heads;
     if (!problem.mask.is_local() || p.seqlen_q <= block_m || pairs <= 1) return 0; // equal work per block
     constexpr double kSectionBytes = 16.0 * 1024 * 1024;
+    constexpr double kTilePerCtaMaxHeads = 16.0;
     const double kv_bytes = double(p.seqlen_k) * double(head_dim + head_dim_v) * 2.0 / double(problem.group);
-    const double heads = kSectionBytes / (kv_bytes > 1.0 ? kv_bytes : 1.0);
+    double heads = kSectionBytes / (kv_bytes > 1.0 ? kv_bytes : 1.0);
+    if (tile_per_cta) heads = std::min(heads, kTilePerCtaMaxHeads);
     return int(heads < 1.0 ? 1 : heads > double(pairs) ? double(pairs) : heads);
 }
 
@@ -106,7 +112,8 @@ void training_forward_grid(const Problem& problem, const DeviceInfo& device, For
     const fa_fwd_params& p = problem.p;
     const bool sm90 = plan.kernel == Kernel::forward_sm90;
     plan.num_m_blocks = int(ceil_div(p.seqlen_q, plan.block_m));
-    plan.section_heads = section_heads(problem, plan.head_dim, plan.head_dim_v, plan.block_m);
+    const bool sm90_tile_per_cta = sm90 && !tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v).can_persist;
+    plan.section_heads = section_heads(problem, plan.head_dim, plan.head_dim_v, plan.block_m, sm90_tile_per_cta);
     const int64_t tiles_total = int64_t(plan.num_m_blocks) * p.batch * p.num_heads;
     plan.ctas = tiles_total;
     if (sm90) {
