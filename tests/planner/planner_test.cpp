@@ -779,11 +779,14 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     Backward causal = b;
     causal.fwd.causal = true;
     EXPECT_TRUE(plan_ordered(causal).dq_keys_descending); // a right edge: from the last key block down
+    EXPECT_EQ(plan_ordered(causal).dq_section_pairs, 1);   // and one pair a section
     Backward local = b;
     local.fwd.window_left = 100, local.fwd.window_right = 50;
     EXPECT_TRUE(plan_ordered(local).dq_keys_descending);
+    EXPECT_EQ(plan_ordered(local).dq_section_pairs, 1);
     local.fwd.window_right = -1; // a left edge only: every key block meets the blocks from the first
     EXPECT_FALSE(plan_ordered(local).dq_keys_descending);
+    EXPECT_EQ(plan_ordered(local).dq_section_pairs, 24);
     Backward long_rows = b; // 16 MB per pair: 1 a section
     long_rows.fwd.batch = 1, long_rows.fwd.heads = long_rows.fwd.heads_k = 32;
     long_rows.fwd.seqlen_q = long_rows.fwd.seqlen_k = 16384;
