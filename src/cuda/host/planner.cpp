@@ -112,22 +112,22 @@ void training_forward_grid(const Problem& problem, const DeviceInfo& device, For
     const fa_fwd_params& p = problem.p;
     const bool sm90 = plan.kernel == Kernel::forward_sm90;
     plan.num_m_blocks = int(ceil_div(p.seqlen_q, plan.block_m));
-    const bool sm90_tile_per_cta = sm90 && !tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v).can_persist;
-    plan.section_heads = section_heads(problem, plan.head_dim, plan.head_dim_v, plan.block_m, sm90_tile_per_cta);
+    // Persistent (a CTA per SM looping over tiles: the next tile's Q and K/V arrive under the
+    // epilogue) measured 1-8% faster without a mask. Under a causal or local mask the tiles do
+    // unequal work, and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
+    // against 533 TFLOP/s), so there the CTAs claim their tiles from a counter, heaviest first
+    // (an SM that drew light tiles claims more). So do tiles that end past their sequence
+    // (varlen, or seqlen_q not a multiple of the tile): their consumers without rows pass, and
+    // in a grid stride the short tiles fall to the same few CTAs whenever the tiles per pair
+    // divide the CTAs (d64 at 1k: 6 tiles a pair on 132 SMs, every sixth CTA all of the last
+    // ones). Where O is at most 128 columns (d <= 128, 192 / 128): above, the looping form does
+    // not fit its registers, and one CTA per tile is dispatched by the hardware as SMs free up.
+    plan.sm90_persistent = sm90 && tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v).can_persist;
+    plan.section_heads = section_heads(problem, plan.head_dim, plan.head_dim_v, plan.block_m,
+                                       sm90 && !plan.sm90_persistent);
     const int64_t tiles_total = int64_t(plan.num_m_blocks) * p.batch * p.num_heads;
     plan.ctas = tiles_total;
     if (sm90) {
-        // Persistent (a CTA per SM looping over tiles: the next tile's Q and K/V arrive under the
-        // epilogue) measured 1-8% faster without a mask. Under a causal or local mask the tiles do
-        // unequal work, and a grid stride hands some SMs twice the others' (d256 causal 16k: 342
-        // against 533 TFLOP/s), so there the CTAs claim their tiles from a counter, heaviest first
-        // (an SM that drew light tiles claims more). So do tiles that end past their sequence
-        // (varlen, or seqlen_q not a multiple of the tile): their consumers without rows pass, and
-        // in a grid stride the short tiles fall to the same few CTAs whenever the tiles per pair
-        // divide the CTAs (d64 at 1k: 6 tiles a pair on 132 SMs, every sixth CTA all of the last
-        // ones). Where O is at most 128 columns (d <= 128, 192 / 128): above, the looping form does
-        // not fit its registers, and one CTA per tile is dispatched by the hardware as SMs free up.
-        plan.sm90_persistent = tiles::forward_sm90(plan.tile_dim, plan.tile_dim_v).can_persist;
         const bool ragged = problem.varlen || p.seqlen_q % plan.block_m != 0;
         plan.sm90_claims_tiles = plan.sm90_persistent && (problem.mask.is_local() || ragged);
         if (plan.sm90_persistent) plan.ctas = std::min<int64_t>(tiles_total, device.sm_count);
