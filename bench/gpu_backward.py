@@ -3,7 +3,7 @@
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_backward.py --out DIR [--quick]
         [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
         [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--det-variant LABEL:KEY=VALUE]... [--lib NAME:PATH]...
-        [--alternate CALLS]
+        [--alternate CALLS] [--fa3 SO]
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
@@ -42,6 +42,9 @@ Each --det-variant LABEL:OVERRIDES times the deterministic call with those overr
 `chunks:deterministic_dq=chunks`, the per-chunk dQ buffers instead of the ordered dQ): columns
 ours_LABEL_tflops and ours_LABEL_diff (against the library's non-deterministic gradients); the
 table prints det / LABEL.
+--fa3 SO also times FlashAttention-3's backward (default and deterministic; on its own forward's out
+and lse) through the shim bench/fa3/build.sh builds: columns fa3_tflops, fa3_deterministic_tflops and
+fa3_diff (its largest gradient difference to ours).
 `--replot CSV` only redraws the chart from a results file (one without nheads_k: all MHA).
 """
 import argparse
@@ -58,8 +61,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fa3"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
+import fa3 as fa3_shim  # noqa: E402
 from bench_common import ALTERNATE_HELP, FAMILIES, ROUNDS_HELP, commit, parse_variant, timed_rates  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
 from bench_common import card_file, replot_file, shape_label  # noqa: E402
@@ -104,7 +109,7 @@ def folded(grad, nheads):
     return grad.transpose(1, 2).float().unflatten(2, (nheads, -1)).sum(3)
 
 
-def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0):
+def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0, fa3=None):
     rows, noted = [], set()
     for shape in grid:
         b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
@@ -154,6 +159,21 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0):
                                                  for o, r in zip(ours_grads, ref))
             del ref
         row["baseline_gqa"] = ";".join(hows)
+        if fa3 is not None:
+            try:
+                out3 = torch.empty_like(q)
+                lse3 = fa3_shim.forward_fn(fa3, q, k, v, out3, causal)[1]
+                grads3 = [torch.empty_like(t) for t in (q, k, v)]
+                for det in (False, True):
+                    entries.append(("fa3_deterministic" if det else "fa3",
+                                    fa3_shim.backward_fn(fa3, q, k, v, out3, lse3, dout, grads3, causal, det), None))
+                    if not det:
+                        row["fa3_diff"] = max((g.float() - o.float()).abs().max().item()
+                                              for g, o in zip(grads3, ours_grads))
+            except RuntimeError as e:  # a head dim the shim was not built with
+                entries = [e for e in entries if not e[0].startswith("fa3")]
+                row["fa3_tflops"] = row["fa3_deterministic_tflops"] = row["fa3_diff"] = float("nan")
+                print(f"  fa3: {e}", flush=True)
         for column, tflops in timed_rates(entries, rounds, bench_ms, flops / 1e9, alternate).items():
             row[f"{column}_tflops"] = tflops
         del entries
@@ -164,7 +184,9 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0):
               + "".join(f"  {label} {row[f'ours_{label}_tflops']:6.1f} (diff {row[f'ours_{label}_diff']:.3g})"
                         for label, _ in variants + det_variants + libs)
               + "".join(f"  {name} det {row[f'ours_{name}_deterministic_tflops']:6.1f}" for name, _ in libs)
-              + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else ""), flush=True)
+              + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else "")
+              + (f"  fa3 {row['fa3_tflops']:6.1f} (det {row['fa3_deterministic_tflops']:6.1f}, diff {row['fa3_diff']:.3g})"
+                 if fa3 else ""), flush=True)
         del q, k, v, dout, out, lse, grads, ours_grads
         torch.cuda.empty_cache()
     return rows
@@ -176,7 +198,8 @@ def plot(rows, path):
     plot_grid(rows, path, "Backward, bf16, H200 (batch x seqlen = 16k; MHA: hidden 2048; FLOPs = 2.5 x forward, "
                           "on the query heads)",
               [("ours_tflops", "flashattn (ours)", "#1f77b4"), ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
-               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")],
+               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c"),
+               ("fa3_tflops", "FlashAttention-3 (built by bench/fa3/build.sh)", "#d62728")],
               hide=tuple({k for r in rows for k in r if k.endswith("_deterministic_tflops")}))
 
 
@@ -198,6 +221,8 @@ def main():
     ap.add_argument("--lib", action="append", default=[], metavar="NAME:PATH",
                     help="also time the library at PATH (another build), interleaved (columns ours_NAME_tflops, "
                          "ours_NAME_deterministic_tflops)")
+    ap.add_argument("--fa3", metavar="SO", help="also time FlashAttention-3's backward through this shim library "
+                    "(bench/fa3/build.sh), columns fa3_tflops, fa3_deterministic_tflops")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/<card>-backward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
@@ -214,13 +239,14 @@ def main():
     det_variants = [parse_variant(v) for v in args.det_variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
     rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, det_variants=det_variants,
-                   alternate=args.alternate)
+                   alternate=args.alternate, fa3=fa3_shim.load(args.fa3) if args.fa3 else None)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_deterministic_tflops", "max_abs_diff_vs_fa2", "baseline_gqa"]
     for label, _ in variants + det_variants + libs:
         fields += [f"ours_{label}_tflops", f"ours_{label}_diff"]
     fields += [f"ours_{name}_deterministic_tflops" for name, _ in libs]
+    fields += ["fa3_tflops", "fa3_deterministic_tflops", "fa3_diff"] if args.fa3 else []
     with open(card_file(out, props.name, "backward.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -251,7 +277,10 @@ def main():
               + "".join(f" | {name} {r[f'ours_{name}_tflops']:6.1f} ours/{name} "
                         f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f} (diff {r[f'ours_{name}_diff']:.2g}), "
                         f"det/{name} {r['ours_deterministic_tflops'] / r[f'ours_{name}_deterministic_tflops']:4.2f}"
-                        for name, _ in libs))
+                        for name, _ in libs)
+              + (f" | FA3 {r['fa3_tflops']:6.1f} det {r['fa3_deterministic_tflops']:6.1f} ours/FA3 "
+                 f"{r['ours_tflops'] / r['fa3_tflops']:4.2f} FA3/cuDNN {r['fa3_tflops'] / r['cudnn_tflops']:4.2f} "
+                 f"FA3 det/FA3 {r['fa3_deterministic_tflops'] / r['fa3_tflops']:4.2f}" if args.fa3 else ""))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_forward.py --out DIR [--quick]
         [--shapes mha,gqa] [--hdims 64,128,256] [--seqlens S,...] [--rounds N]
-        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]... [--alternate CALLS]
+        [--variant LABEL:KEY=VALUE[,KEY=VALUE]]... [--lib NAME:PATH]... [--alternate CALLS] [--fa3 SO]
 
 DIR defaults to bench/out, a gitignored scratch folder (the committed figures are in bench/results/).
 
@@ -30,7 +30,9 @@ forward_kernel=sm80; on Hopper the library's own choice, column ours_tflops, is 
 --variant LABEL:OVERRIDES times ours with those overrides set (fa_set_overrides, FLASHATTN_OVERRIDES's
 syntax), column ours_LABEL_tflops; --lib NAME:PATH times the library at PATH (a build of another
 commit: a before/after comparison in one process, interleaved), column ours_NAME_tflops, and the
-table prints ours / NAME.
+table prints ours / NAME. --fa3 SO also times FlashAttention-3's Hopper forward through the shim that
+bench/fa3/build.sh builds from a FlashAttention-3 checkout (column fa3_tflops; its max abs diff against
+torch's FA2 goes into fa3_max_abs_diff_vs_fa2): what a Hopper user could build instead.
 `--replot CSV` only redraws the chart from a results file (one without nheads_k: all MHA).
 """
 import argparse
@@ -49,7 +51,9 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fa3"))
 import abi  # noqa: E402
+import fa3 as fa3_shim  # noqa: E402
 from bench_common import ALTERNATE_HELP, FAMILIES, ROUNDS_HELP, commit, parse_variant, timed_rates  # noqa: E402
 from bench_common import SCRATCH, baseline_or_nan, grid_from_args, parse_lib, plot_grid, read_rows  # noqa: E402
 from bench_common import card_file, replot_file, shape_label  # noqa: E402
@@ -97,7 +101,7 @@ def sdpa_fn(q, k, v, causal, backend, expand):
     return run, run()
 
 
-def measure(grid, variants=(), libs=(), rounds=1, alternate=0):
+def measure(grid, variants=(), libs=(), rounds=1, alternate=0, fa3=None):
     rows, noted = [], set()
     for shape in grid:
         b, s, h, hk, d, causal = (shape[key] for key in ("batch", "seqlen", "nheads", "nheads_k", "hdim", "causal"))
@@ -133,25 +137,39 @@ def measure(grid, variants=(), libs=(), rounds=1, alternate=0):
                 row["max_abs_diff_vs_fa2"] = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
             del ref
         row["baseline_gqa"] = ";".join(hows)
+        if fa3 is not None:
+            out3 = torch.empty_like(q)
+            try:
+                entries.append(("fa3", fa3_shim.forward_fn(fa3, q, k, v, out3, causal)[0], None))
+                ref = sdpa_fn(q, k, v, causal, SDPBackend.FLASH_ATTENTION, False)[1]
+                row["fa3_max_abs_diff_vs_fa2"] = (out3.float() - ref.transpose(1, 2).float()).abs().max().item()
+                del ref
+            except RuntimeError as e:  # a head dim the shim was not built with
+                row["fa3_tflops"] = row["fa3_max_abs_diff_vs_fa2"] = float("nan")
+                print(f"  fa3: {e}", flush=True)
         for column, tflops in timed_rates(entries, rounds, bench_ms, flops / 1e9, alternate).items():
             row[f"{column}_tflops"] = tflops
         rows.append(row)
         print(f"{shape_label(row):>13} causal={causal!s:5} s={s:5d}: ours {row['ours_tflops']:6.1f}  "
               f"fa2 {row['torch_fa2_tflops']:6.1f}  cudnn {row['cudnn_tflops']:6.1f}  "
               f"(diff {row.get('max_abs_diff_vs_fa2', float('nan')):.3g})"
-              + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else ""), flush=True)
+              + (f"  [{row['baseline_gqa']}]" if row["baseline_gqa"] else "")
+              + (f"  fa3 {row['fa3_tflops']:6.1f} (diff {row['fa3_max_abs_diff_vs_fa2']:.3g})" if fa3 else ""),
+              flush=True)
         del q, k, v, out, entries
         torch.cuda.empty_cache()
     return rows
 
 
 def plot(rows, path):
-    """Bars per shape: our two kernels (where measured), torch's FA2 and cuDNN backends."""
+    """Bars per shape: our two kernels (where measured), torch's FA2 and cuDNN backends, FlashAttention-3
+    where timed (--fa3)."""
     plot_grid(rows, path, "Forward, bf16, H200 (batch x seqlen = 16k; MHA: hidden 2048; FLOPs on the query heads)",
               [("ours_tflops", "flashattn (on Hopper: the wgmma kernel)", "#1f77b4"),
                ("ours_sm80_tflops", "flashattn, mma.sync kernel forced", "#9ecae1"),
                ("torch_fa2_tflops", "PyTorch SDPA FA2", "#ff7f0e"),
-               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c")])
+               ("cudnn_tflops", "PyTorch SDPA cuDNN", "#2ca02c"),
+               ("fa3_tflops", "FlashAttention-3 (built by bench/fa3/build.sh)", "#d62728")])
 
 
 def main():
@@ -168,6 +186,8 @@ def main():
     ap.add_argument("--alternate", type=int, default=0, metavar="CALLS", help=ALTERNATE_HELP)
     ap.add_argument("--hdims", help="comma-separated head dims (default: 64,128,256; GQA: its shapes at these)")
     ap.add_argument("--seqlens", help="comma-separated seqlens (default: the grid, or --quick's)")
+    ap.add_argument("--fa3", metavar="SO", help="also time FlashAttention-3's forward through this shim library "
+                    "(bench/fa3/build.sh), column fa3_tflops")
     ap.add_argument("--replot", metavar="CSV", help="only redraw DIR/<card>-forward.png from a results CSV")
     args = ap.parse_args()
     out = Path(args.out)
@@ -187,11 +207,13 @@ def main():
 
     variants = [parse_variant(v) for v in args.variant]
     libs = [(name, abi.Library(path)) for name, path in map(parse_lib, args.lib)]
-    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, alternate=args.alternate)
+    fa3 = fa3_shim.load(args.fa3) if args.fa3 else None
+    rows = measure(grid, variants=variants, libs=libs, rounds=args.rounds, alternate=args.alternate, fa3=fa3)
     date, rev = datetime.date.today().isoformat(), commit()
     fields = ["date", "commit", "gpu", "hdim", "causal", "seqlen", "batch", "nheads", "nheads_k", "ours_tflops",
               "torch_fa2_tflops", "cudnn_tflops", "ours_sm80_tflops", "max_abs_diff_vs_fa2",
-              "baseline_gqa"] + [f"ours_{label}_tflops" for label, _ in variants + libs]
+              "baseline_gqa"] + [f"ours_{label}_tflops" for label, _ in variants + libs] + (
+                  ["fa3_tflops", "fa3_max_abs_diff_vs_fa2"] if fa3 else [])
     with open(card_file(out, props.name, "forward.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -215,7 +237,9 @@ def main():
               f"{r.get('max_abs_diff_vs_fa2', float('nan')):.2g}"
               + "".join(f" | {label} {r[f'ours_{label}_tflops']:6.1f}" for label, _ in variants)
               + "".join(f" | {name} {r[f'ours_{name}_tflops']:6.1f} ours/{name} "
-                        f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f}" for name, _ in libs))
+                        f"{r['ours_tflops'] / r[f'ours_{name}_tflops']:4.2f}" for name, _ in libs)
+              + (f" | FA3 {r['fa3_tflops']:6.1f} ours/FA3 {r['ours_tflops'] / r['fa3_tflops']:4.2f} "
+                 f"FA3/cuDNN {r['fa3_tflops'] / r['cudnn_tflops']:4.2f}" if fa3 else ""))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ A shape is "d64c1k" style: head dim, 'c' for causal or 'n' for not, seqlen in k 
 (overrides forward_kernel=sm80 / sm90) and torch SDPA's FA2 and cuDNN backends, once each after an
 unprofiled warm-up, inside NVTX ranges named after the shape and the implementation
 (ncu --nvtx --nvtx-include "d64c1k.ours_sm80/" selects one). `scripts/gpu.py profile forward` runs it.
+With FLASHATTN_PROFILE_FA3=SO (the shim bench/fa3/build.sh builds) FlashAttention-3's forward runs
+too, as "SHAPE.fa3".
 """
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,6 +21,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import abi  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fa3"))
+import fa3 as fa3_shim  # noqa: E402
 
 DEFAULT_SHAPES = ["d64c1k", "d64n4k", "d128c1k", "d256c1k"]
 
@@ -61,6 +67,10 @@ def main():
                 with sdpa_kernel([backend]):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             runs[name] = sdpa
+        if os.environ.get("FLASHATTN_PROFILE_FA3"):
+            out3 = torch.empty_like(q)
+            runs["fa3"] = fa3_shim.forward_fn(fa3_shim.load(os.environ["FLASHATTN_PROFILE_FA3"]), q, k, v, out3,
+                                              causal)[0]
         run_in_nvtx_ranges(shape, runs)
         print(f"{shape}: b={b} s={s} h={h} d={d} causal={causal}: ran {', '.join(runs)}", flush=True)
 
