@@ -1,6 +1,6 @@
 """Clocks and power under sustained load: what bounds the H200's training kernels.
 
-    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_power.py --out DIR [--seconds S]
+    FLASHATTN_LIBRARY=build-gpu/src/libflashattn.so python3 bench/gpu_power.py --out DIR [--seconds S] [--fa3 SO]
 
 The benchmark grid (gpu_forward.py, gpu_backward.py) times short bursts; this one runs each kernel back
 to back for --seconds (default 4) while `nvidia-smi` samples the SM clock, the board power, its limit
@@ -13,7 +13,9 @@ or zero: the ceilings at the power cap of the two products an attention forward 
 of the power that the data's switching costs); ours and cuDNN, forward and backward, at d128
 over the shapes where the grid's ratios sit closest to 1 (16k x 1 at 64/8 and 16/16 heads, 1k x 16
 at 16/16; causal and not); and ours forward on q = 0 (scores all zero, P constant: the same
-instructions with little switching), the energy the data itself costs.
+instructions with little switching), the energy the data itself costs. With --fa3 SO (the shim
+bench/fa3/build.sh builds), FlashAttention-3's forward and backward on the same attention shapes too
+(kernel fa3): whether a faster kernel does more work a cycle or runs at a higher clock.
 
 Writes DIR/<card>-power.csv (date, commit, gpu, kernel, pass, shape, causal, tflops, sm_clock_mhz,
 sm_clock_min_mhz, power_w, power_limit_w, throttle_reasons, tensor_share_per_cycle).
@@ -32,7 +34,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fa3"))
 import abi  # noqa: E402
+import fa3 as fa3_shim  # noqa: E402
 import gpu_backward  # noqa: E402
 import gpu_forward  # noqa: E402
 from bench_common import SCRATCH, card_file, commit  # noqa: E402
@@ -95,8 +99,9 @@ def summarize(tflops, readings, sms):
             "tensor_share_per_cycle": round(tflops * 1e12 / (DENSE_BF16_FLOP_PER_CLOCK_PER_SM * sms * clock * 1e6), 3)}
 
 
-def attention(causal, s, b, h, hk, d=128):
-    """The attention kernels of one shape, as kernels() lists them."""
+def attention(causal, s, b, h, hk, d=128, fa3=None):
+    """The attention kernels of one shape, as kernels() lists them (FlashAttention-3's with fa3, the
+    shim's library)."""
     shape = f"{b}x{s} {h}/{hk} d{d}"
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
 
@@ -123,15 +128,31 @@ def attention(causal, s, b, h, hk, d=128):
             return lambda keep=(q, k, v, out, lse, dout, grads): call()
         return gpu_backward.sdpa_backward_fn(q, k, v, dout, causal, gpu_forward.SDPBackend.CUDNN_ATTENTION, False)[0]
 
+    def fa3_forward():
+        q, k, v = inputs()
+        out = torch.empty_like(q)
+        run, lse = fa3_shim.forward_fn(fa3, q, k, v, out, causal)
+        return lambda keep=(q, k, v, out, lse): run()
+
+    def fa3_backward():
+        q, k, v = inputs()
+        dout, out = torch.randn_like(q), torch.empty_like(q)
+        lse = fa3_shim.forward_fn(fa3, q, k, v, out, causal)[1]
+        grads = [torch.empty_like(t) for t in (q, k, v)]
+        run = fa3_shim.backward_fn(fa3, q, k, v, out, lse, dout, grads, causal, False)
+        return lambda keep=(q, k, v, out, lse, dout, grads): run()
+
     cases = [("ours", "forward", flops, lambda: forward(True)), ("cudnn", "forward", flops, lambda: forward(False))]
+    cases += [("fa3", "forward", flops, fa3_forward)] if fa3 else []
     if not causal and s == 16384 and h == 64:
         cases.append(("ours q=0", "forward", flops, lambda: forward(True, zero_q=True)))
     cases += [("ours", "backward", 2.5 * flops, lambda: backward(True)),
               ("cudnn", "backward", 2.5 * flops, lambda: backward(False))]
+    cases += [("fa3", "backward", 2.5 * flops, fa3_backward)] if fa3 else []
     return [(kernel, which, shape, causal, work, make) for kernel, which, work, make in cases]
 
 
-def kernels():
+def kernels(fa3=None):
     """(kernel, pass, shape, causal, flops, make): make() returns the function to soak, built on
     fresh tensors (freed before the next one is made)."""
     n = 8192
@@ -146,7 +167,7 @@ def kernels():
             for kind in ("random", "exp(N(0,1)-4)", "zeros")]
     for causal in (False, True):
         for s, b, h, hk in ((16384, 1, 64, 8), (16384, 1, 16, 16), (1024, 16, 16, 16)):
-            todo += attention(causal, s, b, h, hk)
+            todo += attention(causal, s, b, h, hk, fa3=fa3)
     return todo
 
 
@@ -154,6 +175,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(SCRATCH), help="output folder (default bench/out)")
     ap.add_argument("--seconds", type=float, default=4.0, help="soak per kernel (readings: all but its first second)")
+    ap.add_argument("--fa3", metavar="SO", help="also soak FlashAttention-3's kernels through this shim library "
+                    "(bench/fa3/build.sh)")
     args = ap.parse_args()
     if not args.seconds > 1.0:
         ap.error(f"--seconds {args.seconds}: expected more than 1 (the readings skip each soak's first second)")
@@ -163,7 +186,7 @@ def main():
     sampler = Sampler()
     time.sleep(1.0)
     rows, date, rev = [], datetime.date.today().isoformat(), commit()
-    todo = kernels()
+    todo = kernels(fa3_shim.load(args.fa3) if args.fa3 else None)
     for i, (kernel, which, shape, causal, flops, make) in enumerate(todo):
         fn = make()
         row = {"date": date, "commit": rev, "gpu": props.name, "kernel": kernel, "pass": which, "shape": shape,

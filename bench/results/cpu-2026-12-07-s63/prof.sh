@@ -5,6 +5,6 @@
 export FLASHATTN_COMMIT=$(cat .after-s62/f.commit) FLASHATTN_PROFILE_FA3=$PWD/.fa3/fa3.so
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
 export GPU_DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-250} ))
-python3 scripts/gpu.py --out $OUT/p profile forward --lib .after-s62/f.so.xz --shapes "d128c4k d128n4k" \
-    --impls "ours_sm90 fa3" --timeout 240
+python3 scripts/gpu.py --out $OUT/p profile forward --lib .after-s62/f.so.xz --shapes "${SHAPES:-d128c4k d128n4k}" \
+    --impls "ours_sm90 fa3" --ncu-args "--section MemoryWorkloadAnalysis" --timeout ${LIMIT:-240}
 cd $OUT && tar czf p.tgz p && rm -rf p
