@@ -14,7 +14,6 @@
 #include "flash.h"
 #include "cutlass/numeric_types.h"
 
-
 namespace {
 int sm_count() {
     static int count = [] {
@@ -72,9 +71,6 @@ void set_forward_params(Flash_fwd_params &p, void *q, void *k, void *v, void *ou
 }
 }  // namespace
 
-// q (b, sq, h, d), k / v (b, sk, hk, d), out (b, sq, h, d): element strides of batch, row, head.
-// lse: b * h * sq floats. counter: one int of device memory. Returns 0, or -1 for a head dim this
-// build lacks, or a CUDA error code.
 // q (b, sq, h, d), k / v (b, sk, hk, d), out (b, sq, h, d); strides: element strides of batch, row
 // and head of q, k, v, out (12 values). lse: b * h * sq floats. counter: one int of device memory.
 // Returns 0, -1 for a head dim this build lacks, or a CUDA error code.
