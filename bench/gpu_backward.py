@@ -171,7 +171,7 @@ def measure(grid, variants=(), libs=(), rounds=1, det_variants=(), alternate=0, 
                         row["fa3_diff"] = max((g.float() - o.float()).abs().max().item()
                                               for g, o in zip(grads3, ours_grads))
             except RuntimeError as e:  # a head dim the shim was not built with
-                entries = [e for e in entries if not e[0].startswith("fa3")]
+                entries = [entry for entry in entries if not entry[0].startswith("fa3")]
                 row["fa3_tflops"] = row["fa3_deterministic_tflops"] = row["fa3_diff"] = float("nan")
                 print(f"  fa3: {e}", flush=True)
         for column, tflops in timed_rates(entries, rounds, bench_ms, flops / 1e9, alternate).items():

@@ -49,6 +49,7 @@ def run_in_nvtx_ranges(shape, runs):
 
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
+    fa3 = fa3_shim.load(os.environ["FLASHATTN_PROFILE_FA3"]) if os.environ.get("FLASHATTN_PROFILE_FA3") else None
     for shape in shapes:
         d, causal, s = parse(shape)
         b, h = 16384 // s, 2048 // d
@@ -67,10 +68,9 @@ def main():
                 with sdpa_kernel([backend]):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             runs[name] = sdpa
-        if os.environ.get("FLASHATTN_PROFILE_FA3"):
+        if fa3 is not None:
             out3 = torch.empty_like(q)
-            runs["fa3"] = fa3_shim.forward_fn(fa3_shim.load(os.environ["FLASHATTN_PROFILE_FA3"]), q, k, v, out3,
-                                              causal)[0]
+            runs["fa3"] = fa3_shim.forward_fn(fa3, q, k, v, out3, causal)[0]
         run_in_nvtx_ranges(shape, runs)
         print(f"{shape}: b={b} s={s} h={h} d={d} causal={causal}: ran {', '.join(runs)}", flush=True)
 

@@ -34,13 +34,15 @@ def forward_fn(lib, q, k, v, out, causal):
     args += [ctypes.c_int(x) for x in (b, sq, k.shape[1], h, k.shape[2], d)]
     args += [strides, ctypes.c_int(int(causal)), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)]
     forward = lib.fa3_forward
-    run = _once(lambda: forward(*args), "fa3_forward")
-    run.keep = (strides, counter)
+    # args hold addresses only: the closure keeps lse and the counter alive as long as the call lives
+    # (the caller may drop lse; the kernel still writes it).
+    run = _once(lambda keep=(lse, counter): forward(*args), "fa3_forward")
     return run, lse
 
 
 def backward_fn(lib, q, k, v, out, lse, dout, grads, causal, deterministic):
-    """FlashAttention-3's backward of its own forward (out, lse) into grads (dq, dk, dv); run once."""
+    """FlashAttention-3's backward of its own forward (out, lse) into grads (dq, dk, dv); run once. The
+    caller keeps the tensors alive while it calls run."""
     b, sq, h, d = q.shape
     dq, dk, dv = grads
     strides = _strides(q, k, v, out, dout, dq, dk, dv)
@@ -49,6 +51,4 @@ def backward_fn(lib, q, k, v, out, lse, dout, grads, causal, deterministic):
     args += [strides, ctypes.c_int(int(causal)), ctypes.c_int(int(deterministic)),
              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)]
     backward = lib.fa3_backward
-    run = _once(lambda: backward(*args), "fa3_backward")
-    run.keep = strides
-    return run
+    return _once(lambda: backward(*args), "fa3_backward")
