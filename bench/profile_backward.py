@@ -21,7 +21,9 @@ named implementations (comma-separated), for a second Nsight pass that selects b
 (`--kernel-name regex:flash_bwd`: FA2's dot_do_o, main and convert_dq kernels; warm-up and timed
 call both appear), or =cudnn for a pass that profiles every kernel (the set-up's forwards, then
 cuDNN's backward kernels, warm-up and timed call). `scripts/gpu.py profile backward` runs the
-passes that its --impls name.
+passes that its --impls name. With FLASHATTN_PROFILE_FA3=SO (the shim bench/fa3/build.sh builds)
+FlashAttention-3's backward of its own forward runs too, as "SHAPE.fa3" (MHA and GQA shapes with
+equal head dims; its kernels run on this thread, so the NVTX filter catches them).
 """
 import os
 import re
@@ -36,6 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import abi  # noqa: E402
 from profile_forward import parse, run_in_nvtx_ranges  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fa3"))
+import fa3 as fa3_shim  # noqa: E402
 
 DEFAULT_SHAPES = ["d128n1k", "d128n16k", "d64n1k", "d256n4k"]
 
@@ -71,6 +76,7 @@ class BackwardProblem:
 
 def main():
     shapes = sys.argv[1:] or DEFAULT_SHAPES
+    fa3 = fa3_shim.load(os.environ["FLASHATTN_PROFILE_FA3"]) if os.environ.get("FLASHATTN_PROFILE_FA3") else None
     for shape in shapes:
         problem = BackwardProblem(shape)
         d, causal, s, b, h = problem.d, problem.causal, problem.s, problem.b, problem.h
@@ -97,6 +103,10 @@ def main():
             def sdpa(sdpa_out=sdpa_out):
                 torch.autograd.grad(sdpa_out, leaves, dout_t, retain_graph=True)
             runs[name] = sdpa
+        if fa3 is not None and problem.dv == d:
+            out3, grads3 = torch.empty_like(q), [torch.empty_like(t) for t in (q, k, v)]
+            lse3 = fa3_shim.forward_fn(fa3, q, k, v, out3, causal)[1]
+            runs["fa3"] = fa3_shim.backward_fn(fa3, q, k, v, out3, lse3, dout, grads3, causal, False)
         only = os.environ.get("FLASHATTN_PROFILE_BWD_ONLY")
         if only:  # e.g. "fa2": a pass that filters by kernel name instead of NVTX (see the docstring)
             runs = {name: fn for name, fn in runs.items() if name in only.split(",")}
