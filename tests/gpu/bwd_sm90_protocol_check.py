@@ -47,6 +47,16 @@ random wait for the counter, and after its read a random while (the writes landi
 count) before its next block, while the loader runs on. (The order between CTAs, and the counters:
 tests/gpu/bwd_dq_order_check.py.)
 
+run_pds_do1 models a d256 schedule not built yet (docs/perf-log.md, session 64): 80-key blocks, one
+dO stage (do_full / do_empty) beside the Q ring, dO released once each consumer's dV completed, and
+each consumer's dQ staged half over its half of the Q stage and half in a region of its own that
+reaches into the P buffer, after a barrier behind every consumer's dV; the dQ thread releases the Q
+stage (q_empty) and the region (extra_read, which the consumers wait for before writing it or the
+next P) once the reductions read them. Checks: no deadlock; every product reads the blocks it
+expects (dO included); no stage, dO, region or P rewritten under a reader; every block reduced once,
+after both consumers staged it, in walk order. (Its p_read barrier also orders the dK/dV epilogue
+behind every product on K and V, so "no_epilogue_barrier" cannot show there.)
+
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
            the previous block's)
@@ -61,6 +71,10 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
            "no_staged_wait" (reduced without waiting for both consumers' staging)
   both:    "no_epilogue_barrier" (the staging without the first barrier), "stage_every_block"
            (staging after every key block, while the producer refills K and V)
+  run_pds_do1: "no_do_empty_wait" (dO refilled before both dVs completed), "early_do_release" (dO
+           released as dV starts), "no_extra_wait" (the region or P written before the reductions
+           read it), "no_p_read_barrier" (dQ staged over P while the other consumer's dV reads it),
+           "stage_every_block"
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
 """
 import random
@@ -402,6 +416,140 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
         assert published == list(range(uses)), (walk, published)
 
 
+def run_pds_do1(walk, S, seed, broken=None):
+    """A d256 schedule at 80-key blocks (not built yet: docs/perf-log.md, session 64, the second
+    form), with one dO stage beside S Q stages; walk and S as run(). The producer loads Q / lse /
+    dsum into the Q ring (q_full / q_empty) and dO into its one stage (do_full / do_empty, the two
+    consumers' arrivals). P and dS have one buffer each, written after the pds_free barrier (both
+    consumers' products of the block before completed). Each consumer's dV (reads dO and P) comes
+    first: it releases dO once dV completes, while dQ (dS, K) and dK (its half of the Q stage, dS)
+    still run. Its dQ then goes to two places: half over its half of the Q stage (as run_pds), half
+    into a region of its own, where consumer 1's reaches into the P buffer (the spare shared memory
+    holds three of the four 8 KB boxes), so both pass the p_read barrier (every dV, the P buffer's
+    reader, completed) first. The dQ thread reduces a block's boxes once both consumers staged
+    (dq_staged), arrives on q_empty once they were read and on extra_read for the region; a
+    consumer waits for extra_read before it writes the region or the next P."""
+    rnd = random.Random(seed)
+    q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(3) for _ in range(S)]
+    do_full = MBar(1); do_empty = MBar(2)
+    dq_staged = [MBar(2) for _ in range(S)]; extra_read = MBar(1)
+    kv_full = MBar(1); kv_empty = MBar(2)
+    pds_ready = NBar(2); pds_free = NBar(2); p_read = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
+    q_stage = [None] * S; do_stage = [None]; kv_stage = [None]
+    halves = [[None, None] for _ in range(S)]  # [stage][consumer] -> use whose dQ half is staged there
+    extra = [None, None]  # [consumer] -> use whose other dQ half is in its region (consumer 1's: in P too)
+    p_buf, ds_buf = [None, None], [None, None]  # [consumer] -> use whose keys it holds (None: dQ there)
+    pending, reductions, reduced = [], [], []
+    uses = sum(blocks for _, blocks in walk)
+
+    def producer():
+        q_uses = kv_uses = 0
+        for n, blocks in walk:
+            if blocks == 0: continue
+            if kv_uses > 0:
+                while not kv_empty.done((kv_uses - 1) & 1): yield
+            pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
+            kv_uses += 1
+            for m in range(blocks):
+                s = q_uses % S
+                if q_uses >= S:
+                    while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
+                pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
+                yield
+                if q_uses >= 1 and broken != "no_do_empty_wait":
+                    while not do_empty.done((q_uses - 1) & 1): yield
+                pending.append([rnd.randint(1, 8), do_stage, 0, (n, m), do_full])
+                q_uses += 1
+                yield
+
+    def staged_adds():  # the producer's dQ thread, block by block
+        for use in range(uses):
+            s = use % S
+            while not dq_staged[s].done((use // S) & 1): yield
+            assert halves[s] == [use, use] and extra == [use, use], ("reduced before both staged", use, halves[s], extra)
+            r = [s, use, rnd.randint(1, 6)]
+            reductions.append(r)
+            while r[2] > 0: yield  # the bulk reductions read the boxes
+            reduced.append(use)
+            q_empty[s].arrive()
+            extra_read.arrive()
+            yield
+
+    def consumer(c):
+        q_uses = kv_uses = 0
+        for index, (n, blocks) in enumerate(walk):
+            if blocks == 0:
+                if stages_epilogue(walk, index, broken):
+                    yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+                continue
+            while not kv_full.done(kv_uses & 1): yield
+            for m in range(blocks):
+                s = q_uses % S
+                while not q_full[s].done((q_uses // S) & 1): yield
+                while not do_full.done(q_uses & 1): yield
+                for _ in range(rnd.randint(1, 3)):  # S, dP: the Q stage, dO, K, V
+                    assert q_stage[s] == (n, m) and do_stage[0] == (n, m) and kv_stage[0] == n, \
+                        (c, n, m, q_stage[s], do_stage, kv_stage)
+                    assert halves[s] == [None, None], ("S / dP read staged dQ", c, q_uses, halves[s])
+                    yield
+                g = pds_free.gen; pds_free.arrive()
+                while pds_free.gen == g: yield
+                if q_uses > 0 and broken != "no_extra_wait":  # the reductions read the P box
+                    while not extra_read.done((q_uses - 1) & 1): yield
+                p_buf[c] = ds_buf[c] = q_uses
+                yield
+                g = pds_ready.gen; pds_ready.arrive()
+                while pds_ready.gen == g: yield
+                for _ in range(rnd.randint(2, 4)):  # dV: dO and both halves of P
+                    assert do_stage[0] == (n, m) and p_buf == [q_uses, q_uses], (c, q_uses, do_stage, p_buf)
+                    yield
+                    if broken == "early_do_release" and _ == 0: do_empty.arrive()
+                if broken != "early_do_release": do_empty.arrive()  # dV completed: dO is free
+                for _ in range(rnd.randint(1, 4)):  # dQ, dK: dS, K, its half of the Q stage
+                    assert ds_buf == [q_uses, q_uses] and kv_stage[0] == n and q_stage[s] == (n, m), \
+                        (c, q_uses, ds_buf, kv_stage, q_stage[s])
+                    yield
+                if broken != "no_p_read_barrier":
+                    g = p_read.gen; p_read.arrive()
+                    while p_read.gen == g: yield
+                halves[s][c] = q_uses
+                extra[c] = q_uses
+                if c == 1: p_buf[0] = p_buf[1] = None  # consumer 1's last box over P (both halves of it)
+                yield
+                dq_staged[s].arrive()
+                q_empty[s].arrive()
+                q_uses += 1
+            kv_empty.arrive()
+            kv_uses += 1
+            if stages_epilogue(walk, index, broken):
+                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+
+    def landed(stage, s):
+        if stage is q_stage: halves[s] = [None, None]
+
+    live = [producer(), consumer(0), consumer(1), staged_adds()]
+    for _ in range(200000):
+        for p in list(pending):
+            p[0] -= 1
+            if p[0] <= 0:
+                p[1][p[2]] = p[3]
+                landed(p[1], p[2])
+                p[4].arrive(); pending.remove(p)
+        for r in list(reductions):
+            assert halves[r[0]] == [r[1], r[1]], ("the Q stage refilled under a reduction", r, halves)
+            assert extra == [r[1], r[1]] and p_buf == [None, None], ("the region or P rewritten under a reduction", r, extra, p_buf)
+            r[2] -= 1
+            if r[2] <= 0: reductions.remove(r)
+        if not live and not pending: break
+        if live:
+            a = rnd.choice(live)
+            try: next(a)
+            except StopIteration: live.remove(a)
+    else:
+        raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+    assert reduced == list(range(uses)), (walk, reduced)
+
+
 def random_walk(seed):
     rnd = random.Random(seed)
     return [(n, rnd.choice([0, 0, 1, 2, 3, 5, 8])) for n in range(rnd.randint(1, 5))]
@@ -433,15 +581,16 @@ if __name__ == "__main__":
             run_pds(walk, S, seed)
             run_pds(walk, S, seed, handoff=True)
             run_pds(walk, S, seed, handoff=True, single_buffer=True)
+            run_pds_do1(walk, S, seed)
             if seed < 1000:
                 run(one_key_block(seed), S, seed, split=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True, single_buffer=True)
             cases += 1
-    print(f"bwd ws protocol: {cases} random walks x 2 schedules (the P/dS one also with the dQ hand-off, with "
-          "one P/dS buffer too; 2000 of each also with the ordered dQ), no deadlock, every stage, dS, P/dS, dQ buffer and staged dQ and "
-          "the staged dK/dV epilogue as expected")
+    print(f"bwd ws protocol: {cases} random walks x 3 schedules (the P/dS one also with the dQ hand-off, with "
+          "one P/dS buffer too; 2000 of each also with the ordered dQ; the one-dO-stage form at 80 keys), no deadlock, "
+          "every stage, dS, P/dS, dQ buffer and staged dQ and the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
                           (run_pds, "no_pds_barrier"), (run_pds, "early_q_release"),
                           (run, "no_epilogue_barrier"), (run_pds, "no_epilogue_barrier"),
@@ -464,6 +613,10 @@ if __name__ == "__main__":
         hits = caught(run_pds, broken)
         assert hits > 0, f"run_pds broken={broken}: not caught by any walk"
         print(f"  broken variant run_pds/{broken}: caught on {hits} of 400 walks")
+    for broken in ("no_do_empty_wait", "early_do_release", "no_extra_wait", "no_p_read_barrier", "stage_every_block"):
+        hits = caught(run_pds_do1, broken)
+        assert hits > 0, f"run_pds_do1 broken={broken}: not caught by any walk"
+        print(f"  broken variant run_pds_do1/{broken}: caught on {hits} of 400 walks")
     hits = caught(run_pds, "retire_after_read", seeds=100, ordered=True)
     assert hits > 0, "run_pds ordered broken=retire_after_read: not caught by any walk"
     print(f"  broken variant run_pds(ordered)/retire_after_read: caught on {hits} of 100 walks")
