@@ -126,6 +126,76 @@ def stages_epilogue(walk, index, broken):
     return index == len(walk) - 1 or broken == "stage_every_block"
 
 
+def load_walk(walk, S, rnd, pending, kv, q, after_copy=None, at_end=None):
+    """The producer's loads along a walk: K/V once per key block with query blocks (kv = (full,
+    empty, stage) of its one stage, refilled once both consumers released it), then each query
+    block's Q stage (q = (full[S], empty[S], stages)), refilled once its previous use was
+    released; after_copy(use) runs after a stage's copy is issued, at_end(uses) after the walk (the
+    schedules' dQ hand-off, dO ring)."""
+    kv_full, kv_empty, kv_stage = kv
+    q_full, q_empty, q_stage = q
+    q_uses = kv_uses = 0
+    for n, blocks in walk:
+        if blocks == 0: continue
+        if kv_uses > 0:
+            while not kv_empty.done((kv_uses - 1) & 1): yield
+        pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
+        kv_uses += 1
+        for m in range(blocks):
+            s = q_uses % S
+            if q_uses >= S:
+                while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
+            pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
+            if after_copy: yield from after_copy(q_uses, (n, m))
+            q_uses += 1
+            yield
+    if at_end: yield from at_end(q_uses)
+
+
+def consume_walk(walk, S, c, rnd, broken, kv_full, kv_empty, q_full, kv_stage, epilogue_bar, staged, block):
+    """Consumer c's walk: each key block's K/V and each query block's Q stage waited for, block(use,
+    s, (n, m)) (a generator: the schedule's products of one query block, use counting them over the
+    walk, s its stage), K/V released after the key block, and the dK/dV epilogue after the CTA's
+    last one (also after a key block without query blocks)."""
+    q_uses = kv_uses = 0
+    for index, (n, blocks) in enumerate(walk):
+        if blocks == 0:
+            if stages_epilogue(walk, index, broken):
+                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+            continue
+        while not kv_full.done(kv_uses & 1): yield
+        for m in range(blocks):
+            s = q_uses % S
+            while not q_full[s].done((q_uses // S) & 1): yield
+            yield from block(q_uses, s, (n, m))
+            q_uses += 1
+        kv_empty.arrive()
+        kv_uses += 1
+        if stages_epilogue(walk, index, broken):
+            yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+
+
+def simulate(live, pending, rnd, walk, S, seed, landed=None, tick=None):
+    """Random interleavings of the actors (generators) until all end: each turn lands the copies
+    whose delay ran out (landed(stage list, slot) after each), runs tick() (asynchronous work such
+    as bulk reductions), then one step of a random live actor; 200,000 turns without an end is a
+    deadlock."""
+    for _ in range(200000):
+        for p in list(pending):
+            p[0] -= 1
+            if p[0] <= 0:
+                if p[1] is not None: p[1][p[2]] = p[3]
+                if landed: landed(p[1], p[2])
+                p[4].arrive(); pending.remove(p)
+        if tick: tick()
+        if not live and not pending: return
+        if live:
+            a = rnd.choice(live)
+            try: next(a)
+            except StopIteration: live.remove(a)
+    raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+
+
 def run(walk, S, seed, broken=None, split=False):
     """walk: [(key block, number of query blocks)], in the kernel's order. split: the ordered dQ's
     producer roles (one key block): a loader (K/V, then the stages) and an adder that takes each
@@ -150,23 +220,12 @@ def run(walk, S, seed, broken=None, split=False):
         added.append(use)
         dq_empty.arrive()
 
+    def add_previous(uses, _=None):  # the hand-off: block u-1's dQ after block u's stage, the last at the end
+        if uses > 0 and not split: yield from add_dq(uses - 1)
+
     def producer():
-        q_uses = kv_uses = 0
-        for n, blocks in walk:
-            if blocks == 0: continue
-            if kv_uses > 0:
-                while not kv_empty.done((kv_uses - 1) & 1): yield
-            pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
-            kv_uses += 1
-            for m in range(blocks):
-                s = q_uses % S
-                if q_uses >= S:
-                    while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
-                pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
-                if q_uses > 0 and not split: yield from add_dq(q_uses - 1)
-                q_uses += 1
-                yield
-        if q_uses > 0 and not split: yield from add_dq(q_uses - 1)
+        yield from load_walk(walk, S, rnd, pending, (kv_full, kv_empty, kv_stage), (q_full, q_empty, q_stage),
+                             add_previous, add_previous)
 
     def adder(warp):  # split roles: dQ warp `warp` takes every other block, each after its turn
         for use in range(warp, sum(blocks for _, blocks in walk), 2):
@@ -174,56 +233,33 @@ def run(walk, S, seed, broken=None, split=False):
             yield from add_dq(use)
             for _ in range(rnd.randint(0, 12)): yield  # its writes land, the fence, its count
 
+    def block(c, use, s, nm):
+        n, m = nm
+        assert q_stage[s] == (n, m), (c, n, m, q_stage[s])
+        assert kv_stage[0] == n, (c, n, kv_stage)
+        for _ in range(rnd.randint(0, 3)): yield  # S, dP, softmax, dV, dK issued
+        buf = 0 if broken == "single_ds" else use % 2
+        ds[buf][c] = use  # dS^T of this block, this consumer's keys
+        g = ds_ready.gen; ds_ready.arrive()
+        while ds_ready.gen == g: yield
+        # The dQ wgmma reads both halves of the buffer until its wait.
+        for _ in range(rnd.randint(1, 4)):
+            assert ds[buf] == [use, use], (c, use, ds[buf])
+            yield
+        assert q_stage[s] == (n, m) and kv_stage[0] == n  # dV, dK, dQ done reading
+        q_empty[s].arrive()
+        if use > 0 and broken != "no_dq_empty_wait":
+            while not dq_empty.done((use - 1) & 1): yield
+        dq[c] = use
+        dq_full_of(dq_full, use, broken)[0].arrive()
+
     def consumer(c):
-        q_uses = kv_uses = 0
-        for index, (n, blocks) in enumerate(walk):
-            if blocks == 0:  # the epilogue only
-                if stages_epilogue(walk, index, broken):
-                    yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
-                continue
-            while not kv_full.done(kv_uses & 1): yield
-            for m in range(blocks):
-                s = q_uses % S
-                while not q_full[s].done((q_uses // S) & 1): yield
-                assert q_stage[s] == (n, m), (c, n, m, q_stage[s])
-                assert kv_stage[0] == n, (c, n, kv_stage)
-                for _ in range(rnd.randint(0, 3)): yield  # S, dP, softmax, dV, dK issued
-                buf = 0 if broken == "single_ds" else q_uses % 2
-                ds[buf][c] = q_uses  # dS^T of this block, this consumer's keys
-                g = ds_ready.gen; ds_ready.arrive()
-                while ds_ready.gen == g: yield
-                # The dQ wgmma reads both halves of the buffer until its wait.
-                for _ in range(rnd.randint(1, 4)):
-                    assert ds[buf] == [q_uses, q_uses], (c, q_uses, ds[buf])
-                    yield
-                assert q_stage[s] == (n, m) and kv_stage[0] == n  # dV, dK, dQ done reading
-                q_empty[s].arrive()
-                if q_uses > 0 and broken != "no_dq_empty_wait":
-                    while not dq_empty.done((q_uses - 1) & 1): yield
-                dq[c] = q_uses
-                dq_full_of(dq_full, q_uses, broken)[0].arrive()
-                q_uses += 1
-            kv_empty.arrive()
-            kv_uses += 1
-            if stages_epilogue(walk, index, broken):
-                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+        yield from consume_walk(walk, S, c, rnd, broken, kv_full, kv_empty, q_full, kv_stage, epilogue_bar,
+                                staged, lambda use, s, nm: block(c, use, s, nm))
 
     uses = sum(blocks for _, blocks in walk)
     actors = [producer(), consumer(0), consumer(1)] + ([adder(0), adder(1)] if split else [])
-    live = list(actors)
-    for _ in range(200000):
-        for p in list(pending):
-            p[0] -= 1
-            if p[0] <= 0:
-                if p[1] is not None: p[1][p[2]] = p[3]
-                p[4].arrive(); pending.remove(p)
-        if not live and not pending: break
-        if live:
-            a = rnd.choice(live)
-            try: next(a)
-            except StopIteration: live.remove(a)
-    else:
-        raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+    simulate(list(actors), pending, rnd, walk, S, seed)
     assert added == list(range(uses)), (walk, added)
 
 
@@ -267,23 +303,12 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
         reduced.append(use)
         dq_empty.arrive()
 
+    def add_previous(uses, _=None):  # the hand-off, as run's
+        if handoff and not ordered and uses > 0: yield from add_dq(uses - 1)
+
     def producer():
-        q_uses = kv_uses = 0
-        for n, blocks in walk:
-            if blocks == 0: continue
-            if kv_uses > 0:
-                while not kv_empty.done((kv_uses - 1) & 1): yield
-            pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
-            kv_uses += 1
-            for m in range(blocks):
-                s = q_uses % S
-                if q_uses >= S:
-                    while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
-                pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
-                if handoff and not ordered and q_uses > 0: yield from add_dq(q_uses - 1)
-                q_uses += 1
-                yield
-        if handoff and not ordered and q_uses > 0: yield from add_dq(q_uses - 1)
+        yield from load_walk(walk, S, rnd, pending, (kv_full, kv_empty, kv_stage), (q_full, q_empty, q_stage),
+                             add_previous, add_previous)
 
     revisits = sum(1 for _, blocks in walk if blocks) > 1
 
@@ -322,61 +347,51 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
             yield from add_dq(use)
             for _ in range(rnd.randint(0, 12)): yield  # its writes land, the fence, its count
 
+    def block(c, use, s, nm):
+        n, m = nm
+        for step in range(rnd.randint(1, 3)):  # S, dP read the stage (both halves) and K, V
+            assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
+            assert handoff or halves[s] == [None, None], ("S / dP read staged dQ", c, use, halves[s])
+            yield
+        buf = use % buffers
+        if single_buffer and broken != "no_pds_free_barrier":
+            g = pds_free.gen; pds_free.arrive()
+            while pds_free.gen == g: yield
+        pds[buf][c] = use  # this consumer's keys of P, then of dS
+        yield
+        if broken != "no_pds_barrier":
+            g = pds_ready.gen; pds_ready.arrive()
+            while pds_ready.gen == g: yield
+        # dQ, dV, dK read both halves of P / dS, K and (dV, dK) this consumer's halves of the
+        # stage until their waits; with the hand-off dQ's wait comes first and its dQ is
+        # handed over while dV / dK still run.
+        reads = rnd.randint(1, 5)
+        for step in range(reads):
+            assert pds[buf] == [use, use], (c, use, pds[buf])
+            assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
+            assert handoff or halves[s][c] is None, ("dV / dK read staged dQ", c, use, halves[s])
+            if step == 0 and handoff:
+                if use > 0 and broken != "no_dq_empty_wait":
+                    while not dq_empty.done((use - 1) & 1): yield
+                dq[c] = use
+                dq_full_of(dq_full, use, broken)[0].arrive()
+                added[c].append(use)
+            if step == 0 and not handoff and broken == "stage_before_wait":
+                halves[s][c] = use
+            if broken == "early_q_release" and step == 0: q_empty[s].arrive()
+            yield
+        if handoff:
+            if broken != "early_q_release": q_empty[s].arrive()
+        else:
+            halves[s][c] = use  # its dQ over its halves (after the consumer's barrier)
+            yield
+            dq_staged[s].arrive()
+            q_empty[s].arrive()
+            added[c].append(use)
+
     def consumer(c):
-        q_uses = kv_uses = 0
-        for index, (n, blocks) in enumerate(walk):
-            if blocks == 0:  # the epilogue only
-                if stages_epilogue(walk, index, broken):
-                    yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
-                continue
-            while not kv_full.done(kv_uses & 1): yield
-            for m in range(blocks):
-                s = q_uses % S
-                while not q_full[s].done((q_uses // S) & 1): yield
-                for step in range(rnd.randint(1, 3)):  # S, dP read the stage (both halves) and K, V
-                    assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
-                    assert handoff or halves[s] == [None, None], ("S / dP read staged dQ", c, q_uses, halves[s])
-                    yield
-                buf = q_uses % buffers
-                if single_buffer and broken != "no_pds_free_barrier":
-                    g = pds_free.gen; pds_free.arrive()
-                    while pds_free.gen == g: yield
-                pds[buf][c] = q_uses  # this consumer's keys of P, then of dS
-                yield
-                if broken != "no_pds_barrier":
-                    g = pds_ready.gen; pds_ready.arrive()
-                    while pds_ready.gen == g: yield
-                # dQ, dV, dK read both halves of P / dS, K and (dV, dK) this consumer's halves of the
-                # stage until their waits; with the hand-off dQ's wait comes first and its dQ is
-                # handed over while dV / dK still run.
-                reads = rnd.randint(1, 5)
-                for step in range(reads):
-                    assert pds[buf] == [q_uses, q_uses], (c, q_uses, pds[buf])
-                    assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s], kv_stage)
-                    assert handoff or halves[s][c] is None, ("dV / dK read staged dQ", c, q_uses, halves[s])
-                    if step == 0 and handoff:
-                        if q_uses > 0 and broken != "no_dq_empty_wait":
-                            while not dq_empty.done((q_uses - 1) & 1): yield
-                        dq[c] = q_uses
-                        dq_full_of(dq_full, q_uses, broken)[0].arrive()
-                        added[c].append(q_uses)
-                    if step == 0 and not handoff and broken == "stage_before_wait":
-                        halves[s][c] = q_uses
-                    if broken == "early_q_release" and step == 0: q_empty[s].arrive()
-                    yield
-                if handoff:
-                    if broken != "early_q_release": q_empty[s].arrive()
-                else:
-                    halves[s][c] = q_uses  # its dQ over its halves (after the consumer's barrier)
-                    yield
-                    dq_staged[s].arrive()
-                    q_empty[s].arrive()
-                    added[c].append(q_uses)
-                q_uses += 1
-            kv_empty.arrive()
-            kv_uses += 1
-            if stages_epilogue(walk, index, broken):
-                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+        yield from consume_walk(walk, S, c, rnd, broken, kv_full, kv_empty, q_full, kv_stage, epilogue_bar,
+                                staged, lambda use, s, nm: block(c, use, s, nm))
 
     def landed(stage, s):  # a stage's copy lands: its halves hold Q and dO again
         if stage is q_stage: halves[s] = [None, None]
@@ -385,13 +400,7 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
     added_staged = []  # staged: uses whose reductions the dQ thread issued
     live = [producer(), consumer(0), consumer(1)] + ([dq_warp(0), dq_warp(1)] if ordered and handoff else []) + \
         ([] if handoff else [staged_adds()])
-    for _ in range(200000):
-        for p in list(pending):
-            p[0] -= 1
-            if p[0] <= 0:
-                p[1][p[2]] = p[3]
-                landed(p[1], p[2])
-                p[4].arrive(); pending.remove(p)
+    def tick():
         for r in list(reductions):  # staged dQ: read from the stage, then completed
             if r[3] > 0:
                 assert halves[r[0]] == [r[1], r[1]], ("the stage refilled under a reduction", r, halves)
@@ -400,13 +409,8 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
                 r[4] -= 1
             else:
                 reductions.remove(r)
-        if not live and not pending: break
-        if live:
-            a = rnd.choice(live)
-            try: next(a)
-            except StopIteration: live.remove(a)
-    else:
-        raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+
+    simulate(live, pending, rnd, walk, S, seed, landed, tick)
     assert added == [list(range(uses))] * 2, (walk, added)
     if handoff:
         assert reduced == list(range(uses)), (walk, reduced)
@@ -428,7 +432,9 @@ def run_pds_do1(walk, S, seed, broken=None):
     holds three of the four 8 KB boxes), so both pass the p_read barrier (every dV, the P buffer's
     reader, completed) first. The dQ thread reduces a block's boxes once both consumers staged
     (dq_staged), arrives on q_empty once they were read and on extra_read for the region; a
-    consumer waits for extra_read before it writes the region or the next P."""
+    consumer waits for extra_read before it writes the region or the next P. (A consumer's half of
+    the Q stage is the head-dim columns of its own dK^T rows: only its dK reads them after S. The
+    dQ thread's wait between key blocks and the ordered dQ are run_pds's, left out here.)"""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(3) for _ in range(S)]
     do_full = MBar(1); do_empty = MBar(2)
@@ -442,25 +448,14 @@ def run_pds_do1(walk, S, seed, broken=None):
     pending, reductions, reduced = [], [], []
     uses = sum(blocks for _, blocks in walk)
 
+    def load_do(use, block):  # dO into its one stage once both consumers' dV of the use before completed
+        yield
+        if use >= 1 and broken != "no_do_empty_wait":
+            while not do_empty.done((use - 1) & 1): yield
+        pending.append([rnd.randint(1, 8), do_stage, 0, block, do_full])
+
     def producer():
-        q_uses = kv_uses = 0
-        for n, blocks in walk:
-            if blocks == 0: continue
-            if kv_uses > 0:
-                while not kv_empty.done((kv_uses - 1) & 1): yield
-            pending.append([rnd.randint(1, 8), kv_stage, 0, n, kv_full])
-            kv_uses += 1
-            for m in range(blocks):
-                s = q_uses % S
-                if q_uses >= S:
-                    while not q_empty[s].done(((q_uses // S) - 1) & 1): yield
-                pending.append([rnd.randint(1, 8), q_stage, s, (n, m), q_full[s]])
-                yield
-                if q_uses >= 1 and broken != "no_do_empty_wait":
-                    while not do_empty.done((q_uses - 1) & 1): yield
-                pending.append([rnd.randint(1, 8), do_stage, 0, (n, m), do_full])
-                q_uses += 1
-                yield
+        yield from load_walk(walk, S, rnd, pending, (kv_full, kv_empty, kv_stage), (q_full, q_empty, q_stage), load_do)
 
     def staged_adds():  # the producer's dQ thread, block by block
         for use in range(uses):
@@ -475,78 +470,56 @@ def run_pds_do1(walk, S, seed, broken=None):
             extra_read.arrive()
             yield
 
+    def block(c, use, s, nm):
+        n, m = nm
+        while not do_full.done(use & 1): yield
+        for _ in range(rnd.randint(1, 3)):  # S, dP: the Q stage, dO, K, V
+            assert q_stage[s] == (n, m) and do_stage[0] == (n, m) and kv_stage[0] == n, \
+                (c, n, m, q_stage[s], do_stage, kv_stage)
+            assert halves[s] == [None, None], ("S / dP read staged dQ", c, use, halves[s])
+            yield
+        g = pds_free.gen; pds_free.arrive()
+        while pds_free.gen == g: yield
+        if use > 0 and broken != "no_extra_wait":  # the reductions read the P box
+            while not extra_read.done((use - 1) & 1): yield
+        p_buf[c] = ds_buf[c] = use
+        yield
+        g = pds_ready.gen; pds_ready.arrive()
+        while pds_ready.gen == g: yield
+        for _ in range(rnd.randint(2, 4)):  # dV: dO and both halves of P
+            assert do_stage[0] == (n, m) and p_buf == [use, use], (c, use, do_stage, p_buf)
+            yield
+            if broken == "early_do_release" and _ == 0: do_empty.arrive()
+        if broken != "early_do_release": do_empty.arrive()  # dV completed: dO is free
+        for _ in range(rnd.randint(1, 4)):  # dQ, dK: dS, K, its half of the Q stage
+            assert ds_buf == [use, use] and kv_stage[0] == n and q_stage[s] == (n, m), \
+                (c, use, ds_buf, kv_stage, q_stage[s])
+            yield
+        if broken != "no_p_read_barrier":
+            g = p_read.gen; p_read.arrive()
+            while p_read.gen == g: yield
+        halves[s][c] = use
+        extra[c] = use
+        if c == 1: p_buf[0] = p_buf[1] = None  # consumer 1's last box over P (both halves of it)
+        yield
+        dq_staged[s].arrive()
+        q_empty[s].arrive()
+
     def consumer(c):
-        q_uses = kv_uses = 0
-        for index, (n, blocks) in enumerate(walk):
-            if blocks == 0:
-                if stages_epilogue(walk, index, broken):
-                    yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
-                continue
-            while not kv_full.done(kv_uses & 1): yield
-            for m in range(blocks):
-                s = q_uses % S
-                while not q_full[s].done((q_uses // S) & 1): yield
-                while not do_full.done(q_uses & 1): yield
-                for _ in range(rnd.randint(1, 3)):  # S, dP: the Q stage, dO, K, V
-                    assert q_stage[s] == (n, m) and do_stage[0] == (n, m) and kv_stage[0] == n, \
-                        (c, n, m, q_stage[s], do_stage, kv_stage)
-                    assert halves[s] == [None, None], ("S / dP read staged dQ", c, q_uses, halves[s])
-                    yield
-                g = pds_free.gen; pds_free.arrive()
-                while pds_free.gen == g: yield
-                if q_uses > 0 and broken != "no_extra_wait":  # the reductions read the P box
-                    while not extra_read.done((q_uses - 1) & 1): yield
-                p_buf[c] = ds_buf[c] = q_uses
-                yield
-                g = pds_ready.gen; pds_ready.arrive()
-                while pds_ready.gen == g: yield
-                for _ in range(rnd.randint(2, 4)):  # dV: dO and both halves of P
-                    assert do_stage[0] == (n, m) and p_buf == [q_uses, q_uses], (c, q_uses, do_stage, p_buf)
-                    yield
-                    if broken == "early_do_release" and _ == 0: do_empty.arrive()
-                if broken != "early_do_release": do_empty.arrive()  # dV completed: dO is free
-                for _ in range(rnd.randint(1, 4)):  # dQ, dK: dS, K, its half of the Q stage
-                    assert ds_buf == [q_uses, q_uses] and kv_stage[0] == n and q_stage[s] == (n, m), \
-                        (c, q_uses, ds_buf, kv_stage, q_stage[s])
-                    yield
-                if broken != "no_p_read_barrier":
-                    g = p_read.gen; p_read.arrive()
-                    while p_read.gen == g: yield
-                halves[s][c] = q_uses
-                extra[c] = q_uses
-                if c == 1: p_buf[0] = p_buf[1] = None  # consumer 1's last box over P (both halves of it)
-                yield
-                dq_staged[s].arrive()
-                q_empty[s].arrive()
-                q_uses += 1
-            kv_empty.arrive()
-            kv_uses += 1
-            if stages_epilogue(walk, index, broken):
-                yield from staged_epilogue(c, rnd, epilogue_bar, kv_stage, staged, broken)
+        yield from consume_walk(walk, S, c, rnd, broken, kv_full, kv_empty, q_full, kv_stage, epilogue_bar,
+                                staged, lambda use, s, nm: block(c, use, s, nm))
 
     def landed(stage, s):
         if stage is q_stage: halves[s] = [None, None]
 
-    live = [producer(), consumer(0), consumer(1), staged_adds()]
-    for _ in range(200000):
-        for p in list(pending):
-            p[0] -= 1
-            if p[0] <= 0:
-                p[1][p[2]] = p[3]
-                landed(p[1], p[2])
-                p[4].arrive(); pending.remove(p)
+    def tick():  # the reductions read the Q stage's halves, the region and the P box
         for r in list(reductions):
             assert halves[r[0]] == [r[1], r[1]], ("the Q stage refilled under a reduction", r, halves)
             assert extra == [r[1], r[1]] and p_buf == [None, None], ("the region or P rewritten under a reduction", r, extra, p_buf)
             r[2] -= 1
             if r[2] <= 0: reductions.remove(r)
-        if not live and not pending: break
-        if live:
-            a = rnd.choice(live)
-            try: next(a)
-            except StopIteration: live.remove(a)
-    else:
-        raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
+
+    simulate([producer(), consumer(0), consumer(1), staged_adds()], pending, rnd, walk, S, seed, landed, tick)
     assert reduced == list(range(uses)), (walk, reduced)
 
 
