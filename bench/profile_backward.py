@@ -104,9 +104,7 @@ def main():
                 torch.autograd.grad(sdpa_out, leaves, dout_t, retain_graph=True)
             runs[name] = sdpa
         if fa3 is not None and problem.dv == d:
-            out3, grads3 = torch.empty_like(q), [torch.empty_like(t) for t in (q, k, v)]
-            lse3 = fa3_shim.forward_fn(fa3, q, k, v, out3, causal)[1]
-            runs["fa3"] = fa3_shim.backward_fn(fa3, q, k, v, out3, lse3, dout, grads3, causal, False)
+            runs["fa3"] = fa3_shim.own_backward_fns(fa3, q, k, v, dout, causal)[0][False]
         only = os.environ.get("FLASHATTN_PROFILE_BWD_ONLY")
         if only:  # e.g. "fa2": a pass that filters by kernel name instead of NVTX (see the docstring)
             runs = {name: fn for name, fn in runs.items() if name in only.split(",")}

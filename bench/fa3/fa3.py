@@ -41,8 +41,8 @@ def forward_fn(lib, q, k, v, out, causal):
 
 
 def backward_fn(lib, q, k, v, out, lse, dout, grads, causal, deterministic):
-    """FlashAttention-3's backward of its own forward (out, lse) into grads (dq, dk, dv); run once. The
-    caller keeps the tensors alive while it calls run."""
+    """FlashAttention-3's backward of its own forward (out, lse) into grads (dq, dk, dv); run once. run
+    holds every tensor it reads or writes (args are addresses only)."""
     b, sq, h, d = q.shape
     dq, dk, dv = grads
     strides = _strides(q, k, v, out, dout, dq, dk, dv)
@@ -51,4 +51,14 @@ def backward_fn(lib, q, k, v, out, lse, dout, grads, causal, deterministic):
     args += [strides, ctypes.c_int(int(causal)), ctypes.c_int(int(deterministic)),
              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)]
     backward = lib.fa3_backward
-    return _once(lambda: backward(*args), "fa3_backward")
+    return _once(lambda keep=(dout, q, k, v, out, lse, *grads): backward(*args), "fa3_backward")
+
+
+def own_backward_fns(lib, q, k, v, dout, causal, modes=(False,)):
+    """FlashAttention-3's backward of its own forward on (q, k, v): {deterministic: run} for each of
+    modes, each run once here in that order, and the gradients (dq, dk, dv) they all write, which
+    then hold the last mode's."""
+    out = torch.empty_like(q)
+    lse = forward_fn(lib, q, k, v, out, causal)[1]
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    return {det: backward_fn(lib, q, k, v, out, lse, dout, grads, causal, det) for det in modes}, grads
