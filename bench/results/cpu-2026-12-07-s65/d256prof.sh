@@ -1,10 +1,5 @@
 #!/bin/bash
-# .s65/l256.so.xz: a d256-only build of branch d256-80key-backward, made on the development machine:
-#   git worktree add /tmp/wt d256-80key-backward && cmake -S /tmp/wt -B /tmp/b256 -G Ninja \
-#     -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 -DFLASHATTN_HEADDIMS=256 \
-#     -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF -DFLASHATTN_BUILD_EXAMPLES=OFF \
-#   && ninja -C /tmp/b256 flashattn && xz -c /tmp/b256/src/libflashattn.so.0.1.0 > .s65/l256.so.xz
-#   (and the branch's commit into .s65/l256.commit)
+# .s65/l256.so.xz: as d256.sh says.
 # The d256 backward at 80-key blocks after the fix of its dK/dV scratch store: the d256 backward
 # tests again, then Nsight Compute's source counters over the new kernel and main's 64-key one
 # (.after-s62/f.so.xz) at d256 4k non-causal and 1k causal, for bench/ncu_stalls.py: where the
