@@ -421,24 +421,27 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
 
 
 def run_pds_do1(walk, S, seed, broken=None):
-    """A d256 schedule at 80-key blocks (not built yet: docs/perf-log.md, session 64, the second
-    form), with one dO stage beside S Q stages; walk and S as run(). The producer loads Q / lse /
-    dsum into the Q ring (q_full / q_empty) and dO into its one stage (do_full / do_empty, the two
-    consumers' arrivals). P and dS have one buffer each, written after the pds_free barrier (both
-    consumers' products of the block before completed). Each consumer's dV (reads dO and P) comes
+    """The d256 schedule (bwd_kernel_sm90_pds.cuh with Sm90BwdPdSTraits' kDqStaged: 80-key blocks),
+    with one dO stage beside S Q stages; walk and S as run(). The producer loads Q / lse / dsum
+    into the Q ring (q_full / q_empty) and dO into its one stage (do_full / do_empty, the two
+    consumers' arrivals). P and dS have one buffer each. Each consumer's dV (reads dO and P) comes
     first: it releases dO once dV completes, while dQ (dS, K) and dK (its half of the Q stage, dS)
-    still run. Its dQ then goes to two places: half over its half of the Q stage (as run_pds), half
-    into a region of its own, where consumer 1's reaches into the P buffer (the spare shared memory
-    holds three of the four 8 KB boxes), so both pass the p_read barrier (every dV, the P buffer's
-    reader, completed) first. The dQ thread reduces a block's boxes once both consumers staged
-    (dq_staged), arrives on q_empty once they were read and on extra_read for the region; a
-    consumer waits for extra_read before it writes the region or the next P. (A consumer's half of
-    the Q stage is the head-dim columns of its own dK^T rows: only its dK reads them after S. The
-    dQ thread's wait between key blocks and the ordered dQ are run_pds's, left out here.)"""
+    still run. dQ is computed in two column halves: the first, once it completes, goes into a
+    region of the consumer's own, where consumer 1's reaches into the P buffer (the spare shared
+    memory holds three of the four 8 KB boxes), so both pass the p_read barrier (every dV, the P
+    buffer's reader, completed) first, and arrives on dq_region_staged; the second, once dK
+    completed, over the consumer's half of the Q stage (as run_pds), and arrives on dq_staged. The
+    dQ thread reduces the region's boxes once both consumers staged them and arrives on extra_read
+    once they were read, then the Q stage's once both staged those, and arrives on q_empty once
+    they were read; a consumer waits for extra_read before it writes the next P (and so the next
+    region); P's readers (every dV) are behind the p_read barrier of the block before, and dS's (the
+    other consumer's dK and second dQ product) behind a pds_free barrier before the next dS. (A consumer's half of the Q stage
+    is the head-dim columns of its own dK^T rows: only its dK reads them after S. The dQ thread's
+    wait between key blocks and the ordered dQ are run_pds's, left out here.)"""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(3) for _ in range(S)]
     do_full = MBar(1); do_empty = MBar(2)
-    dq_staged = [MBar(2) for _ in range(S)]; extra_read = MBar(1)
+    dq_staged = [MBar(2) for _ in range(S)]; extra_read = MBar(1); region_staged = MBar(2)
     kv_full = MBar(1); kv_empty = MBar(2)
     pds_ready = NBar(2); pds_free = NBar(2); p_read = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; do_stage = [None]; kv_stage = [None]
@@ -457,17 +460,23 @@ def run_pds_do1(walk, S, seed, broken=None):
     def producer():
         yield from load_walk(walk, S, rnd, pending, (kv_full, kv_empty, kv_stage), (q_full, q_empty, q_stage), load_do)
 
-    def staged_adds():  # the producer's dQ thread, block by block
+    def staged_adds():  # the producer's dQ thread, block by block: the region's boxes, then the Q stage's
         for use in range(uses):
             s = use % S
+            if broken != "no_region_wait":
+                while not region_staged.done(use & 1): yield
+            assert extra == [use, use], ("the region reduced before both consumers staged it", use, extra)
+            r = ["region", use, rnd.randint(1, 6)]
+            reductions.append(r)
+            while r[2] > 0: yield  # the bulk reductions read the region and the P box
+            extra_read.arrive()
             while not dq_staged[s].done((use // S) & 1): yield
-            assert halves[s] == [use, use] and extra == [use, use], ("reduced before both staged", use, halves[s], extra)
+            assert halves[s] == [use, use], ("reduced before both staged", use, halves[s])
             r = [s, use, rnd.randint(1, 6)]
             reductions.append(r)
-            while r[2] > 0: yield  # the bulk reductions read the boxes
+            while r[2] > 0: yield  # the bulk reductions read the Q stage's halves
             reduced.append(use)
             q_empty[s].arrive()
-            extra_read.arrive()
             yield
 
     def block(c, use, s, nm):
@@ -478,11 +487,15 @@ def run_pds_do1(walk, S, seed, broken=None):
                 (c, n, m, q_stage[s], do_stage, kv_stage)
             assert halves[s] == [None, None], ("S / dP read staged dQ", c, use, halves[s])
             yield
-        g = pds_free.gen; pds_free.arrive()
-        while pds_free.gen == g: yield
-        if use > 0 and broken != "no_extra_wait":  # the reductions read the P box
+        # The reductions of the block before read the region and the P box.
+        if use > 0 and broken != "no_extra_wait":
             while not extra_read.done((use - 1) & 1): yield
-        p_buf[c] = ds_buf[c] = use
+        p_buf[c] = use
+        yield
+        if broken != "no_pds_free_barrier":  # the other consumer's dK, dQ of the block before read dS
+            g = pds_free.gen; pds_free.arrive()
+            while pds_free.gen == g: yield
+        ds_buf[c] = use
         yield
         g = pds_ready.gen; pds_ready.arrive()
         while pds_ready.gen == g: yield
@@ -491,16 +504,24 @@ def run_pds_do1(walk, S, seed, broken=None):
             yield
             if broken == "early_do_release" and _ == 0: do_empty.arrive()
         if broken != "early_do_release": do_empty.arrive()  # dV completed: dO is free
-        for _ in range(rnd.randint(1, 4)):  # dQ, dK: dS, K, its half of the Q stage
-            assert ds_buf == [use, use] and kv_stage[0] == n and q_stage[s] == (n, m), \
-                (c, use, ds_buf, kv_stage, q_stage[s])
-            yield
+
+        def dq_dk_reads():  # dQ's halves, dK: dS, K, its half of the Q stage
+            for _ in range(rnd.randint(1, 3)):
+                assert ds_buf == [use, use] and kv_stage[0] == n and q_stage[s] == (n, m) and halves[s][c] is None, \
+                    (c, use, ds_buf, kv_stage, q_stage[s], halves[s])
+                yield
+        yield from dq_dk_reads()  # dQ's first column half completes (dK still runs)
         if broken != "no_p_read_barrier":
             g = p_read.gen; p_read.arrive()
             while p_read.gen == g: yield
-        halves[s][c] = use
-        extra[c] = use
+        extra[c] = use  # the first half into the region
         if c == 1: p_buf[0] = p_buf[1] = None  # consumer 1's last box over P (both halves of it)
+        yield
+        region_staged.arrive()
+        yield from dq_dk_reads()  # dK and dQ's second half (issued after the first completed)
+        if broken == "stage_before_dk": halves[s][c] = use; yield
+        yield from dq_dk_reads()
+        halves[s][c] = use  # the second half over its half of the Q stage, once dK completed
         yield
         dq_staged[s].arrive()
         q_empty[s].arrive()
@@ -512,10 +533,12 @@ def run_pds_do1(walk, S, seed, broken=None):
     def landed(stage, s):
         if stage is q_stage: halves[s] = [None, None]
 
-    def tick():  # the reductions read the Q stage's halves, the region and the P box
+    def tick():  # the reductions read the region and the P box, or the Q stage's halves
         for r in list(reductions):
-            assert halves[r[0]] == [r[1], r[1]], ("the Q stage refilled under a reduction", r, halves)
-            assert extra == [r[1], r[1]] and p_buf == [None, None], ("the region or P rewritten under a reduction", r, extra, p_buf)
+            if r[0] == "region":
+                assert extra == [r[1], r[1]] and p_buf == [None, None], ("the region or P rewritten under a reduction", r, extra, p_buf)
+            else:
+                assert halves[r[0]] == [r[1], r[1]], ("the Q stage refilled under a reduction", r, halves)
             r[2] -= 1
             if r[2] <= 0: reductions.remove(r)
 
@@ -586,7 +609,8 @@ if __name__ == "__main__":
         hits = caught(run_pds, broken)
         assert hits > 0, f"run_pds broken={broken}: not caught by any walk"
         print(f"  broken variant run_pds/{broken}: caught on {hits} of 400 walks")
-    for broken in ("no_do_empty_wait", "early_do_release", "no_extra_wait", "no_p_read_barrier", "stage_every_block"):
+    for broken in ("no_do_empty_wait", "early_do_release", "no_extra_wait", "no_p_read_barrier", "stage_before_dk",
+                   "no_region_wait", "no_pds_free_barrier", "stage_every_block"):
         hits = caught(run_pds_do1, broken)
         assert hits > 0, f"run_pds_do1 broken={broken}: not caught by any walk"
         print(f"  broken variant run_pds_do1/{broken}: caught on {hits} of 400 walks")
