@@ -12,8 +12,10 @@ expects; the dQ product of each consumer reads a dS buffer that holds both consu
 query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
 buffer that holds both consumers' halves of that block and is not overwritten while it reads.
 
-run_pds models the d256 schedule (bwd_kernel_sm90_pds.cuh): the same producer and rings without
-the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
+run_pds (without the hand-off) models the d256 schedule up to session 64 (64-key blocks, dQ staged
+in the Q/dO stage; run_pds_do1 models today's), kept for its checks of the dQ thread's rules that
+run_pds_do1 leaves out (the wait between key blocks, the ordered dQ): the same producer and rings
+without the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
 u % 2, one named barrier, then its dQ, dV, dK wgmmas read both halves, K and its own halves of
 the stage until their wait; then it stages its dQ over those halves of the stage and arrives on
 dq_staged[stage] and q_empty. The producer's dQ thread (split roles) waits for dq_staged, issues
@@ -47,14 +49,15 @@ random wait for the counter, and after its read a random while (the writes landi
 count) before its next block, while the loader runs on. (The order between CTAs, and the counters:
 tests/gpu/bwd_dq_order_check.py.)
 
-run_pds_do1 models a d256 schedule not built yet (docs/perf-log.md, session 64): 80-key blocks, one
+run_pds_do1 models the d256 schedule (bwd_kernel_sm90_pds.cuh with staged dQ): 80-key blocks, one
 dO stage (do_full / do_empty) beside the Q ring, dO released once each consumer's dV completed, and
-each consumer's dQ staged half over its half of the Q stage and half in a region of its own that
-reaches into the P buffer, after a barrier behind every consumer's dV; the dQ thread releases the Q
-stage (q_empty) and the region (extra_read, which the consumers wait for before writing it or the
-next P) once the reductions read them. Checks: no deadlock; every product reads the blocks it
-expects (dO included); no stage, dO, region or P rewritten under a reader; every block reduced once,
-after both consumers staged it, in walk order. (Its p_read barrier also orders the dK/dV epilogue
+each consumer's dQ in two products, the first staged in a region of its own that reaches into the
+P buffer (after a barrier behind every consumer's dV), the second over its half of the Q stage
+once its dK completed; the dQ thread reduces each half once both consumers staged it and releases
+the region (extra_read, which the consumers wait for before the next P) and the Q stage (q_empty)
+once read; dS is rewritten after a consumer barrier. Checks: no deadlock; every product reads the
+blocks it expects (dO included); no stage, dO, region, P or dS rewritten under a reader; every
+block reduced once, after both consumers staged it, in walk order. (Its p_read barrier also orders the dK/dV epilogue
 behind every product on K and V, so "no_epilogue_barrier" cannot show there.)
 
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
@@ -74,7 +77,9 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
   run_pds_do1: "no_do_empty_wait" (dO refilled before both dVs completed), "early_do_release" (dO
            released as dV starts), "no_extra_wait" (the region or P written before the reductions
            read it), "no_p_read_barrier" (dQ staged over P while the other consumer's dV reads it),
-           "stage_every_block"
+           "stage_before_dk" (the second half over the Q stage while dK reads it), "no_region_wait"
+           (the region reduced before both consumers staged it), "no_pds_free_barrier" (dS written
+           while the other consumer's dK reads it), "stage_every_block"
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
 """
 import random
