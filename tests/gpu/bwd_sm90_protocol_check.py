@@ -439,10 +439,11 @@ def run_pds_do1(walk, S, seed, broken=None):
     dQ thread reduces the region's boxes once both consumers staged them and arrives on extra_read
     once they were read, then the Q stage's once both staged those, and arrives on q_empty once
     they were read; a consumer waits for extra_read before it writes the next P (and so the next
-    region); P's readers (every dV) are behind the p_read barrier of the block before, and dS's (the
-    other consumer's dK and second dQ product) behind a pds_free barrier before the next dS. (A consumer's half of the Q stage
-    is the head-dim columns of its own dK^T rows: only its dK reads them after S. The dQ thread's
-    wait between key blocks and the ordered dQ are run_pds's, left out here.)"""
+    region); P's readers (every dV) are behind the p_read barrier of the block before, and dS's
+    (the other consumer's dK and second dQ product) behind a pds_free barrier before the next dS.
+    (A consumer's half of the Q stage is the head-dim columns of its own dK^T rows: only its dK
+    reads them after S. The dQ thread's wait between key blocks and the ordered dQ are run_pds's,
+    left out here.)"""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(3) for _ in range(S)]
     do_full = MBar(1); do_empty = MBar(2)
