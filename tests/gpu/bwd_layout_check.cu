@@ -332,19 +332,18 @@ void check_pds_stmatrix(const char* name) {
     CHECK(int(cover.size()) == M * N, "%s: the P / dS stores cover %d of %d elements", name, int(cover.size()), M * N);
 }
 
-// Staged dQ (Sm90BwdSmem::staged_dq_box, bwd_kernel_sm90_pds.cuh's store_staged_dq): consumer c's
+// Staged dQ (the traits' staged_dq_box, bwd_kernel_sm90_pds.cuh's store_staged_dq): consumer c's
 // boxes 0, 1 in the region and the P buffer, 2, 3 over the Q stage's 64-column blocks that its dK^T
 // alone reads; each register of a dQ product at the byte of its (row, column) in the box's 128-byte
 // swizzle (the dQ map's, Sm90BwdDqBoxes), by the kernel's per-thread formula.
 template <typename Traits>
 void check_staged_dq(const char* name) {
-    constexpr int kBoxBytes = Traits::kDqBoxBytes, kHalf = Traits::kDqBoxes / 2;
+    constexpr int kBoxBytes = Traits::kDqBoxBytes;
     // Byte ranges: the region at 0, P at kPAt, Q stage column block t at kQAt + t * kBoxBytes (of one stage).
     constexpr int kPAt = 1 << 20, kQAt = 2 << 20;
-    auto box_at = [&](int c, int b) { // staged_dq_box's arithmetic
-        if (b >= kHalf) return kQAt + (c + Traits::kConsumerWarpGroups * (b - kHalf)) * Traits::kBlockM * Traits::kAtomColsQK * 2;
-        const int r = c * kHalf + b;
-        return r < Traits::kDqRegionBoxes ? r * kBoxBytes : kPAt;
+    auto box_at = [&](int c, int b) {
+        const auto place = Traits::staged_dq_box(c, b);
+        return (place.in == Traits::kDqInQStage ? kQAt : place.in == Traits::kDqInP ? kPAt : 0) + place.bytes;
     };
     std::map<int, int> boxes;
     typename Traits::TiledMmaDk mma_dk;

@@ -45,6 +45,16 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem) {
 // m + 2 differ by 8 rows, so the thread keeps one base per pass parity (kBases) and the offsets
 // stay constants (layout_check and bwd_layout_check compare every thread's chunks with CuTe's
 // tiled copy).
+// Bytes from a shared tile's start to element (r, c) of SmemLayout. The GMMA layouts swizzle
+// shared-memory addresses, not the layout's element offsets (CuTe's smem_ptr_flag), so the offset is
+// taken through a tensor at an address on a 1024-byte swizzle period, as every tile's own.
+template <typename Element, typename SmemLayout>
+__host__ __device__ __forceinline__ uint32_t smem_byte_offset(int r, int c) {
+    constexpr uintptr_t kBase = uintptr_t(1) << 20;
+    Tensor t = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(kBase)), SmemLayout{});
+    return uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(r, c))) - kBase);
+}
+
 template <typename Element, typename SmemLayout, int kThreads, int kBlockCols_ = 64>
 struct SwizzledTileCopy {
     static constexpr int kChunkElems = 16 / int(sizeof(Element));
@@ -66,14 +76,8 @@ struct SwizzledTileCopy {
     int col;                     // its first column in column block 0
     uint32_t smem_base[kBases];  // bytes from the tile's start to its chunk (row + j * kRowsPerPass, col)
 
-    // Bytes from the tile's start to element (r, c). The GMMA layouts swizzle shared-memory
-    // addresses, not the layout's element offsets (CuTe's smem_ptr_flag), so the offset is taken
-    // through a tensor at an address on a 1024-byte swizzle period, as the tile's own.
-    __host__ __device__ static uint32_t byte_offset(int r, int c) {
-        constexpr uintptr_t kBase = uintptr_t(1) << 20;
-        Tensor t = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(kBase)), SmemLayout{});
-        return uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(r, c))) - kBase);
-    }
+    // Bytes from the tile's start to element (r, c).
+    __host__ __device__ static uint32_t byte_offset(int r, int c) { return smem_byte_offset<Element, SmemLayout>(r, c); }
 
     __host__ __device__ explicit SwizzledTileCopy(int tid)
         : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems) {

@@ -159,10 +159,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90_pds(const
             const uint32_t at = cast_smem_ptr_to_uint(base);
             CUTE_UNROLL
             for (int j = 0; j < kKeys / 8; ++j) {
-                constexpr uintptr_t kAligned = uintptr_t(1) << 20; // the offset through the swizzle of an aligned tile
-                Tensor t = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(kAligned)), typename Traits::SmemLayoutPdS{});
                 const uint32_t offset =
-                    uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(row, kKeys * consumer + 8 * j))) - kAligned);
+                    smem_byte_offset<Element, typename Traits::SmemLayoutPdS>(row, kKeys * consumer + 8 * j);
                 asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};\n" ::"r"(at + offset),
                              "r"(pairs(2 * j)), "r"(pairs(2 * j + 1))
                              : "memory");

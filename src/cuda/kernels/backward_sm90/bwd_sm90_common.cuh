@@ -265,20 +265,14 @@ struct Sm90BwdSmem {
         static_assert(Traits::kDqStaged == kOwnDoStage, "staged dQ is the schedule with dO's own stage");
     }
 
-    // Staged dQ (Traits::kDqStaged): box b (columns 32 b .. 32 b + 31 of consumer c's
-    // kColsPerWarpGroup) of the block in Q stage s. Boxes 0, 1 (the consumer's first dQ product) in
-    // the region, the last region box over the P buffer; boxes 2, 3 (its second) over its 64-column
-    // blocks of the Q stage, c and c + 2: the rows of its dK^T (the tiled wgmma's M-blocks alternate
-    // between the consumers), which only its dK^T reads after S.
+    // Staged dQ (Traits::kDqStaged): box b of consumer c of the block in Q stage s (the traits'
+    // staged_dq_box says where).
     __device__ __forceinline__ Element* staged_dq_box(int s, int c, int b) const {
-        constexpr int kHalf = Traits::kDqBoxes / 2;
-        if (b >= kHalf) {
-            constexpr int kBlockElems = Traits::kBlockM * Traits::kAtomColsQK;
-            return q + s * Traits::kSmemQElems + (c + Traits::kConsumerWarpGroups * (b - kHalf)) * kBlockElems;
-        }
-        const int r = c * kHalf + b;
-        return r < Traits::kDqRegionBoxes ? reinterpret_cast<Element*>(reinterpret_cast<char*>(dq) + r * Traits::kDqBoxBytes)
-                                          : scores;
+        const auto place = Traits::staged_dq_box(c, b);
+        char* const base = place.in == Traits::kDqInQStage ? reinterpret_cast<char*>(q + s * Traits::kSmemQElems)
+                           : place.in == Traits::kDqInRegion ? reinterpret_cast<char*>(dq)
+                                                             : reinterpret_cast<char*>(scores);
+        return reinterpret_cast<Element*>(base + place.bytes);
     }
 
     // By thread 0, before the CTA's one __syncthreads. Roles: Sm90BwdProducerRoles (the producer

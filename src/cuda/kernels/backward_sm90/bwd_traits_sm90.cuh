@@ -256,14 +256,10 @@ struct Sm90BwdPdSTraits {
                   "one TiledMma serves S and dP");
     // dK^T += Q^T dS (head dim x keys), dV^T += dO^T P: every operand MN-major; split by the head dim
     // (AlongM: 64-row M-blocks alternating between the consumers) or by the keys (AlongN).
-    using TiledMmaKV = std::conditional_t<
-        kDkvByHeadDim,
-        decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kBlockM>>,
-                                                     GMMA::Major::MN, GMMA::Major::MN>(),
-                                AlongM{})),
-        decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kKeysPerWarpGroup>, Int<kBlockM>>,
-                                                     GMMA::Major::MN, GMMA::Major::MN>(),
-                                AlongN{}))>;
+    using TiledMmaKV = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDkvByHeadDim ? kBlockN : kKeysPerWarpGroup>, Int<kBlockM>>,
+                             GMMA::Major::MN, GMMA::Major::MN>(),
+        std::conditional_t<kDkvByHeadDim, AlongM, AlongN>{}));
     using TiledMmaDk = TiledMmaKV;
     using TiledMmaDv = TiledMmaKV;
     // The accumulators' (rows, columns): (head dim, keys).
@@ -274,13 +270,11 @@ struct Sm90BwdPdSTraits {
     // column block of K^T).
     static constexpr int kDqHalves = kDkvByHeadDim ? 2 : 1; // (= kDqStaged, below)
     static constexpr int kDqCols = kColsPerWarpGroup / kDqHalves; // of one dQ product
-    using TiledMmaDq = std::conditional_t<
-        kDqHalves == 1,
-        decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>,
-                                                     GMMA::Major::K, GMMA::Major::MN>(),
-                                AlongN{})),
-        decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>,
-                                                     GMMA::Major::K, GMMA::Major::MN>()))>;
+    using OneWarpGroup = Layout<Shape<_1, _1, _1>>;
+    using TiledMmaDq = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>, GMMA::Major::K,
+                             GMMA::Major::MN>(),
+        std::conditional_t<kDqHalves == 1, AlongN, OneWarpGroup>{}));
     static_assert(kBlockM == 64, "one wgmma M extent (64) for the rows of S, dP and dQ");
 
     // Shared memory in wgmma's canonical swizzled layouts. An MN-major operand that a warpgroup reads
@@ -362,17 +356,36 @@ struct Sm90BwdPdSTraits {
     static constexpr int kDqBoxBytes = kDqBoxCols * kBlockM * int(sizeof(float));
     static constexpr int kDqBoxes = kColsPerWarpGroup / kDqBoxCols; // a consumer's
     static constexpr bool kDqTransposed = false; // bwd_sm90_common.cuh's hand-off: (query, column) registers
-    static constexpr int kHandoffTileBytes =
-        (kQStages * (kSmemQElems + kSmemDoElems) + kSmemKElems + kSmemVElems + kSmemScoreElems) * int(sizeof(Element));
+    // The tiles with do_stages of dO (bwd_sm90_common.cuh's carve-up).
+    static constexpr int tile_bytes(int do_stages) {
+        return (kQStages * kSmemQElems + do_stages * kSmemDoElems + kSmemKElems + kSmemVElems + kSmemScoreElems) *
+               int(sizeof(Element));
+    }
     static constexpr bool kDqHandoff =
-        kHandoffTileBytes + kSmemRowStatsBytes + kSmemDqHandoffBytes + (2 * kQStages + 5) * 8 <= 227 * 1024;
+        tile_bytes(kQStages) + kSmemRowStatsBytes + kSmemDqHandoffBytes + (2 * kQStages + 5) * 8 <= 227 * 1024;
     static constexpr bool kDqStaged = !kDqHandoff;
     static constexpr int kDoStages = kDqStaged ? 1 : kQStages;
-    static constexpr int kSmemTileBytes =
-        (kQStages * kSmemQElems + kDoStages * kSmemDoElems + kSmemKElems + kSmemVElems + kSmemScoreElems) *
-        int(sizeof(Element));
+    static constexpr int kSmemTileBytes = tile_bytes(kDoStages);
     // The staged dQ's region: the boxes that the P buffer does not hold.
     static constexpr int kDqRegionBoxes = kConsumerWarpGroups * kDqBoxes / 2 - 1;
+    // Where box b (columns 32 b .. 32 b + 31 of consumer c's kColsPerWarpGroup) of a staged block
+    // lies: boxes 0, 1 (the consumer's first dQ product) in the region (`in` kDqInRegion, `bytes` from
+    // its start), the last region box over the P buffer (kDqInP); boxes 2, 3 (its second) over its
+    // 64-column blocks of the Q stage, c and c + 2 (kDqInQStage, bytes from the stage's start): the
+    // rows of its dK^T (the tiled wgmma's M-blocks alternate between the consumers), which only its
+    // dK^T reads after S. (Sm90BwdSmem::staged_dq_box turns it into an address.)
+    enum DqBoxIn { kDqInRegion, kDqInP, kDqInQStage };
+    struct DqBoxPlace {
+        DqBoxIn in;
+        int bytes;
+    };
+    __host__ __device__ static constexpr DqBoxPlace staged_dq_box(int c, int b) {
+        constexpr int kHalf = kDqBoxes / 2;
+        if (b >= kHalf)
+            return {kDqInQStage, (c + kConsumerWarpGroups * (b - kHalf)) * kBlockM * kAtomColsQK * int(sizeof(Element))};
+        const int r = c * kHalf + b;
+        return r < kDqRegionBoxes ? DqBoxPlace{kDqInRegion, r * kDqBoxBytes} : DqBoxPlace{kDqInP, 0};
+    }
     static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : kDqRegionBoxes * kDqBoxBytes;
     static_assert(!kDqStaged || (kDkvByHeadDim && kDqHalves == 2 && kHeadDimV == kHeadDim && kDqBoxes == 4 &&
                                  kSmemPdSElems * int(sizeof(Element)) >= kDqBoxBytes &&
