@@ -275,23 +275,115 @@ void check_slice(const char* name, const char* what, int consumer, Part const& p
 
 // Slice c of a layout cut along mode kDim into kSlices parts is slice 0 at a fixed offset (the cut
 // falls on whole swizzle atoms): the consumers' descriptors differ only in their start address.
+// Offsets are taken through a tile on a 1024-byte period (the GMMA layouts swizzle shared-memory
+// addresses, not element offsets).
 template <int kDim, int kSlices, typename Layout, int kRows, int kCols>
 void check_atom_cut(const char* name, const char* what) {
-    Layout layout;
+    const uintptr_t base = uintptr_t(3) << 20;
+    Tensor tile = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::half_t*>(base)), Layout{});
+    auto at = [&](int r, int c) { return int(reinterpret_cast<uintptr_t>(raw_pointer_cast(&tile(r, c))) - base) / 2; };
     constexpr int kExtent = kDim == 0 ? kRows : kCols;
     constexpr int kPer = kExtent / kSlices;
     for (int c = 1; c < kSlices; ++c) {
-        const int offset = kDim == 0 ? int(layout(c * kPer, 0)) - int(layout(0, 0))
-                                     : int(layout(0, c * kPer)) - int(layout(0, 0));
+        const int offset = kDim == 0 ? at(c * kPer, 0) - at(0, 0) : at(0, c * kPer) - at(0, 0);
         for (int i = 0; i < (kDim == 0 ? kPer : kRows); ++i)
             for (int j = 0; j < (kDim == 0 ? kCols : kPer); ++j) {
-                const int at = kDim == 0 ? int(layout(c * kPer + i, j)) : int(layout(i, c * kPer + j));
-                CHECK(at == int(layout(i, j)) + offset, "%s: %s slice %d (%d, %d) -> %d, slice 0 + %d -> %d", name, what,
-                      c, i, j, at, offset, int(layout(i, j)) + offset);
+                const int here = kDim == 0 ? at(c * kPer + i, j) : at(i, c * kPer + j);
+                CHECK(here == at(i, j) + offset, "%s: %s slice %d (%d, %d) -> %d, slice 0 + %d -> %d", name, what, c, i,
+                      j, here, offset, at(i, j) + offset);
             }
         // A whole number of 1024-byte swizzle periods (16-bit elements), so the swizzle phase matches.
         CHECK(offset * 2 % 1024 == 0, "%s: %s slice %d starts %d bytes in, not on a swizzle period", name, what, c,
               offset * 2);
+    }
+}
+
+// The P / dS stores of a schedule whose consumers' keys are no whole 16-key atoms (d256's 40:
+// bwd_kernel_sm90_pds.cuh's store_pds, one stmatrix x2 per 8-key group j): lane L of warp w gives
+// the address of row 16w + L % 8 + 8 ((L / 8) % 2) at key 40c + 8j; matrix i's row r comes from lane
+// 8i + r and takes from lane l register pair i + 2j at bytes 4 (l % 4). Each pair must land where the
+// buffer's layout puts the (query, key) it holds, and the stores must cover the buffer once.
+template <typename Traits>
+void check_pds_stmatrix(const char* name) {
+    using Element = typename Traits::Element;
+    constexpr int M = Traits::kBlockM, N = Traits::kBlockN, kKeys = Traits::kKeysPerWarpGroup;
+    const uintptr_t base = uintptr_t(3) << 20;
+    Tensor buffer = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(base)), typename Traits::SmemLayoutPdS{});
+    auto offset_of = [&](int q, int k) { return int(reinterpret_cast<uintptr_t>(raw_pointer_cast(&buffer(q, k))) - base); };
+    typename Traits::TiledMmaSdP mma_sdp;
+    std::map<int, int> cover;
+    for (int tid = 0; tid < Traits::kConsumerThreads; ++tid) {
+        const int consumer = tid / 128, warp = (tid % 128) / 32, l = tid % 32;
+        Tensor cS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+        CHECK(size(cS) == 4 * (kKeys / 8), "%s: %d S registers a thread", name, int(size(cS)));
+        auto lane_row = [&](int lane) { return 16 * warp + lane % 8 + 8 * ((lane / 8) % 2); };
+        for (int j = 0; j < kKeys / 8; ++j)
+            for (int i = 0; i < 2; ++i) {
+                const int at = offset_of(lane_row(8 * i + l / 4), kKeys * consumer + 8 * j) + 4 * (l % 4);
+                for (int e = 0; e < 2; ++e) {
+                    const auto qk = cS(2 * (i + 2 * j) + e);
+                    CHECK(offset_of(get<0>(qk), get<1>(qk)) == at + 2 * e,
+                          "%s: thread %d pair %d element %d holds (%d, %d) at byte %d, stmatrix stores it at %d", name,
+                          tid, i + 2 * j, e, get<0>(qk), get<1>(qk), offset_of(get<0>(qk), get<1>(qk)), at + 2 * e);
+                    cover[at + 2 * e]++;
+                }
+            }
+    }
+    CHECK(int(cover.size()) == M * N, "%s: the P / dS stores cover %d of %d elements", name, int(cover.size()), M * N);
+}
+
+// Staged dQ (the traits' staged_dq_box, bwd_kernel_sm90_pds.cuh's store_staged_dq): consumer c's
+// boxes 0, 1 in the region and the P buffer, 2, 3 over the Q stage's 64-column blocks that its dK^T
+// alone reads; each register of a dQ product at the byte of its (row, column) in the box's 128-byte
+// swizzle (the dQ map's, Sm90BwdDqBoxes), by the kernel's per-thread formula.
+template <typename Traits>
+void check_staged_dq(const char* name) {
+    constexpr int kBoxBytes = Traits::kDqBoxBytes;
+    // Byte ranges: the region at 0, P at kPAt, Q stage column block t at kQAt + t * kBoxBytes (of one stage).
+    constexpr int kPAt = 1 << 20, kQAt = 2 << 20;
+    auto box_at = [&](int c, int b) {
+        const auto place = Traits::staged_dq_box(c, b);
+        return (place.in == Traits::kDqInQStage ? kQAt : place.in == Traits::kDqInP ? kPAt : 0) + place.bytes;
+    };
+    std::map<int, int> boxes;
+    typename Traits::TiledMmaDk mma_dk;
+    for (int c = 0; c < Traits::kConsumerWarpGroups; ++c)
+        for (int b = 0; b < Traits::kDqBoxes; ++b) {
+            const int at = box_at(c, b);
+            boxes[at]++;
+            CHECK(at % 1024 == 0, "%s: consumer %d box %d not on a swizzle period", name, c, b);
+            if (at < kPAt) CHECK(at + kBoxBytes <= Traits::kSmemDqBytes, "%s: consumer %d box %d past the region", name, c, b);
+            else if (at == kPAt) CHECK(kBoxBytes <= Traits::kSmemPdSElems * 2, "%s: the P box past the buffer", name);
+            else {
+                // Q columns [64 t, 64 t + 64) of this box: Q^T rows that only consumer c's dK^T reads.
+                const int t = (at - kQAt) / kBoxBytes;
+                CHECK(Traits::kAtomColsQK * 2 * Traits::kBlockM == kBoxBytes, "%s: a Q column block is a box", name);
+                for (int tid = 0; tid < Traits::kConsumerThreads; ++tid) {
+                    Tensor a = mma_dk.get_thread_slice(tid - tid % 128)
+                                   .partition_A(make_identity_tensor(Shape<Int<Traits::kHeadDim>, Int<Traits::kBlockM>>{}));
+                    for (int e = 0; e < size(a); ++e)
+                        if (get<0>(a(e)) / Traits::kAtomColsQK == t)
+                            CHECK(tid / 128 == c, "%s: consumer %d's dK^T reads Q column block %d, consumer %d's box %d", name,
+                                  tid / 128, t, c, b);
+                }
+            }
+        }
+    CHECK(int(boxes.size()) == Traits::kConsumerWarpGroups * Traits::kDqBoxes, "%s: two boxes share bytes", name);
+    typename Traits::TiledMmaDq mma_dq;
+    for (int tid = 0; tid < 128; ++tid) {
+        Tensor c = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kDqCols>>{}));
+        const int row0 = get<0>(c(0)), col0 = get<1>(c(0));
+        const int chunk_xor = (col0 / 4) ^ (row0 % 8);
+        for (int j = 0; j < Traits::kDqCols / 8; ++j)
+            for (int h = 0; h < 2; ++h)
+                for (int e = 0; e < 2; ++e) {
+                    const int row = get<0>(c(4 * j + 2 * h + e)), col = get<1>(c(4 * j + 2 * h + e));
+                    const int kernel = (j / 4) * kBoxBytes + row0 * 128 + (col0 % 4) * 4 + ((2 * (j % 4)) ^ chunk_xor) * 16 +
+                                       h * 8 * 128 + 4 * e;
+                    const int box = (col / 32) * kBoxBytes + row * 128 + ((((col % 32) / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+                    CHECK(kernel == box, "%s: dQ thread %d register %d (%d, %d) at byte %d, the box has it at %d", name, tid,
+                          4 * j + 2 * h + e, row, col, kernel, box);
+                }
     }
 }
 
@@ -301,27 +393,25 @@ void check_sm90_pds_traits() {
     constexpr int M = Traits::kBlockM, N = Traits::kBlockN, D = Traits::kHeadDim, DV = Traits::kHeadDimV;
     constexpr int T = Traits::kConsumerThreads;
     constexpr int kKeys = Traits::kKeysPerWarpGroup, kCols = Traits::kColsPerWarpGroup;
-    constexpr int kColsV = Traits::kColsPerWarpGroupV;
+    constexpr bool kByHeadDim = Traits::kDkvByHeadDim; // dK^T / dV^T rows split, else keys
+    constexpr bool kStaged = Traits::kDqStaged;        // dQ in halves, one warpgroup's product each
+    constexpr int kDqCols = Traits::kDqCols;
     char name[96];
     std::snprintf(name, sizeof(name), "sm90 P/dS schedule d%d/%d (%d queries x %d keys, %d-bit)", D, DV, M, N,
                   int(sizeof(Element) * 8));
-    std::printf("checking %s, %d bytes of shared memory, dQ hand-off %s\n", name, Traits::kSmemBytes,
-                Traits::kDqHandoff ? "yes" : "no");
+    std::printf("checking %s, %d bytes of shared memory, dQ %s\n", name, Traits::kSmemBytes,
+                Traits::kDqHandoff ? "handed off" : "staged");
     CHECK(Traits::kSmemBytes <= 227 * 1024, "%s: %d bytes of shared memory", name, Traits::kSmemBytes);
     CHECK(Traits::kSmemTileBytes % 1024 == 0 && Traits::kSmemQElems * 2 % 1024 == 0 &&
               Traits::kSmemDoElems * 2 % 1024 == 0 && Traits::kSmemKElems * 2 % 1024 == 0 &&
               Traits::kSmemVElems * 2 % 1024 == 0 && Traits::kSmemPdSElems * 2 % 1024 == 0,
           "%s: a tile does not start on a 1024-byte swizzle period", name);
-    constexpr bool kTransposed = Traits::kDkvTransposed; // dK^T, dV^T: (head dim, keys), split by keys
+    static_assert(Traits::kDkvTransposed, "dK^T, dV^T: (head dim, keys)");
     check_grid<typename Traits::TiledMmaSdP, M, N>(name, T);
-    if constexpr (kTransposed) {
-        check_grid<typename Traits::TiledMmaDk, D, N>(name, T);
-        check_grid<typename Traits::TiledMmaDv, DV, N>(name, T);
-    } else {
-        check_grid<typename Traits::TiledMmaDk, N, D>(name, T);
-        check_grid<typename Traits::TiledMmaDv, N, DV>(name, T);
-    }
-    check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
+    check_grid<typename Traits::TiledMmaDk, D, N>(name, T);
+    check_grid<typename Traits::TiledMmaDv, DV, N>(name, T);
+    if constexpr (kStaged) check_grid<typename Traits::TiledMmaDq, M, kDqCols>(name, 128);
+    else check_grid<typename Traits::TiledMmaDq, M, D>(name, T);
     check_transposed<typename Traits::SmemLayoutQ, typename Traits::SmemLayoutQt, M, D>(name);
     check_transposed<typename Traits::SmemLayoutDo, typename Traits::SmemLayoutDot, M, DV>(name);
     check_transposed<typename Traits::SmemLayoutK, typename Traits::SmemLayoutKt, N, D>(name);
@@ -339,16 +429,17 @@ void check_sm90_pds_traits() {
     check_producer_copy<Element, typename Traits::SmemLayoutV, Traits::kProducerThreads>(name, "V");
     check_producer_copy<Element, typename Traits::SmemLayoutK, Traits::kConsumerThreads>(name, "dK epilogue");
     check_producer_copy<Element, typename Traits::SmemLayoutV, Traits::kConsumerThreads>(name, "dV epilogue");
-    // Cut operands: K / V rows (S, dP) by keys; Q^T, dO^T, K^T (dK, dV, dQ) by head-dim columns.
+    // Cut operands: K / V rows (S, dP) by keys; K^T (dQ) by head-dim columns; Q^T, dO^T (dK^T, dV^T)
+    // in 64-row blocks where split by head dim, else P / dS (their B) by keys.
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutK, N, D>(name, "K rows");
     check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutV, N, DV>(name, "V rows");
-    if constexpr (kTransposed) { // P / dS as (keys, queries): each consumer's dV^T, dK^T read its keys
-        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutPdSt, N, M>(name, "P / dS keys");
+    check_atom_cut<0, D / kDqCols, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
+    if constexpr (kByHeadDim) {
+        check_atom_cut<0, D / 64, typename Traits::SmemLayoutQt, D, M>(name, "Q^T 64-row blocks");
+        check_atom_cut<0, DV / 64, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T 64-row blocks");
     } else {
-        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutQt, D, M>(name, "Q^T columns");
-        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutDot, DV, M>(name, "dO^T columns");
+        check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutPdSt, N, M>(name, "P / dS keys");
     }
-    check_atom_cut<0, Traits::kConsumerWarpGroups, typename Traits::SmemLayoutKt, D, N>(name, "K^T columns");
     if constexpr (Traits::kDqHandoff) check_dq_boxes<Traits>(name);
 
     typename Traits::TiledMmaSdP mma_sdp;
@@ -356,35 +447,32 @@ void check_sm90_pds_traits() {
     typename Traits::TiledMmaDv mma_dv;
     typename Traits::TiledMmaDq mma_dq;
     auto copy_pds = make_tiled_copy_C(Copy_Atom<UniversalCopy<uint32_t>, Element>{}, mma_sdp);
+    // The rows of dK^T / dV^T consumer c holds: 64-row blocks alternating (by head dim), or all.
+    auto holds_row = [&](int consumer, int row) { return !kByHeadDim || (row / 64) % Traits::kConsumerWarpGroups == consumer; };
+    auto holds_key = [&](int consumer, int key) { return kByHeadDim || key / kKeys == consumer; };
     for (int tid = 0; tid < T; ++tid) {
         const int consumer = tid / 128;
         auto sdp = mma_sdp.get_thread_slice(tid);
         auto dk = mma_dk.get_thread_slice(tid);
         auto dv = mma_dv.get_thread_slice(tid);
-        auto dq = mma_dq.get_thread_slice(tid);
         // Accumulator slices.
         Tensor cS = sdp.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
         for (int t = 0; t < size(cS); ++t)
             CHECK(get<1>(cS(t)) / kKeys == consumer, "%s: thread %d holds key %d of S", name, tid, get<1>(cS(t)));
-        if constexpr (kTransposed) {
-            Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<D>, Int<N>>{}));
-            for (int t = 0; t < size(cK); ++t)
-                CHECK(get<1>(cK(t)) / kKeys == consumer, "%s: thread %d holds key %d of dK^T", name, tid, get<1>(cK(t)));
-            Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<DV>, Int<N>>{}));
-            for (int t = 0; t < size(cV); ++t)
-                CHECK(get<1>(cV(t)) / kKeys == consumer, "%s: thread %d holds key %d of dV^T", name, tid, get<1>(cV(t)));
-            CHECK(size(cK) == D * N / T && size(cV) == DV * N / T, "%s: dK^T / dV^T registers", name);
-        } else {
-            Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<N>, Int<D>>{}));
-            for (int t = 0; t < size(cK); ++t)
-                CHECK(get<1>(cK(t)) / kCols == consumer, "%s: thread %d holds column %d of dK", name, tid, get<1>(cK(t)));
-            Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<N>, Int<DV>>{}));
-            for (int t = 0; t < size(cV); ++t)
-                CHECK(get<1>(cV(t)) / kColsV == consumer, "%s: thread %d holds column %d of dV", name, tid, get<1>(cV(t)));
+        Tensor cK = dk.partition_C(make_identity_tensor(Shape<Int<D>, Int<N>>{}));
+        for (int t = 0; t < size(cK); ++t)
+            CHECK(holds_row(consumer, get<0>(cK(t))) && holds_key(consumer, get<1>(cK(t))),
+                  "%s: thread %d holds (%d, %d) of dK^T", name, tid, get<0>(cK(t)), get<1>(cK(t)));
+        Tensor cV = dv.partition_C(make_identity_tensor(Shape<Int<DV>, Int<N>>{}));
+        for (int t = 0; t < size(cV); ++t)
+            CHECK(holds_row(consumer, get<0>(cV(t))) && holds_key(consumer, get<1>(cV(t))),
+                  "%s: thread %d holds (%d, %d) of dV^T", name, tid, get<0>(cV(t)), get<1>(cV(t)));
+        CHECK(size(cK) == D * N / T && size(cV) == DV * N / T, "%s: dK^T / dV^T registers", name);
+        if constexpr (!kStaged) {
+            Tensor cQ = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
+            for (int t = 0; t < size(cQ); ++t)
+                CHECK(get<1>(cQ(t)) / kCols == consumer, "%s: thread %d holds column %d of dQ", name, tid, get<1>(cQ(t)));
         }
-        Tensor cQ = dq.partition_C(make_identity_tensor(Shape<Int<M>, Int<D>>{}));
-        for (int t = 0; t < size(cQ); ++t)
-            CHECK(get<1>(cQ(t)) / kCols == consumer, "%s: thread %d holds column %d of dQ", name, tid, get<1>(cQ(t)));
         // The policies' (query, key) view: one query per row, one key per column.
         Tensor qk = make_tensor(cS.data(), wgmma_rows_cols(cS.layout()));
         for (int r = 0; r < size<0>(qk); ++r)
@@ -402,7 +490,7 @@ void check_sm90_pds_traits() {
                   t, get<0>(from(t)), get<1>(from(t)), get<0>(to(t)), get<1>(to(t)));
         // Operand slices each consumer's wgmmas read (once per warpgroup: its first thread).
         if (tid % 128 != 0) continue;
-        const int k_lo = consumer * kKeys, c_lo = consumer * kCols, v_lo = consumer * kColsV;
+        const int k_lo = consumer * kKeys, c_lo = consumer * kCols;
         check_slice<0>(name, "Q rows of S (all)", consumer, sdp.partition_A(make_identity_tensor(Shape<Int<M>, Int<D>>{})),
                        0, M, D);
         check_slice<0>(name, "K rows of S", consumer, sdp.partition_B(make_identity_tensor(Shape<Int<N>, Int<D>>{})),
@@ -411,7 +499,24 @@ void check_sm90_pds_traits() {
                        sdp.partition_A(make_identity_tensor(Shape<Int<M>, Int<DV>>{})), 0, M, DV);
         check_slice<0>(name, "V rows of dP", consumer, sdp.partition_B(make_identity_tensor(Shape<Int<N>, Int<DV>>{})),
                        k_lo, k_lo + kKeys, DV);
-        if constexpr (kTransposed) {
+        if constexpr (kByHeadDim) { // its 64-row blocks of Q^T / dO^T, all keys of P / dS
+            auto rows_of = [&](const char* what, auto const& part, int rows) {
+                std::map<std::pair<int, int>, int> seen;
+                for (int t = 0; t < size(part); ++t) {
+                    CHECK(holds_row(consumer, get<0>(part(t))), "%s: consumer %d reads row %d of %s", name, consumer,
+                          get<0>(part(t)), what);
+                    seen[{get<0>(part(t)), get<1>(part(t))}]++;
+                }
+                CHECK(int(seen.size()) == rows / Traits::kConsumerWarpGroups * M, "%s: consumer %d reads %d of %s",
+                      name, consumer, int(seen.size()), what);
+            };
+            rows_of("Q^T of dK^T", dk.partition_A(make_identity_tensor(Shape<Int<D>, Int<M>>{})), D);
+            rows_of("dO^T of dV^T", dv.partition_A(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), DV);
+            check_slice<0>(name, "dS keys of dK^T (all)", consumer,
+                           dk.partition_B(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+            check_slice<0>(name, "P keys of dV^T (all)", consumer,
+                           dv.partition_B(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
+        } else {
             check_slice<0>(name, "Q^T of dK^T (all)", consumer,
                            dk.partition_A(make_identity_tensor(Shape<Int<D>, Int<M>>{})), 0, D, M);
             check_slice<0>(name, "dS keys of dK^T", consumer,
@@ -420,21 +525,27 @@ void check_sm90_pds_traits() {
                            dv.partition_A(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), 0, DV, M);
             check_slice<0>(name, "P keys of dV^T", consumer,
                            dv.partition_B(make_identity_tensor(Shape<Int<N>, Int<M>>{})), k_lo, k_lo + kKeys, M);
-        } else {
-            check_slice<0>(name, "dS^T of dK (all)", consumer,
-                           dk.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
-            check_slice<0>(name, "Q^T columns of dK", consumer,
-                           dk.partition_B(make_identity_tensor(Shape<Int<D>, Int<M>>{})), c_lo, c_lo + kCols, M);
-            check_slice<0>(name, "P^T of dV (all)", consumer,
-                           dv.partition_A(make_identity_tensor(Shape<Int<N>, Int<M>>{})), 0, N, M);
-            check_slice<0>(name, "dO^T columns of dV", consumer,
-                           dv.partition_B(make_identity_tensor(Shape<Int<DV>, Int<M>>{})), v_lo, v_lo + kColsV, M);
         }
-        check_slice<0>(name, "dS of dQ (all)", consumer, dq.partition_A(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
-                       0, M, N);
-        check_slice<0>(name, "K^T columns of dQ", consumer,
-                       dq.partition_B(make_identity_tensor(Shape<Int<D>, Int<N>>{})), c_lo, c_lo + kCols, N);
+        if constexpr (kStaged) { // each product: the consumer's column block 2c + half of K^T (the kernel's local_tile)
+            auto ops = mma_dq.get_thread_slice(0);
+            check_slice<0>(name, "dS of dQ (all)", consumer, ops.partition_A(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
+                           0, M, N);
+            for (int half = 0; half < Traits::kDqHalves; ++half) {
+                Tensor kt = local_tile(make_identity_tensor(Shape<Int<D>, Int<N>>{}), Shape<Int<kDqCols>, Int<N>>{},
+                                       make_coord(Traits::kDqHalves * consumer + half, 0));
+                const int lo = c_lo + half * kDqCols;
+                check_slice<0>(name, "K^T columns of a dQ half", consumer, ops.partition_B(kt), lo, lo + kDqCols, N);
+            }
+        } else {
+            auto dq = mma_dq.get_thread_slice(tid);
+            check_slice<0>(name, "dS of dQ (all)", consumer, dq.partition_A(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
+                           0, M, N);
+            check_slice<0>(name, "K^T columns of dQ", consumer,
+                           dq.partition_B(make_identity_tensor(Shape<Int<D>, Int<N>>{})), c_lo, c_lo + kCols, N);
+        }
     }
+    if constexpr (kKeys % 16 != 0) check_pds_stmatrix<Traits>(name);
+    if constexpr (kStaged) check_staged_dq<Traits>(name);
 }
 
 // Brute force: does query row i see key j?
@@ -548,8 +659,9 @@ int main() {
     check_q_block_range<80, 128>(rng);
     check_q_block_range<64, 64>(rng);
     check_q_block_range<64, 96>(rng);
+    check_q_block_range<64, 80>(rng);
     check_dq_key_blocks<64, 128>(rng); // the Hopper backward's blocks at d128
-    check_dq_key_blocks<64, 64>(rng);  // and at d256
+    check_dq_key_blocks<64, 80>(rng);  // and at d256
     check_dq_key_blocks<64, 96>(rng);  // and at 192 / 128
     check_sm90_key_mask<Sm90BwdTraits<64, cutlass::bfloat16_t>>("sm90 bwd d64 key mask", rng);
     check_sm90_key_mask<Sm90BwdTraits<128, cutlass::bfloat16_t>>("sm90 bwd d128 key mask", rng);

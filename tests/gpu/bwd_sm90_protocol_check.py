@@ -12,8 +12,10 @@ expects; the dQ product of each consumer reads a dS buffer that holds both consu
 query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
 buffer that holds both consumers' halves of that block and is not overwritten while it reads.
 
-run_pds models the d256 schedule (bwd_kernel_sm90_pds.cuh): the same producer and rings without
-the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
+run_pds (without the hand-off) models the d256 schedule up to session 64 (64-key blocks, dQ staged
+in the Q/dO stage; run_pds_do1 models today's), kept for its checks of the dQ thread's rules that
+run_pds_do1 leaves out (the wait between key blocks, the ordered dQ): the same producer and rings
+without the dQ hand-off; each consumer writes its key half of P and dS of a query block into buffer
 u % 2, one named barrier, then its dQ, dV, dK wgmmas read both halves, K and its own halves of
 the stage until their wait; then it stages its dQ over those halves of the stage and arrives on
 dq_staged[stage] and q_empty. The producer's dQ thread (split roles) waits for dq_staged, issues
@@ -47,14 +49,15 @@ random wait for the counter, and after its read a random while (the writes landi
 count) before its next block, while the loader runs on. (The order between CTAs, and the counters:
 tests/gpu/bwd_dq_order_check.py.)
 
-run_pds_do1 models a d256 schedule not built yet (docs/perf-log.md, session 64): 80-key blocks, one
+run_pds_do1 models the d256 schedule (bwd_kernel_sm90_pds.cuh with staged dQ): 80-key blocks, one
 dO stage (do_full / do_empty) beside the Q ring, dO released once each consumer's dV completed, and
-each consumer's dQ staged half over its half of the Q stage and half in a region of its own that
-reaches into the P buffer, after a barrier behind every consumer's dV; the dQ thread releases the Q
-stage (q_empty) and the region (extra_read, which the consumers wait for before writing it or the
-next P) once the reductions read them. Checks: no deadlock; every product reads the blocks it
-expects (dO included); no stage, dO, region or P rewritten under a reader; every block reduced once,
-after both consumers staged it, in walk order. (Its p_read barrier also orders the dK/dV epilogue
+each consumer's dQ in two products, the first staged in a region of its own that reaches into the
+P buffer (after a barrier behind every consumer's dV), the second over its half of the Q stage
+once its dK completed; the dQ thread reduces each half once both consumers staged it and releases
+the region (extra_read, which the consumers wait for before the next P) and the Q stage (q_empty)
+once read; dS is rewritten after a consumer barrier. Checks: no deadlock; every product reads the
+blocks it expects (dO included); no stage, dO, region, P or dS rewritten under a reader; every
+block reduced once, after both consumers staged it, in walk order. (Its p_read barrier also orders the dK/dV epilogue
 behind every product on K and V, so "no_epilogue_barrier" cannot show there.)
 
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
@@ -74,7 +77,9 @@ Broken variants (`broken=`) that the checks must catch, each on some of the rand
   run_pds_do1: "no_do_empty_wait" (dO refilled before both dVs completed), "early_do_release" (dO
            released as dV starts), "no_extra_wait" (the region or P written before the reductions
            read it), "no_p_read_barrier" (dQ staged over P while the other consumer's dV reads it),
-           "stage_every_block"
+           "stage_before_dk" (the second half over the Q stage while dK reads it), "no_region_wait"
+           (the region reduced before both consumers staged it), "no_pds_free_barrier" (dS written
+           while the other consumer's dK reads it), "stage_every_block"
 Run: python3 tests/gpu/bwd_sm90_protocol_check.py
 """
 import random
@@ -421,24 +426,28 @@ def run_pds(walk, S, seed, broken=None, ordered=False, handoff=False, single_buf
 
 
 def run_pds_do1(walk, S, seed, broken=None):
-    """A d256 schedule at 80-key blocks (not built yet: docs/perf-log.md, session 64, the second
-    form), with one dO stage beside S Q stages; walk and S as run(). The producer loads Q / lse /
-    dsum into the Q ring (q_full / q_empty) and dO into its one stage (do_full / do_empty, the two
-    consumers' arrivals). P and dS have one buffer each, written after the pds_free barrier (both
-    consumers' products of the block before completed). Each consumer's dV (reads dO and P) comes
+    """The d256 schedule (bwd_kernel_sm90_pds.cuh with Sm90BwdPdSTraits' kDqStaged: 80-key blocks),
+    with one dO stage beside S Q stages; walk and S as run(). The producer loads Q / lse / dsum
+    into the Q ring (q_full / q_empty) and dO into its one stage (do_full / do_empty, the two
+    consumers' arrivals). P and dS have one buffer each. Each consumer's dV (reads dO and P) comes
     first: it releases dO once dV completes, while dQ (dS, K) and dK (its half of the Q stage, dS)
-    still run. Its dQ then goes to two places: half over its half of the Q stage (as run_pds), half
-    into a region of its own, where consumer 1's reaches into the P buffer (the spare shared memory
-    holds three of the four 8 KB boxes), so both pass the p_read barrier (every dV, the P buffer's
-    reader, completed) first. The dQ thread reduces a block's boxes once both consumers staged
-    (dq_staged), arrives on q_empty once they were read and on extra_read for the region; a
-    consumer waits for extra_read before it writes the region or the next P. (A consumer's half of
-    the Q stage is the head-dim columns of its own dK^T rows: only its dK reads them after S. The
-    dQ thread's wait between key blocks and the ordered dQ are run_pds's, left out here.)"""
+    still run. dQ is computed in two column halves: the first, once it completes, goes into a
+    region of the consumer's own, where consumer 1's reaches into the P buffer (the spare shared
+    memory holds three of the four 8 KB boxes), so both pass the p_read barrier (every dV, the P
+    buffer's reader, completed) first, and arrives on dq_region_staged; the second, once dK
+    completed, over the consumer's half of the Q stage (as run_pds), and arrives on dq_staged. The
+    dQ thread reduces the region's boxes once both consumers staged them and arrives on extra_read
+    once they were read, then the Q stage's once both staged those, and arrives on q_empty once
+    they were read; a consumer waits for extra_read before it writes the next P (and so the next
+    region); P's readers (every dV) are behind the p_read barrier of the block before, and dS's
+    (the other consumer's dK and second dQ product) behind a pds_free barrier before the next dS.
+    (A consumer's half of the Q stage is the head-dim columns of its own dK^T rows: only its dK
+    reads them after S. The dQ thread's wait between key blocks and the ordered dQ are run_pds's,
+    left out here.)"""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(3) for _ in range(S)]
     do_full = MBar(1); do_empty = MBar(2)
-    dq_staged = [MBar(2) for _ in range(S)]; extra_read = MBar(1)
+    dq_staged = [MBar(2) for _ in range(S)]; extra_read = MBar(1); region_staged = MBar(2)
     kv_full = MBar(1); kv_empty = MBar(2)
     pds_ready = NBar(2); pds_free = NBar(2); p_read = NBar(2); epilogue_bar = NBar(2); staged = [False, False]
     q_stage = [None] * S; do_stage = [None]; kv_stage = [None]
@@ -457,17 +466,23 @@ def run_pds_do1(walk, S, seed, broken=None):
     def producer():
         yield from load_walk(walk, S, rnd, pending, (kv_full, kv_empty, kv_stage), (q_full, q_empty, q_stage), load_do)
 
-    def staged_adds():  # the producer's dQ thread, block by block
+    def staged_adds():  # the producer's dQ thread, block by block: the region's boxes, then the Q stage's
         for use in range(uses):
             s = use % S
+            if broken != "no_region_wait":
+                while not region_staged.done(use & 1): yield
+            assert extra == [use, use], ("the region reduced before both consumers staged it", use, extra)
+            r = ["region", use, rnd.randint(1, 6)]
+            reductions.append(r)
+            while r[2] > 0: yield  # the bulk reductions read the region and the P box
+            extra_read.arrive()
             while not dq_staged[s].done((use // S) & 1): yield
-            assert halves[s] == [use, use] and extra == [use, use], ("reduced before both staged", use, halves[s], extra)
+            assert halves[s] == [use, use], ("reduced before both staged", use, halves[s])
             r = [s, use, rnd.randint(1, 6)]
             reductions.append(r)
-            while r[2] > 0: yield  # the bulk reductions read the boxes
+            while r[2] > 0: yield  # the bulk reductions read the Q stage's halves
             reduced.append(use)
             q_empty[s].arrive()
-            extra_read.arrive()
             yield
 
     def block(c, use, s, nm):
@@ -478,11 +493,15 @@ def run_pds_do1(walk, S, seed, broken=None):
                 (c, n, m, q_stage[s], do_stage, kv_stage)
             assert halves[s] == [None, None], ("S / dP read staged dQ", c, use, halves[s])
             yield
-        g = pds_free.gen; pds_free.arrive()
-        while pds_free.gen == g: yield
-        if use > 0 and broken != "no_extra_wait":  # the reductions read the P box
+        # The reductions of the block before read the region and the P box.
+        if use > 0 and broken != "no_extra_wait":
             while not extra_read.done((use - 1) & 1): yield
-        p_buf[c] = ds_buf[c] = use
+        p_buf[c] = use
+        yield
+        if broken != "no_pds_free_barrier":  # the other consumer's dK, dQ of the block before read dS
+            g = pds_free.gen; pds_free.arrive()
+            while pds_free.gen == g: yield
+        ds_buf[c] = use
         yield
         g = pds_ready.gen; pds_ready.arrive()
         while pds_ready.gen == g: yield
@@ -491,16 +510,24 @@ def run_pds_do1(walk, S, seed, broken=None):
             yield
             if broken == "early_do_release" and _ == 0: do_empty.arrive()
         if broken != "early_do_release": do_empty.arrive()  # dV completed: dO is free
-        for _ in range(rnd.randint(1, 4)):  # dQ, dK: dS, K, its half of the Q stage
-            assert ds_buf == [use, use] and kv_stage[0] == n and q_stage[s] == (n, m), \
-                (c, use, ds_buf, kv_stage, q_stage[s])
-            yield
+
+        def dq_dk_reads():  # dQ's halves, dK: dS, K, its half of the Q stage
+            for _ in range(rnd.randint(1, 3)):
+                assert ds_buf == [use, use] and kv_stage[0] == n and q_stage[s] == (n, m) and halves[s][c] is None, \
+                    (c, use, ds_buf, kv_stage, q_stage[s], halves[s])
+                yield
+        yield from dq_dk_reads()  # dQ's first column half completes (dK still runs)
         if broken != "no_p_read_barrier":
             g = p_read.gen; p_read.arrive()
             while p_read.gen == g: yield
-        halves[s][c] = use
-        extra[c] = use
+        extra[c] = use  # the first half into the region
         if c == 1: p_buf[0] = p_buf[1] = None  # consumer 1's last box over P (both halves of it)
+        yield
+        region_staged.arrive()
+        yield from dq_dk_reads()  # dK and dQ's second half (issued after the first completed)
+        if broken == "stage_before_dk": halves[s][c] = use; yield
+        yield from dq_dk_reads()
+        halves[s][c] = use  # the second half over its half of the Q stage, once dK completed
         yield
         dq_staged[s].arrive()
         q_empty[s].arrive()
@@ -512,10 +539,12 @@ def run_pds_do1(walk, S, seed, broken=None):
     def landed(stage, s):
         if stage is q_stage: halves[s] = [None, None]
 
-    def tick():  # the reductions read the Q stage's halves, the region and the P box
+    def tick():  # the reductions read the region and the P box, or the Q stage's halves
         for r in list(reductions):
-            assert halves[r[0]] == [r[1], r[1]], ("the Q stage refilled under a reduction", r, halves)
-            assert extra == [r[1], r[1]] and p_buf == [None, None], ("the region or P rewritten under a reduction", r, extra, p_buf)
+            if r[0] == "region":
+                assert extra == [r[1], r[1]] and p_buf == [None, None], ("the region or P rewritten under a reduction", r, extra, p_buf)
+            else:
+                assert halves[r[0]] == [r[1], r[1]], ("the Q stage refilled under a reduction", r, halves)
             r[2] -= 1
             if r[2] <= 0: reductions.remove(r)
 
@@ -586,7 +615,8 @@ if __name__ == "__main__":
         hits = caught(run_pds, broken)
         assert hits > 0, f"run_pds broken={broken}: not caught by any walk"
         print(f"  broken variant run_pds/{broken}: caught on {hits} of 400 walks")
-    for broken in ("no_do_empty_wait", "early_do_release", "no_extra_wait", "no_p_read_barrier", "stage_every_block"):
+    for broken in ("no_do_empty_wait", "early_do_release", "no_extra_wait", "no_p_read_barrier", "stage_before_dk",
+                   "no_region_wait", "no_pds_free_barrier", "stage_every_block"):
         hits = caught(run_pds_do1, broken)
         assert hits > 0, f"run_pds_do1 broken={broken}: not caught by any walk"
         print(f"  broken variant run_pds_do1/{broken}: caught on {hits} of 400 walks")

@@ -793,12 +793,12 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     const BackwardPlan l = plan_ordered(long_rows);
     EXPECT_EQ(l.dq_section_pairs, 1);
     EXPECT_EQ(l.dq_semaphore_blocks, 205); // 16384 / 80, the last block ragged
-    Backward d256 = b; // the d256 schedule too (key blocks of 64: 16 CTAs per pair)
+    Backward d256 = b; // the d256 schedule too (key blocks of 80: 13 CTAs per pair, the last ragged)
     d256.fwd.head_dim = 256;
     const BackwardPlan p256 = plan_ordered(d256);
     EXPECT_EQ(p256.kernel, Kernel::backward_sm90);
     EXPECT_TRUE(p256.ordered_dq);
-    EXPECT_EQ(p256.num_chunks, 16);
+    EXPECT_EQ(p256.num_chunks, 13);
     EXPECT_EQ(p256.dq_chunk_stride, 0);
     EXPECT_EQ(p256.dq_semaphore_rows, 64);
     EXPECT_EQ(p256.dq_semaphore_blocks, 16);
@@ -824,7 +824,7 @@ TEST(PlannerBackward, DeterministicHopperOrdersTheDqAdditions) {
     EXPECT_TRUE(g256.ordered_dq);
     EXPECT_TRUE(g256.kv_major);
     EXPECT_FALSE(g256.dkv_scratch);
-    EXPECT_EQ(g256.ctas, 16 * 2 * 4); // key blocks x batch x KV heads
+    EXPECT_EQ(g256.ctas, 13 * 2 * 4); // key blocks x batch x KV heads
     Backward causal256 = gqa256; // but not under a causal mask, as outside deterministic mode: the scratch
     causal256.fwd.causal = true;
     EXPECT_FALSE(plan_ordered(causal256).kv_major);

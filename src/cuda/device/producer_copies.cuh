@@ -45,6 +45,16 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem) {
 // m + 2 differ by 8 rows, so the thread keeps one base per pass parity (kBases) and the offsets
 // stay constants (layout_check and bwd_layout_check compare every thread's chunks with CuTe's
 // tiled copy).
+// Bytes from a shared tile's start to element (r, c) of SmemLayout. The GMMA layouts swizzle
+// shared-memory addresses, not the layout's element offsets (CuTe's smem_ptr_flag), so the offset is
+// taken through a tensor at an address on a 1024-byte swizzle period, as every tile's own.
+template <typename Element, typename SmemLayout>
+__host__ __device__ __forceinline__ uint32_t smem_byte_offset(int r, int c) {
+    constexpr uintptr_t kBase = uintptr_t(1) << 20;
+    Tensor t = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(kBase)), SmemLayout{});
+    return uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(r, c))) - kBase);
+}
+
 template <typename Element, typename SmemLayout, int kThreads, int kBlockCols_ = 64>
 struct SwizzledTileCopy {
     static constexpr int kChunkElems = 16 / int(sizeof(Element));
@@ -53,25 +63,21 @@ struct SwizzledTileCopy {
     static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
     static constexpr int kRows = decltype(size<0>(SmemLayout{}))::value;
     static constexpr int kCols = decltype(size<1>(SmemLayout{}))::value;
-    static constexpr int kPasses = kRows / kRowsPerPass;
+    // A tile whose rows are no whole number of passes (80 keys by 256 threads) has a partial last
+    // pass: stored (its rows past the tile skipped), never loaded (a zero-fill would write there).
+    static constexpr bool kWholePasses = kRows % kRowsPerPass == 0;
+    static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
     static constexpr int kColBlocks = kCols / kBlockCols;
     static constexpr int kBases = kRowsPerPass % 8 == 0 ? 1 : 8 / kRowsPerPass; // passes per 8 rows
-    static_assert((kRowsPerPass % 8 == 0 || 8 % kRowsPerPass == 0) && kRows % kRowsPerPass == 0 &&
-                  kCols % kBlockCols == 0);
+    static_assert((kRowsPerPass % 8 == 0 || 8 % kRowsPerPass == 0) && kCols % kBlockCols == 0);
     static_assert(kPasses % kBases == 0, "the tile is a whole number of 8-row swizzle periods");
 
     int row;                     // the thread's row in pass 0
     int col;                     // its first column in column block 0
     uint32_t smem_base[kBases];  // bytes from the tile's start to its chunk (row + j * kRowsPerPass, col)
 
-    // Bytes from the tile's start to element (r, c). The GMMA layouts swizzle shared-memory
-    // addresses, not the layout's element offsets (CuTe's smem_ptr_flag), so the offset is taken
-    // through a tensor at an address on a 1024-byte swizzle period, as the tile's own.
-    __host__ __device__ static uint32_t byte_offset(int r, int c) {
-        constexpr uintptr_t kBase = uintptr_t(1) << 20;
-        Tensor t = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(kBase)), SmemLayout{});
-        return uint32_t(reinterpret_cast<uintptr_t>(raw_pointer_cast(&t(r, c))) - kBase);
-    }
+    // Bytes from the tile's start to element (r, c).
+    __host__ __device__ static uint32_t byte_offset(int r, int c) { return smem_byte_offset<Element, SmemLayout>(r, c); }
 
     __host__ __device__ explicit SwizzledTileCopy(int tid)
         : row(tid / kThreadsPerRow), col(tid % kThreadsPerRow * kChunkElems) {
@@ -88,6 +94,7 @@ struct SwizzledTileCopy {
     // columns past head_dim are zero-filled (nothing read; `safe` is any readable address).
     __device__ __forceinline__ void load_async(uint32_t smem_tile, const Element* first_row, int64_t row_stride,
                                                int rows_valid, int head_dim, const Element* safe) const {
+        static_assert(kWholePasses, "loads fill whole passes");
         for_each_chunk(first_row, row_stride, rows_valid, head_dim, [&](uint32_t offset, const Element* g, bool ok) {
             cp_async_16_or_zero(smem_tile + offset, ok ? g : safe, ok);
         });
@@ -96,6 +103,7 @@ struct SwizzledTileCopy {
     // starts before its tensor's first row).
     __device__ __forceinline__ void load_async(uint32_t smem_tile, const Element* first_row, int64_t row_stride,
                                                int rows_begin, int rows_valid, int head_dim, const Element* safe) const {
+        static_assert(kWholePasses, "loads fill whole passes");
         for_each_chunk<true>(first_row, row_stride, rows_valid, head_dim, [&](uint32_t offset, const Element* g, bool ok) {
             cp_async_16_or_zero(smem_tile + offset, ok ? g : safe, ok);
         }, rows_begin);
@@ -104,6 +112,7 @@ struct SwizzledTileCopy {
     // The whole tile (every row and column inside the tensor): no predicates, no zero-fill.
     __device__ __forceinline__ void load_async_full(uint32_t smem_tile, const Element* first_row,
                                                     int64_t row_stride) const {
+        static_assert(kWholePasses, "loads fill whole passes");
         int64_t pass_stride = row_stride * kRowsPerPass;
         asm volatile("" : "+l"(pass_stride)); // as in for_each_chunk
         const Element* p = first_row + row * row_stride + col;
@@ -119,6 +128,7 @@ struct SwizzledTileCopy {
     // pass_row[m] (column 0); predicated and zero-filled as load_async.
     __device__ __forceinline__ void load_async_rows(uint32_t smem_tile, const Element* const (&pass_row)[kPasses],
                                                     int rows_valid, int head_dim, const Element* safe) const {
+        static_assert(kWholePasses, "loads fill whole passes");
         const int rows_left = rows_valid - row;
         CUTE_UNROLL
         for (int m = 0; m < kPasses; ++m) {
@@ -156,6 +166,7 @@ struct SwizzledTileCopy {
         // precomputed, one register pair per pass, in front of the caller's loops.
         asm volatile("" : "+l"(pass_stride));
         const Element* p = first_row + row * row_stride + col;
+        if constexpr (!kWholePasses) rows_valid = min(rows_valid, kRows);
         const int rows_left = rows_valid - row, rows_before = rows_begin - row;
         CUTE_UNROLL
         for (int m = 0; m < kPasses; ++m) {

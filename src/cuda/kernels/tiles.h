@@ -110,17 +110,18 @@ constexpr bool backward_sm90_pds_schedule(int tile_head_dim, int tile_head_dim_v
     return tile_head_dim == 256 || (tile_head_dim_v != tile_head_dim && backward_sm90_has(tile_head_dim, tile_head_dim_v));
 }
 constexpr bool backward_sm90_pds_schedule(int tile_head_dim) { return backward_sm90_pds_schedule(tile_head_dim, tile_head_dim); }
-// Keys per CTA (key block) of the Hopper backward: the mma.sync kernel's, but 96 at 192 / 128, as
-// FlashAttention-3's: every block's dQ leaves the SM in fp32 through shared memory (48 KB written
-// and read again at 64 x 192), and each consumer's S and dP read all of Q and dO for its share of
-// the keys, so a 64 x 64 block reads and writes ~384 KB of shared memory for 6.8 MFLOP: at an SM's
-// 128 B per clock 1.8x the tensor cores' time for it; 64 x 96, ~464 KB for 10.2 MFLOP, 1.45x.
-// There the consumers split dK and dV by keys (48 each, the head dim as wgmma's M) instead of by
-// columns, which 96 keys (no multiple of 64 per consumer) would not allow.
+// Keys per CTA (key block) of the Hopper backward: the mma.sync kernel's, but 96 at 192 / 128 and 80
+// at d256, as FlashAttention-3's: every block's dQ leaves the SM in fp32 through shared memory (48 KB
+// written and read again at 64 x 192), and each consumer's S and dP read all of Q and dO for its
+// share of the keys, so a 64 x 64 block reads and writes ~384 KB of shared memory for 6.8 MFLOP: at
+// an SM's 128 B per clock 1.8x the tensor cores' time for it; 64 x 96, ~464 KB for 10.2 MFLOP,
+// 1.45x. At d256 a 64 x 64 block reads ~336 KB for 10.5 MFLOP (1.05x the tensor time), 64 x 80
+// about a fifth less a FLOP. dK and dV are then computed transposed (the head dim as wgmma's M,
+// Sm90BwdPdSTraits), as neither key block is two consumers' 64-row M extents.
 constexpr int backward_sm90_block_n(int tile_head_dim, int tile_head_dim_v) {
-    return tile_head_dim_v != tile_head_dim && backward_sm90_has(tile_head_dim, tile_head_dim_v)
-               ? 96
-               : backward(tile_head_dim).block_n;
+    return tile_head_dim_v != tile_head_dim && backward_sm90_has(tile_head_dim, tile_head_dim_v) ? 96
+           : tile_head_dim == 256                                                               ? 80
+                                                                                                 : backward(tile_head_dim).block_n;
 }
 // Query rows per block of the Hopper backward (its traits' default kBlockM). 64; at d64 128,
 // as FlashAttention-3's: with 64 the S^T / dP^T products are 64 x 64 x 64 (each SS wgmma reads as

@@ -9,7 +9,8 @@
 // other's bug).
 //
 // A schedule's traits provide: Element, kHeadDim, kHeadDimV (of V, dO, dV; kHeadDim but in the
-// value-dim instance), kBlockM, kBlockN, kQStages, kProducerThreads, kConsumerThreads, kSmemQElems,
+// value-dim instance), kBlockM, kBlockN, kQStages, kDoStages (kQStages: dO rides in the Q stage and
+// its q_full; 1: a stage of its own, do_full / do_empty), kProducerThreads, kConsumerThreads, kSmemQElems,
 // kSmemDoElems, kSmemKElems, kSmemVElems, kSmemScoreElems (the schedule's own P/dS buffers),
 // kSmemRowStatsBytes, kSmemDqBytes (0: no dQ hand-off), kDqHandoff, kDqRowStride, kDqBoxCols, kDqBoxBytes,
 // kQBoxCols, kDoBoxCols, SmemLayoutQ, SmemLayoutQt, SmemLayoutDo, SmemLayoutDot, SmemLayoutK,
@@ -184,18 +185,22 @@ __device__ __forceinline__ int value_cols(const FwdArgs& fa) {
     return Traits::kHeadDimV == Traits::kHeadDim ? fa.head_dim : fa.head_dim_v;
 }
 
-// Shared memory of a schedule: Q[stages], dO[stages], K, V, the schedule's P/dS buffers (each tile
-// 1024-byte aligned: whole swizzle periods), the dQ hand-off buffer (if any; its boxes too),
-// lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the mbarriers.
+// Shared memory of a schedule: Q[stages], dO[dO stages], K, V, the schedule's P/dS buffers (each
+// tile 1024-byte aligned: whole swizzle periods), the dQ hand-off buffer or the staged dQ's region
+// (if any; its boxes too), lse[stages][kBlockM], dsum[stages][kBlockM] (fp32), the mbarriers.
 template <typename Traits>
 struct Sm90BwdSmem {
     using Element = typename Traits::Element;
     static constexpr int kQStages = Traits::kQStages;
-    static constexpr int kTileBytes = (kQStages * (Traits::kSmemQElems + Traits::kSmemDoElems) + Traits::kSmemKElems +
-                                       Traits::kSmemVElems + Traits::kSmemScoreElems) *
+    static constexpr int kDoStages = Traits::kDoStages;
+    static constexpr bool kOwnDoStage = kDoStages != kQStages;
+    static_assert(kDoStages == kQStages || kDoStages == 1, "dO in the Q ring, or one stage of its own");
+    static constexpr int kTileBytes = (kQStages * Traits::kSmemQElems + kDoStages * Traits::kSmemDoElems +
+                                       Traits::kSmemKElems + Traits::kSmemVElems + Traits::kSmemScoreElems) *
                                       int(sizeof(Element));
-    // q_full, q_empty per stage; kv_full, kv_empty; dq_full[2], dq_empty (used with the hand-off only).
-    static constexpr int kBarriers = 2 * kQStages + 5;
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full[2], dq_empty (used with the hand-off
+    // only); with dO's own stage do_full, do_empty, extra_read, dq_region_staged.
+    static constexpr int kBarriers = 2 * kQStages + 5 + (kOwnDoStage ? 4 : 0);
     static constexpr int kBytes = kTileBytes + Traits::kSmemRowStatsBytes + Traits::kSmemDqBytes + kBarriers * 8;
     static_assert(kBytes == Traits::kSmemBytes && kTileBytes == Traits::kSmemTileBytes,
                   "the traits' shared-memory budget describes this carve-up");
@@ -226,11 +231,18 @@ struct Sm90BwdSmem {
     // a barrier's phase twice before its wait (block u+2, the next on the same barrier, needs the
     // stage released after that wait).
     uint64_t* dq_staged;
+    // dO's own stage (kOwnDoStage): do_full, its bytes landed; do_empty, both consumers' dV (its last
+    // reader) completed; extra_read, the staged dQ's region and P box read by the reductions;
+    // dq_region_staged, both consumers' first dQ halves are in them.
+    uint64_t* do_full;
+    uint64_t* do_empty;
+    uint64_t* extra_read;
+    uint64_t* dq_region_staged;
 
     __device__ __forceinline__ explicit Sm90BwdSmem(char* smem) {
         q = reinterpret_cast<Element*>(smem);
         d_o = q + kQStages * Traits::kSmemQElems;
-        k = d_o + kQStages * Traits::kSmemDoElems;
+        k = d_o + kDoStages * Traits::kSmemDoElems;
         v = k + Traits::kSmemKElems;
         scores = v + Traits::kSmemVElems;
         dq = reinterpret_cast<float*>(smem + kTileBytes);
@@ -245,7 +257,22 @@ struct Sm90BwdSmem {
         dq_full = bar + 2 * kQStages + 2;
         dq_empty = bar + 2 * kQStages + 4;
         dq_staged = dq_full;
+        do_full = bar + 2 * kQStages + 5;
+        do_empty = do_full + 1;
+        extra_read = do_full + 2;
+        dq_region_staged = do_full + 3;
         static_assert(!Traits::kDqStaged || kQStages == 2, "dq_staged: dq_full's two, one per stage");
+        static_assert(Traits::kDqStaged == kOwnDoStage, "staged dQ is the schedule with dO's own stage");
+    }
+
+    // Staged dQ (Traits::kDqStaged): box b of consumer c of the block in Q stage s (the traits'
+    // staged_dq_box says where).
+    __device__ __forceinline__ Element* staged_dq_box(int s, int c, int b) const {
+        const auto place = Traits::staged_dq_box(c, b);
+        char* const base = place.in == Traits::kDqInQStage ? reinterpret_cast<char*>(q + s * Traits::kSmemQElems)
+                           : place.in == Traits::kDqInRegion ? reinterpret_cast<char*>(dq)
+                                                             : reinterpret_cast<char*>(scores);
+        return reinterpret_cast<Element*>(base + place.bytes);
     }
 
     // By thread 0, before the CTA's one __syncthreads. Roles: Sm90BwdProducerRoles (the producer
@@ -261,6 +288,12 @@ struct Sm90BwdSmem {
         cutlass::arch::ClusterBarrier::init(kv_empty, Traits::kConsumerThreads);
         for (int i = 0; i < 2; ++i) cutlass::arch::ClusterBarrier::init(dq_full + i, Traits::kConsumerThreads);
         cutlass::arch::ClusterBarrier::init(dq_empty, Traits::kDqHandoff ? Roles::kBlockDqThreads : 1);
+        if constexpr (kOwnDoStage) {
+            cutlass::arch::ClusterBarrier::init(do_full, Roles::kLoaders);
+            cutlass::arch::ClusterBarrier::init(do_empty, Traits::kConsumerThreads);
+            cutlass::arch::ClusterBarrier::init(extra_read, 1); // the dQ thread
+            cutlass::arch::ClusterBarrier::init(dq_region_staged, Traits::kConsumerThreads);
+        }
         cutlass::arch::fence_barrier_init();
     }
 
@@ -313,6 +346,7 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                   "the ordered dQ walks groups with the hand-off or staged dQ");
     const BwdArgs& args = params.args;
     using Element = typename Traits::Element;
+    using Smem = Sm90BwdSmem<Traits>;
     constexpr int kBlockM = Traits::kBlockM;
     constexpr int kBlockN = Traits::kBlockN;
     constexpr int kHeadDim = Traits::kHeadDim;
@@ -346,6 +380,10 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
     const uint32_t smem_q = cast_smem_ptr_to_uint(sm.q), smem_do = cast_smem_ptr_to_uint(sm.d_o);
     constexpr uint32_t kQStageBytes = Traits::kSmemQElems * sizeof(Element);
     constexpr uint32_t kDoStageBytes = Traits::kSmemDoElems * sizeof(Element);
+    // Q's and dO's TMA boxes issued in turns where they are alike and share the stage's barrier.
+    constexpr int kQBoxCols = Traits::kQBoxCols;
+    constexpr bool kInterleavedDo =
+        !Smem::kOwnDoStage && Traits::kHeadDimV == kHeadDim && Traits::kDoBoxCols == kQBoxCols;
     // One lse or dsum value per producer thread and stage where a stage has half as many rows as the
     // producer threads; else (80- or 128-row stages, or split roles) loader r takes both values of
     // row r, and where the loaders are fewer than the rows (split roles at 80 or 128) of rows r,
@@ -399,10 +437,11 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
             if (lane0) add_release_gpu(counter_of(m), 1);
         }
     };
-    // Staged dQ (Traits::kDqStaged): the first dQ thread waits until both consumers have staged the
-    // block (dq_staged), adds each consumer's boxes (kDqBoxes, over its halves of the stage's dO and Q)
-    // with a bulk tensor reduction (params.dq_map) and releases the stage (its q_empty arrival) once
-    // they have read it. Where the order of additions matters it waits, as above, for the key block
+    // Staged dQ (Traits::kDqStaged): the first dQ thread adds each consumer's boxes (kDqBoxes:
+    // Sm90BwdSmem::staged_dq_box) with bulk tensor reductions (params.dq_map), the first half (the
+    // region and the P box) once both consumers have staged it (dq_region_staged), releasing them
+    // (extra_read) once read, then the second half once both have staged the block (dq_staged),
+    // releasing the Q stage (its q_empty arrival) once read. Where the order of additions matters it waits, as above, for the key block
     // before to complete (chunks), or for the block's turn before and the completion after, then
     // counts the block (the ordered dQ: two arrivals per key block, as the consumers' own adds of
     // the blocks that end past the sequence count, one per consumer). The blocks that
@@ -412,9 +451,27 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
         if constexpr (Traits::kDqStaged) {
             if (dq_tid != 0) return;
             const int s = use % kQStages;
-            cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
-            if (sm90_bwd_dq_by_tma<kBlockM>(params, w, m0)) {
-                int* const counter = ordered ? w.dq_counter(args, head, m0 / kBlockM) : nullptr;
+            const bool by_tma = sm90_bwd_dq_by_tma<kBlockM>(params, w, m0);
+            int* const counter = ordered ? w.dq_counter(args, head, m0 / kBlockM) : nullptr;
+            const int buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
+            // Boxes [first, first + count) of both consumers.
+            auto reduce_boxes = [&](int first, int count) {
+                CUTE_UNROLL
+                for (int c = 0; c < Traits::kConsumerWarpGroups; ++c) {
+                    for (int box = first; box < first + count; ++box) {
+                        const int col = c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols;
+                        SM90_TMA_REDUCE_ADD_5D::copy(&params.dq_map, sm.staged_dq_box(s, c, box), col,
+                                                     sm90_bwd_dq_map_row(w, m0), sm90_bwd_dq_map_sequence(w), head,
+                                                     buffer);
+                    }
+                }
+                bulk_commit_group();
+            };
+            constexpr int kHalf = Traits::kDqBoxes / 2;
+            // The first half (the region and the P box) as soon as both consumers staged it, so that
+            // its read is long done when the next block's P is written (extra_read).
+            cutlass::arch::ClusterBarrier::wait(sm.dq_region_staged, use & 1);
+            if (by_tma) {
                 if constexpr (ordered) {
                     const int rank = w.template dq_rank<kBlockM, kBlockN>(args, m0 / kBlockM);
                     const int turn = Traits::kConsumerWarpGroups * rank; // an arrival per consumer and key block
@@ -423,24 +480,14 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 }
                 if (revisits_rows && n != added_n) bulk_wait_group<0>();
                 added_n = n;
-                constexpr int kHalfBoxes = Traits::kDqBoxes / 2;
-                constexpr int kBoxElems = Traits::kDqBoxBytes / int(sizeof(Element));
-                constexpr int kHalfElems = Traits::kStageHalfBytes / int(sizeof(Element));
-                const int buffer = args.dq_chunk_stride > 0 ? w.chunk : 0;
-                CUTE_UNROLL
-                for (int c = 0; c < Traits::kConsumerWarpGroups; ++c) {
-                    CUTE_UNROLL
-                    for (int box = 0; box < Traits::kDqBoxes; ++box) {
-                        const Element* const stage_half =
-                            (box < kHalfBoxes ? sm.d_o + s * Traits::kSmemDoElems : sm.q + s * Traits::kSmemQElems) +
-                            c * kHalfElems;
-                        const int col = c * Traits::kColsPerWarpGroup + box * Traits::kDqBoxCols;
-                        SM90_TMA_REDUCE_ADD_5D::copy(&params.dq_map, stage_half + (box % kHalfBoxes) * kBoxElems, col,
-                                                     sm90_bwd_dq_map_row(w, m0), sm90_bwd_dq_map_sequence(w), head,
-                                                     buffer);
-                    }
-                }
-                bulk_commit_group();
+                reduce_boxes(0, kHalf);
+                bulk_wait_group_read<0>();
+                cutlass::arch::ClusterBarrier::arrive(sm.extra_read);
+            }
+            // The second half (over the Q stage).
+            cutlass::arch::ClusterBarrier::wait(sm.dq_staged + s, (use / kQStages) & 1);
+            if (by_tma) {
+                reduce_boxes(kHalf, Traits::kDqBoxes - kHalf);
                 if constexpr (ordered) {
                     bulk_wait_group<0>();
                     fence_proxy_async_global();
@@ -448,6 +495,8 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 } else {
                     bulk_wait_group_read<0>();
                 }
+            } else { // the consumers added every box themselves before staging the second half
+                cutlass::arch::ClusterBarrier::arrive(sm.extra_read);
             }
             cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
         }
@@ -556,35 +605,43 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                 const int m0 = m * kBlockM;
                 if (loads) {
                     if (q_uses >= kQStages) cutlass::arch::ClusterBarrier::wait(sm.q_empty + s, ((q_uses / kQStages) - 1) & 1);
-                    if (params.q_tma) {
-                        if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
-                            cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.q_full + s,
-                                                                                        kQStageBytes + kDoStageBytes);
-                            constexpr int kBoxCols = Traits::kQBoxCols;
-                            constexpr bool kSameBoxes = Traits::kHeadDimV == kHeadDim && Traits::kDoBoxCols == kBoxCols;
-                            CUTE_UNROLL
-                            for (int c = 0; c < kHeadDim / kBoxCols; ++c) {
-                                const int offset = s * Traits::kSmemQElems + c * kBlockM * kBoxCols;
-                                SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                                       sm.q + offset, c * kBoxCols, m0, wh.h, wh.b);
-                                if constexpr (kSameBoxes)
-                                    SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
-                                                           sm.d_o + offset, c * kBoxCols, m0, wh.h, wh.b);
-                            }
-                            if constexpr (!kSameBoxes) {
+                    // dO of this block into its stage (do_stage: s, or 0 with its own stage), by
+                    // TMA onto `full` or by cp.async.
+                    const auto load_do = [&](uint64_t* full, int do_stage) {
+                        if (params.q_tma) {
+                            if (ptid == 0) {
                                 constexpr int kDoBoxCols = Traits::kDoBoxCols;
                                 CUTE_UNROLL
                                 for (int c = 0; c < Traits::kHeadDimV / kDoBoxCols; ++c) {
-                                    const int offset = s * Traits::kSmemDoElems + c * kBlockM * kDoBoxCols;
-                                    SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s,
-                                                           uint64_t(TMA::CacheHintSm90::EVICT_NORMAL), sm.d_o + offset,
-                                                           c * kDoBoxCols, m0, wh.h, wh.b);
+                                    const int offset = do_stage * Traits::kSmemDoElems + c * kBlockM * kDoBoxCols;
+                                    SM90_TMA_LOAD_4D::copy(&params.do_map, full, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                           sm.d_o + offset, c * kDoBoxCols, m0, wh.h, wh.b);
                                 }
+                            }
+                        } else {
+                            copy_do.load_async(smem_do + do_stage * kDoStageBytes, do_rows + m0 * do_stride, do_stride,
+                                               seq.q_len - m0, v_cols, safe);
+                        }
+                    };
+                    if (params.q_tma) {
+                        if (ptid == 0) { // before this thread's arrival below, so the phase waits for the bytes
+                            cutlass::arch::ClusterTransactionBarrier::expect_transaction(
+                                sm.q_full + s, kQStageBytes + (Smem::kOwnDoStage ? 0 : kDoStageBytes));
+                            CUTE_UNROLL
+                            for (int c = 0; c < kHeadDim / kQBoxCols; ++c) {
+                                const int offset = s * Traits::kSmemQElems + c * kBlockM * kQBoxCols;
+                                SM90_TMA_LOAD_4D::copy(&params.q_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                       sm.q + offset, c * kQBoxCols, m0, wh.h, wh.b);
+                                if constexpr (kInterleavedDo)
+                                    SM90_TMA_LOAD_4D::copy(&params.do_map, sm.q_full + s, uint64_t(TMA::CacheHintSm90::EVICT_NORMAL),
+                                                           sm.d_o + offset, c * kQBoxCols, m0, wh.h, wh.b);
                             }
                         }
                     } else {
                         copy_q.load_async(smem_q + s * kQStageBytes, q_rows + m0 * q_stride, q_stride, seq.q_len - m0, fa.head_dim, safe);
-                        copy_do.load_async(smem_do + s * kDoStageBytes, do_rows + m0 * do_stride, do_stride, seq.q_len - m0, v_cols, safe);
+                    }
+                    if constexpr (!Smem::kOwnDoStage) {
+                        if (!kInterleavedDo || !params.q_tma) load_do(sm.q_full + s, s);
                     }
                     // Rows past the sequence: lse_log2 +inf (their P 0), dsum 0.
                     if constexpr (kStatLoop) {
@@ -607,6 +664,13 @@ __device__ __forceinline__ void sm90_bwd_producer(const Sm90BwdParams& params, c
                         }
                     }
                     cutlass::arch::cpasync_barrier_arrive_noinc(sm.q_full + s);
+                    if constexpr (Smem::kOwnDoStage) { // once both consumers' dV of the block before completed
+                        if (q_uses > 0) cutlass::arch::ClusterBarrier::wait(sm.do_empty, (q_uses - 1) & 1);
+                        if (params.q_tma && ptid == 0)
+                            cutlass::arch::ClusterTransactionBarrier::expect_transaction(sm.do_full, kDoStageBytes);
+                        load_do(sm.do_full, 0);
+                        cutlass::arch::cpasync_barrier_arrive_noinc(sm.do_full);
+                    }
                 }
                 if constexpr (Roles::kSplit) { // this block's dQ in its turn, its arrival at once
                     if (adds && adds_block(q_uses)) {
@@ -793,7 +857,7 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const Sm90BwdParams& params,
     if (args.dk_accum) {
         // Rows of the KV head (added to), or of the grid's unit (stored): query head, or pair of them.
         const int scratch_head = args.dkv_add ? w.h_kv : w.h_first / args.group_heads;
-        if constexpr (kSameShape) {
+        if constexpr (kSameShape && !kTransposed) {
             store_dkv_scratch<kHeadDim>(args, scratch_head, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc, rows_valid);
         } else { // rows of kHeadDim floats (the scratch's accum_cols, the tile head dim) for both
             store_dkv_scratch<kHeadDim, kTransposed>(args, scratch_head, w.k_global_row0 + n0, acc_dk, acc_dv, tdKc,

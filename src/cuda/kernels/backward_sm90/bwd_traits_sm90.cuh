@@ -154,6 +154,7 @@ struct Sm90BwdTraits {
     static constexpr bool kDqHandoff = true;
     static constexpr bool kDqStaged = false; // (Sm90BwdPdSTraits)
     static constexpr bool kDkvTransposed = false; // (Sm90BwdPdSTraits)
+    static constexpr int kDoStages = kQStages;    // dO rides in the Q stage (Sm90BwdPdSTraits)
     // Transposed dQ's registers hold neighbouring queries, stored one float each: rows padded by 4
     // floats put a warp's 32 stores on 32 banks (and leave room in shared memory at 80 queries).
     static constexpr int kDqRowStride = kHeadDim + (kDqTransposed ? 4 : 8);
@@ -183,38 +184,38 @@ struct Sm90BwdTraits {
 };
 
 // The P/dS schedule (bwd_kernel_sm90_pds.cuh; FlashAttention-3's for its largest head dims,
-// reasoned here) at d256 and at q/k 192 with v 128 (tiles::backward_sm90_value_dim): 64 queries x
-// 64 keys per block, the same 384 threads. The keys-as-rows schedule above keeps 64 keys x the whole
-// head dim of dK and of dV in each consumer's registers: 256 fp32 per thread at d256, 96 + 64 at
-// 192 / 128, beside S^T and dP^T (32 + 32) and dQ (48): more than a thread may have. So the head
+// reasoned here) at d256 and at q/k 192 with v 128 (tiles::backward_sm90_value_dim): 64 queries
+// per block, 80 keys at d256 and 96 at 192 / 128 (tiles::backward_sm90_block_n), the same 384
+// threads. The keys-as-rows schedule above keeps the key block x the whole head dim of dK and of dV
+// in each consumer's registers: far more than a thread may have at these head dims. So the head
 // dims are what the consumers split for the three products that carry them, and P / dS go through
 // shared memory to get there:
-//   S  = Q K^T, dP = dO V^T  (queries x keys)    SS, each consumer 32 of the 64 keys with the
-//                                                whole contraction (d, resp. d_v; no redundant
-//                                                work); queries as rows, so lse / dsum are per row
-//                                                and the policies see the accumulators directly
-//   P, dS -> shared memory (16-bit, keys contiguous), each consumer its 32 keys; a named barrier
-//   dV += P^T dO             (keys x d_v)        SS, each consumer 64 keys x d_v / 2 columns:
-//   dK += dS^T Q             (keys x d)          A = P^T / dS^T (MN-major views), B = dO^T / Q^T
-//                                                (MN-major), each consumer d / 2 columns of dK
+//   S  = Q K^T, dP = dO V^T  (queries x keys)    SS, each consumer half of the keys (n = 40 at
+//                                                d256, 48 at 192 / 128) with the whole
+//                                                contraction (d, resp. d_v; no redundant work);
+//                                                queries as rows, so lse / dsum are per row and the
+//                                                policies see the accumulators directly
+//   P, dS -> shared memory (16-bit, keys contiguous), each consumer its n keys; a named barrier
+//   dV^T += dO^T P           (d_v x keys)        SS, A = dO^T (MN-major view of the dO stage),
+//   dK^T += Q^T dS           (d x keys)          B = P / dS (MN-major: keys contiguous)
 //   dQ  = dS K               (queries x d)       SS, each consumer d / 2 columns: A = dS (K-major),
 //                                                B = K^T (MN-major)
-// Per consumer thread, fp32: d256 dK 64 + dV 64 + dQ 64 + S 16 + dP 16, S / dP dead before dQ is
-// live (P and dS live in shared memory by then): a peak of 192.
+// dK and dV are transposed (the head dim as wgmma's M) because a key block of 80 or 96 keys is no
+// multiple of two consumers' 64-row M extents. What the consumers split differs:
+//   d256 (kDkvByHeadDim): the head dim, 128 rows of dK^T and of dV^T each (the tiled wgmma's
+//     M-blocks of 64 alternate between them: consumer c rows 64c.., 128 + 64c..), all 80 keys. Its
+//     A operand is then its own column blocks of the Q and dO stages, read once, and each wgmma is
+//     80 wide. Per consumer thread, fp32: dK^T 80 + dV^T 80, S and dP 20 + 20 before dQ, dQ 32
+//     after (computed in two 64-column halves, below): a peak of 200 of its 240.
+//   192 / 128: the keys, 48 each (192 rows of dK^T would split into 96, no multiple of 64): dK^T 72
+//     + dV^T 48 + dQ 48, S and dP 24 + 24 before it: a peak of 168.
+// P and dS have one buffer each (two would not fit beside the dQ below): with the hand-off a named
+// barrier before a block's P that each consumer reaches only after its products of the block
+// before (the buffer's readers) completed; with staged dQ the wait for the producer's read of the
+// block before's dQ, which followed both consumers' last products (bwd_kernel_sm90_pds.cuh).
 //
-// At 192 / 128 the key block is 96 (tiles::backward_sm90_block_n says why), and 96 keys cannot be
-// the M of two consumers' dK and dV (wgmma's M is 64 per warpgroup), so there they are computed
-// transposed (kDkvTransposed), each consumer its 48 keys with the head dim as M:
-//   dV^T += dO^T P           (d_v x keys)        SS, A = dO^T (MN-major view of the dO stage),
-//   dK^T += Q^T dS           (d x keys)          B = P / dS (MN-major: keys contiguous), each
-//                                                consumer its kKeysPerWarpGroup keys of both
-// and S, dP are 64 queries x 48 keys per consumer. Per consumer thread: dK^T 72 + dV^T 48 + dQ 48
-// (S, dP 24 + 24 before it): a peak of 168. P and dS have one buffer each there (two would not fit
-// beside the dQ hand-off): the consumers pass a named barrier before writing a block's P, which
-// each reaches only after its products of the block before (the readers of the buffer) completed.
-//
-// kHeadDimV (V, dO, dV: dP's contraction, dV's columns) defaults to kHeadDim; everything of Q, K,
-// dQ, dK is kHeadDim wide.
+// kHeadDimV (V, dO, dV: dP's contraction, dV's rows) defaults to kHeadDim; everything of Q, K, dQ,
+// dK is kHeadDim wide.
 template <int kHeadDim_, typename Element_, int kHeadDimV_ = kHeadDim_>
 struct Sm90BwdPdSTraits {
     using Element = Element_;
@@ -224,18 +225,16 @@ struct Sm90BwdPdSTraits {
     static constexpr int kConsumerWarpGroups = 2;
     static constexpr int kBlockN = tiles::backward_sm90_block_n(kHeadDim, kHeadDimV); // keys per key block
     static constexpr int kBlockM = tiles::kBackwardSm90BlockM; // queries per Q/dO stage (64)
-    // dK^T and dV^T, the keys split between the consumers (above), where a key block is no 64.
-    static constexpr bool kDkvTransposed = kBlockN != 64;
+    static constexpr bool kDkvTransposed = true; // dK^T, dV^T (above)
+    // Split by the head dim where each consumer's share is whole 64-row M extents, else by keys.
+    static constexpr bool kDkvByHeadDim =
+        kHeadDim % (64 * kConsumerWarpGroups) == 0 && kHeadDimV % (64 * kConsumerWarpGroups) == 0;
     static constexpr int kConsumerThreads = 128 * kConsumerWarpGroups;
     static constexpr int kProducerThreads = 128;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-    // Q/dO/lse/dsum stages in flight: two, so that block m+1's Q and dO (64 KB at d256) land while
-    // block m computes (one stage would leave the tensor cores idle for that copy on every block).
+    // Q/lse/dsum stages in flight: two, so that block m+1's Q (32 KB at d256) lands while block m
+    // computes. dO rides in the same stages, or, with staged dQ (below), has one stage of its own.
     static constexpr int kQStages = 2;
-    // P and dS are written for block m while the other consumer's dV/dK/dQ of block m-1 may still
-    // read them: two buffers (the argument of bwd_kernel_sm90.cuh's dS double buffer), but one with
-    // the transposed dK / dV (its 96-key tiles; the consumers' barrier above).
-    static constexpr int kPdSBuffers = kDkvTransposed ? 1 : 2;
 
     static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>);
     static_assert(tiles::backward_sm90_has(kHeadDim, kHeadDimV) && tiles::backward_sm90_pds_schedule(kHeadDim, kHeadDimV),
@@ -243,9 +242,10 @@ struct Sm90BwdPdSTraits {
     static_assert(kHeadDim % (32 * kConsumerWarpGroups) == 0 && kHeadDimV % (32 * kConsumerWarpGroups) == 0);
 
     using AlongN = Layout<Shape<_1, Int<kConsumerWarpGroups>, _1>>; // warpgroups side by side
+    using AlongM = Layout<Shape<Int<kConsumerWarpGroups>, _1, _1>>; // warpgroups stacked
     static constexpr int kKeysPerWarpGroup = kBlockN / kConsumerWarpGroups;     // of S, dP
-    static constexpr int kColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;    // of dK, dQ
-    static constexpr int kColsPerWarpGroupV = kHeadDimV / kConsumerWarpGroups;  // of dV
+    static constexpr int kColsPerWarpGroup = kHeadDim / kConsumerWarpGroups;    // of dQ
+    static_assert(kKeysPerWarpGroup % 8 == 0, "wgmma's N, and K's 8-row swizzle atoms");
     // S = Q K^T and dP = dO V^T: (queries x keys), each consumer kKeysPerWarpGroup keys. The
     // contraction (kHeadDim, resp. kHeadDimV) is the operands' K mode, not part of the type.
     using TiledMmaSdP = decltype(make_tiled_mma(
@@ -254,51 +254,55 @@ struct Sm90BwdPdSTraits {
                                                                       Shape<_64, Int<kKeysPerWarpGroup>, Int<kHeadDimV>>>(),
                                                                       AlongN{}))>,
                   "one TiledMma serves S and dP");
-    // dK += dS^T Q: (keys x head dim), each consumer kColsPerWarpGroup columns; dV += P^T dO the same
-    // with kColsPerWarpGroupV. Transposed: dK^T += Q^T dS (head dim x keys), dV^T += dO^T P, each
-    // consumer kKeysPerWarpGroup keys (the head dim in 64-row wgmmas). Every operand MN-major.
-    template <int kColsOrKeys>
+    // dK^T += Q^T dS (head dim x keys), dV^T += dO^T P: every operand MN-major; split by the head dim
+    // (AlongM: 64-row M-blocks alternating between the consumers) or by the keys (AlongN).
     using TiledMmaKV = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsOrKeys>, Int<kBlockM>>, GMMA::Major::MN,
-                             GMMA::Major::MN>(),
-        AlongN{}));
-    using TiledMmaDk = TiledMmaKV<kDkvTransposed ? kKeysPerWarpGroup : kColsPerWarpGroup>;
-    using TiledMmaDv = TiledMmaKV<kDkvTransposed ? kKeysPerWarpGroup : kColsPerWarpGroupV>;
-    // The accumulators' (rows, columns): (keys, head dim), or transposed (head dim, keys).
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDkvByHeadDim ? kBlockN : kKeysPerWarpGroup>, Int<kBlockM>>,
+                             GMMA::Major::MN, GMMA::Major::MN>(),
+        std::conditional_t<kDkvByHeadDim, AlongM, AlongN>{}));
+    using TiledMmaDk = TiledMmaKV;
+    using TiledMmaDv = TiledMmaKV;
+    // The accumulators' (rows, columns): (head dim, keys).
     template <int kDim>
-    using DkvShape = std::conditional_t<kDkvTransposed, Shape<Int<kDim>, Int<kBlockN>>, Shape<Int<kBlockN>, Int<kDim>>>;
-    // dQ = dS K: (queries x head dim), each consumer kColsPerWarpGroup columns.
+    using DkvShape = Shape<Int<kDim>, Int<kBlockN>>;
+    // dQ = dS K: (queries x head dim), each consumer kColsPerWarpGroup columns; with staged dQ in two
+    // halves of kColsPerWarpGroup / 2, one warpgroup's product each (kDqHalves; the consumer picks its
+    // column block of K^T).
+    static constexpr int kDqHalves = kDkvByHeadDim ? 2 : 1; // (= kDqStaged, below)
+    static constexpr int kDqCols = kColsPerWarpGroup / kDqHalves; // of one dQ product
+    using OneWarpGroup = Layout<Shape<_1, _1, _1>>;
     using TiledMmaDq = decltype(make_tiled_mma(
-        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kColsPerWarpGroup>, Int<kBlockN>>,
-                             GMMA::Major::K, GMMA::Major::MN>(),
-        AlongN{}));
-    static_assert(kBlockM == 64 && (kBlockN == 64 || kDkvTransposed), "one wgmma M extent (64) for every product's rows");
+        GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>, GMMA::Major::K,
+                             GMMA::Major::MN>(),
+        std::conditional_t<kDqHalves == 1, AlongN, OneWarpGroup>{}));
+    static_assert(kBlockM == 64, "one wgmma M extent (64) for the rows of S, dP and dQ");
 
     // Shared memory in wgmma's canonical swizzled layouts. An MN-major operand that a warpgroup reads
     // only part of must be cut at whole swizzle atoms (of 64 elements of its MN extent with 128-byte
-    // rows, 32 with 64-byte rows, 16 with 32-byte rows): Q^T and K^T are cut into the consumers'
-    // kColsPerWarpGroup-column halves, dO^T into kColsPerWarpGroupV-column halves. So Q and K take
-    // 128-byte rows where a half is a multiple of 64 columns (d256: 128), else 64-byte rows (192: 96
-    // = 3 x 32); dO and V the same by kColsPerWarpGroupV (128 at d256, 64 at d_v 128: 128-byte rows
-    // both). The K-major cuts (K by the consumers' keys for S, V for dP) fall on 8-row atom
-    // boundaries. P / dS are read whole by both consumers, but transposed, where each consumer's dK^T
-    // and dV^T read its 48 keys of them: 32-byte rows.
-    template <int kHalfCols>
-    using SmemAtomFor = std::conditional_t<kHalfCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-                                           std::conditional_t<kHalfCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+    // rows, 32 with 64-byte rows, 16 with 32-byte rows): Q^T and dO^T by the consumers' dK^T / dV^T
+    // rows (split by head dim: 64-row blocks; by keys: whole), K^T by dQ's column blocks. So Q and K
+    // take 128-byte rows where a dQ product's columns are a multiple of 64 (d256: 64), else 64-byte
+    // rows (192: 96 = 3 x 32); dO and V 128-byte rows at d_v 256 and 128. The K-major cuts (K by the
+    // consumers' keys for S, V for dP) fall on 8-row atom boundaries. P / dS: dQ reads them K-major
+    // across all keys, dK^T / dV^T as an MN-major B across all keys (split by head dim) or each
+    // consumer's (by keys); 80 keys or 48 are whole 16-key atoms only: 32-byte rows.
+    template <int kCols>
+    using SmemAtomFor = std::conditional_t<kCols % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                           std::conditional_t<kCols % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
                                                               GMMA::Layout_K_SW32_Atom<Element>>>;
-    using SmemAtomQK = SmemAtomFor<kColsPerWarpGroup>;
-    using SmemAtomVdO = SmemAtomFor<kColsPerWarpGroupV>;
-    using SmemAtom = SmemAtomFor<kDkvTransposed ? kKeysPerWarpGroup : kBlockN>; // P / dS
+    using SmemAtomQK = SmemAtomFor<kDqCols>;
+    using SmemAtomVdO = SmemAtomFor<kHeadDimV / kConsumerWarpGroups>;
+    using SmemAtom = SmemAtomFor<kDkvByHeadDim ? kBlockN : kKeysPerWarpGroup>; // P / dS
     static constexpr int kAtomColsQK = decltype(size<1>(SmemAtomQK{}))::value;
     static constexpr int kAtomColsVdO = decltype(size<1>(SmemAtomVdO{}))::value;
     static constexpr int kAtomRows = decltype(size<0>(SmemAtom{}))::value;
-    static_assert(kColsPerWarpGroup % kAtomColsQK == 0 && kColsPerWarpGroupV % kAtomColsVdO == 0,
+    static_assert(kDqCols % kAtomColsQK == 0 && (kHeadDimV / kConsumerWarpGroups) % kAtomColsVdO == 0,
                   "each consumer's head-dim columns span whole atoms");
+    static_assert(!kDkvByHeadDim || (kAtomColsQK == 64 && kAtomColsVdO == 64),
+                  "the consumers' 64-row blocks of dK^T, dV^T: whole atoms of Q^T, dO^T");
     static_assert(kKeysPerWarpGroup % kAtomRows == 0, "each consumer's keys of K / V span whole atoms");
-    static_assert(kDkvTransposed ? kKeysPerWarpGroup % decltype(size<1>(SmemAtom{}))::value == 0
-                                 : kBlockN == decltype(size<1>(SmemAtom{}))::value,
-                  "P / dS rows: one 128-byte swizzle row of keys, or (transposed) each consumer's keys whole atoms");
+    static_assert((kDkvByHeadDim ? kBlockN : kKeysPerWarpGroup) % decltype(size<1>(SmemAtom{}))::value == 0,
+                  "the keys that dK^T / dV^T read of P / dS: whole atoms");
     using SmemLayoutQ = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     using SmemLayoutDo = decltype(tile_to_shape(SmemAtomVdO{}, Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
     using SmemLayoutK = decltype(tile_to_shape(SmemAtomQK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
@@ -308,7 +312,7 @@ struct Sm90BwdPdSTraits {
     static constexpr int kDoBoxCols = kAtomColsVdO;
     static constexpr int kKBoxCols = kAtomColsQK; // K and V by TMA: their atoms are Q's and dO's
     static constexpr int kVBoxCols = kAtomColsVdO;
-    // (head dim, rows) views of the same bytes: Q^T, dO^T (B of dK, dV) and K^T (B of dQ).
+    // (head dim, rows) views of the same bytes: Q^T, dO^T (A of dK^T, dV^T) and K^T (B of dQ).
     using SmemLayoutQt = decltype(composition(SmemLayoutQ{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
     using SmemLayoutDot = decltype(composition(SmemLayoutDo{},
@@ -316,8 +320,8 @@ struct Sm90BwdPdSTraits {
     using SmemLayoutKt = decltype(composition(SmemLayoutK{},
                                               make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
     // P and dS (queries x keys), keys contiguous: the accumulators hold neighbouring keys in register
-    // pairs, stored by stmatrix; dQ reads dS as a K-major A, dV / dK read the (keys, queries) view as
-    // an MN-major A (transposed: dV^T / dK^T as an MN-major B).
+    // pairs, stored by stmatrix; dQ reads dS as a K-major A, dV^T / dK^T read the (keys, queries)
+    // view as an MN-major B.
     using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
     using SmemLayoutPdSt = decltype(composition(SmemLayoutPdS{},
                                                 make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
@@ -327,47 +331,78 @@ struct Sm90BwdPdSTraits {
     static constexpr int kSmemKElems = cosize(SmemLayoutK{});
     static constexpr int kSmemVElems = cosize(SmemLayoutV{});
     static constexpr int kSmemPdSElems = cosize(SmemLayoutPdS{});
-    // P[buffers] then dS[buffers] (bwd_sm90_common.cuh's carve-up puts them after V).
+    static constexpr int kPdSBuffers = 1;
+    // P then dS (bwd_sm90_common.cuh's carve-up puts them after V).
     static constexpr int kSmemScoreElems = 2 * kPdSBuffers * kSmemPdSElems;
-    static constexpr int kSmemTileBytes =
-        (kQStages * (kSmemQElems + kSmemDoElems) + kSmemKElems + kSmemVElems + kSmemScoreElems) * int(sizeof(Element));
     static constexpr int kSmemRowStatsBytes = 2 * kQStages * kBlockM * int(sizeof(float));
-    static constexpr int kBarriers = 2 * kQStages + 5;
-    // dQ of one query block in fp32 handed to the producer warpgroup, which adds it to the scratch
-    // (bwd_kernel_sm90.cuh's hand-off, rows padded by 8 floats, or boxes), where it fits beside two
-    // Q/dO stages: at 192 / 128, Q 2 x 24 KB + dO 2 x 16 KB + K 36 KB + V 24 KB + P, dS 2 x 12 KB +
-    // lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB + 72 B = 220,232 B. At d256 (Q 2 x 32 KB
-    // + dO 2 x 32 KB + K 32 KB + V 32 KB + P, dS 32 KB + 1 KB + 72 B = 230,472 B of the 232,448 an
-    // sm_90 CTA may use) the 64 KB buffer would only fit with one Q and one dO stage (210 KB): the
-    // alternative that schedule did not take (see kQStages). There the consumers stage dQ in the
-    // stage instead (kDqStaged): once a consumer's dV and dK of the block have completed, its column
-    // half of the stage's dO and of its Q (16 KB each: only its own dV and dK read them after the
-    // block's P/dS barrier) hold its 64 x 128 fp32 of dQ, which it adds to the scratch with bulk
-    // tensor reductions (bwd_kernel_sm90_pds.cuh).
+
+    // dQ of one query block leaves in fp32 through shared memory, added to the scratch by the
+    // producer. Where its 64 x (d + 8) buffer fits beside two Q and dO stages, the consumers hand it
+    // over there (bwd_kernel_sm90.cuh's hand-off, rows padded by 8 floats): 192 / 128, Q 2 x 24 KB +
+    // dO 2 x 16 KB + K 36 KB + V 24 KB + P, dS 2 x 12 KB + lse/dsum 1 KB + dQ 64 x 200 x 4 = 50 KB +
+    // 72 B = 220,232 B. At d256 the 66 KB buffer does not fit beside tiles of 80 keys (Q 2 x 32 KB
+    // + dO 2 x 32 KB + K, V 2 x 40 KB + P, dS 20 KB: 228 KB before it, of the 227 KB an sm_90 CTA may
+    // use). There dO has one stage (kDoStages, FlashAttention-3's choice; the producer loads the next
+    // block's once both consumers' dV, its only reader after dP, have completed) and each consumer
+    // stages its 64 x 128 fp32 of dQ (kDqStaged), four boxes of 32 columns: the first half (its first
+    // dQ product) in a region of 24 KB shared by both consumers, consumer 1's second box over the P
+    // buffer (P is free once every dV has completed), the second half over its own column blocks of
+    // the Q stage (only its dK^T reads them after S). The producer adds them with bulk tensor
+    // reductions (bwd_kernel_sm90_pds.cuh says when each part is free): Q 2 x 32 KB + dO 32 KB + K, V
+    // 2 x 40 KB + P, dS 20 KB + region 24 KB + lse/dsum 1 KB + 104 B = 226,408 B.
     static constexpr int kDqRowStride = kHeadDim + 8;
     static constexpr int kSmemDqHandoffBytes = kBlockM * kDqRowStride * int(sizeof(float));
-    static constexpr bool kDqTransposed = false; // bwd_sm90_common.cuh's hand-off: (query, column) registers
-    static constexpr bool kDqHandoff =
-        kSmemTileBytes + kSmemRowStatsBytes + kSmemDqHandoffBytes + kBarriers * 8 <= 227 * 1024;
-    static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : 0;
-    static constexpr bool kDqStaged = !kDqHandoff;
-    // A staged box: 32 fp32 columns (one 128-byte swizzle row: TMA's widest box row in that swizzle)
-    // x kBlockM rows, 8 KB; a consumer's dQ is kDqBoxes of them, the first half in its dO half of the
-    // stage, the second in its Q half.
     static constexpr int kDqBoxCols = 32;
     static constexpr int kDqBoxBytes = kDqBoxCols * kBlockM * int(sizeof(float));
-    static constexpr int kDqBoxes = kColsPerWarpGroup / kDqBoxCols;
-    static constexpr int kStageHalfBytes = kBlockM * kColsPerWarpGroup * int(sizeof(Element));
-    static_assert(!kDqStaged || (kHeadDimV == kHeadDim && kColsPerWarpGroup % kAtomColsQK == 0 &&
-                                 kDqBoxes * kDqBoxBytes == 2 * kStageHalfBytes && kStageHalfBytes % kDqBoxBytes == 0),
-                  "a consumer's dQ fills its halves of the stage's dO and Q, whole boxes in each");
+    static constexpr int kDqBoxes = kColsPerWarpGroup / kDqBoxCols; // a consumer's
+    static constexpr bool kDqTransposed = false; // bwd_sm90_common.cuh's hand-off: (query, column) registers
+    // The tiles with do_stages of dO (bwd_sm90_common.cuh's carve-up).
+    static constexpr int tile_bytes(int do_stages) {
+        return (kQStages * kSmemQElems + do_stages * kSmemDoElems + kSmemKElems + kSmemVElems + kSmemScoreElems) *
+               int(sizeof(Element));
+    }
+    static constexpr bool kDqHandoff =
+        tile_bytes(kQStages) + kSmemRowStatsBytes + kSmemDqHandoffBytes + (2 * kQStages + 5) * 8 <= 227 * 1024;
+    static constexpr bool kDqStaged = !kDqHandoff;
+    static constexpr int kDoStages = kDqStaged ? 1 : kQStages;
+    static constexpr int kSmemTileBytes = tile_bytes(kDoStages);
+    // The staged dQ's region: the boxes that the P buffer does not hold.
+    static constexpr int kDqRegionBoxes = kConsumerWarpGroups * kDqBoxes / 2 - 1;
+    // Where box b (columns 32 b .. 32 b + 31 of consumer c's kColsPerWarpGroup) of a staged block
+    // lies: boxes 0, 1 (the consumer's first dQ product) in the region (`in` kDqInRegion, `bytes` from
+    // its start), the last region box over the P buffer (kDqInP); boxes 2, 3 (its second) over its
+    // 64-column blocks of the Q stage, c and c + 2 (kDqInQStage, bytes from the stage's start): the
+    // rows of its dK^T (the tiled wgmma's M-blocks alternate between the consumers), which only its
+    // dK^T reads after S. (Sm90BwdSmem::staged_dq_box turns it into an address.)
+    enum DqBoxIn { kDqInRegion, kDqInP, kDqInQStage };
+    struct DqBoxPlace {
+        DqBoxIn in;
+        int bytes;
+    };
+    __host__ __device__ static constexpr DqBoxPlace staged_dq_box(int c, int b) {
+        constexpr int kHalf = kDqBoxes / 2;
+        if (b >= kHalf)
+            return {kDqInQStage, (c + kConsumerWarpGroups * (b - kHalf)) * kBlockM * kAtomColsQK * int(sizeof(Element))};
+        const int r = c * kHalf + b;
+        return r < kDqRegionBoxes ? DqBoxPlace{kDqInRegion, r * kDqBoxBytes} : DqBoxPlace{kDqInP, 0};
+    }
+    static constexpr int kSmemDqBytes = kDqHandoff ? kSmemDqHandoffBytes : kDqRegionBoxes * kDqBoxBytes;
+    static_assert(!kDqStaged || (kDkvByHeadDim && kDqHalves == 2 && kHeadDimV == kHeadDim && kDqBoxes == 4 &&
+                                 kSmemPdSElems * int(sizeof(Element)) >= kDqBoxBytes &&
+                                 kSmemQElems * int(sizeof(Element)) == 2 * kConsumerWarpGroups * kDqBoxBytes),
+                  "staged dQ: two 64-column products a consumer, the first in the region (one box in P), the "
+                  "second over its two 64-column blocks of the Q stage, one box each");
+    static_assert(kDqStaged == kDkvByHeadDim, "the Q stage's halves are free for dQ where each consumer's dK^T reads its own");
+    // q_full, q_empty per stage; kv_full, kv_empty; dq_full[2] (staged: dq_staged), dq_empty; with
+    // staged dQ do_full, do_empty, extra_read, dq_region_staged.
+    static constexpr int kBarriers = 2 * kQStages + 5 + (kDqStaged ? 4 : 0);
     static constexpr int kSmemBytes = kSmemTileBytes + kSmemRowStatsBytes + kSmemDqBytes + kBarriers * 8;
     static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB of shared memory");
-    static_assert(kHeadDim != 256 || (kSmemBytes == 230472 && !kDqHandoff), "the budget written above");
+    static_assert(kHeadDim != 256 || (kSmemBytes == 226408 && kDqStaged), "the budget written above");
     static_assert(!(kHeadDim == 192 && kHeadDimV == 128) || (kSmemBytes == 220232 && kDqHandoff), "the budget written above");
 
     // Registers per thread after setmaxnreg (see Sm90BwdTraits), producer / consumers, each split
-    // summing to 168 x 384. d256: 24 / 240 (the consumers' peak is 192 accumulators). 192 / 128: the
+    // summing to 168 x 384. d256: 24 / 240 (the consumers' peak is 200 accumulators). 192 / 128: the
     // consumers' peak is 168 accumulators, and the producer also runs the dQ hand-off's reductions
     // and two TMA loops (Q in 32-column boxes, dO in 64-column ones); ptxas -v, bf16, spill stores /
     // loads of the plain kernel: 24 / 240 176 / 176 B, 56 / 224 232 / 284 B, all of the latter in the
