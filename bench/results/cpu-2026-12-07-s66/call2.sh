@@ -10,12 +10,12 @@ L=.s66/main.so.xz
 export FLASHATTN_COMMIT=$(cat .s66/main.commit)
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
 python3 scripts/gpu.py --out $OUT/t pytest tests/gpu/test_forward.py tests/gpu/test_backward.py tests/gpu/test_inference.py \
-    tests/gpu/test_value_dim_sink.py --lib $L --timeout 150 | tail -2
-python3 scripts/gpu.py --out $OUT/t pytest tests/gpu/test_backward.py --lib $L --overrides backward_kernel=sm90 \
-    --name bwd-sm90 --timeout 60 | tail -2
-python3 scripts/gpu.py --out $OUT/b bench forward --lib $L --timeout 330 \
+    tests/gpu/test_value_dim_sink.py --lib $L --timeout 100 | tail -2
+python3 scripts/gpu.py --out $OUT/b bench forward --lib $L --timeout 220 \
     --compare m4:.s66/m4.so.xz --compare p4:.s66/p4.so.xz --compare p2:.s66/p2.so.xz \
     -- --hdims ${HDIMS:-64,128} ${BENCH_ARGS:---quick} | tail -30
 for v in p2 p4; do
-  python3 scripts/gpu.py --out $OUT/t pytest tests/gpu/test_forward.py --lib .s66/$v.so.xz --name fwd-$v -k "(dense or running_max or d64_ or diagonal) and not 256" --timeout 40 | tail -1
+  python3 scripts/gpu.py --out $OUT/t pytest tests/gpu/test_forward.py --lib .s66/$v.so.xz --name fwd-$v -k "(dense or running_max or d64_ or diagonal) and not 256" --timeout 30 | tail -1
 done
+python3 scripts/gpu.py --out $OUT/t pytest tests/gpu/test_backward.py --lib $L --overrides backward_kernel=sm90 \
+    --name bwd-sm90 --timeout 30 | tail -2
