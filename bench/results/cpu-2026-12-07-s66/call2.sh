@@ -1,10 +1,14 @@
 #!/bin/bash
 # Carry .s66. (1) main at d8a209b (the d256 80-key backward merged), all head dims for sm_90, built on
-# the development machine (.s66/main.so.xz): tests/gpu's four suites with the planner's choices and
-# the backward suite with the Hopper backward forced. (2) fwdexp.sh's forward experiment against that
-# library (whose forward is main's: the merge changed no forward kernel): m4, p4 and p2 (d64 + d128
-# builds of branch fwd-softmax-ilp, fwdexp.sh's header says what each is) interleaved with it, torch
-# FA2 and cuDNN. (3) The d64 / d128 forward tests on p2 and p4.
+# the development machine (.s66/main.so.xz): tests/gpu's four suites with the planner's choices, and
+# (last) the backward suite with the Hopper backward forced. (2) Issue 24's forward softmax
+# experiment against that library (whose forward is main's: the merge changed no forward kernel),
+# interleaved, torch FA2 and cuDNN beside them: d64 + d128 builds of branch fwd-softmax-ilp, each a
+# setting of its two constants in fwd_kernel_sm90.cuh (kMaxChains: the row max in that many
+# independent chains; kExpPolyEvery: every that-many-th exponential of an unmasked block by
+# poly_exp2 on the FMA pipes): m4 = 4 chains, no polynomial; p4 = 4 chains, 1 in 4; p2 = 4 chains,
+# 1 in 2. (3) The d64 / d128 forward tests on p2 and p4. With little device time left, a smaller
+# DEADLINE cuts the later steps.
 export GPU_DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-570} ))
 L=.s66/main.so.xz
 export FLASHATTN_COMMIT=$(cat .s66/main.commit)
