@@ -1,6 +1,7 @@
 """Where a kernel's warps stall, by CUDA source line, from an Nsight Compute source page.
 
-    python3 bench/ncu_stalls.py REPORT-source.csv KERNEL_SUBSTRING [TOP] [--diff | --sites FILE:LINE]
+    python3 bench/ncu_stalls.py REPORT-source.csv KERNEL_SUBSTRING [TOP] [--diff | --sites FILE:LINE |
+        --steps CYCLES[,CYCLES...] [--sms N] [--consumer-warps N]]
 
 REPORT-source.csv is what `scripts/gpu.py profile ... --export NAME` writes beside each report (`ncu
 -i NAME-PASS.ncu-rep --page source --csv --print-source cuda,sass`). For each profiled launch of the
@@ -12,7 +13,12 @@ not. --sites FILE:LINE (a line of an inlined helper, e.g. barrier.h:424, an mbar
 that line's instructions with samples, each named by the nearest source lines of the kernel's own
 code before it in address order (not the helper's file, CUTLASS / CuTe or the toolkit's headers),
 that is by the call site that inlined it: which barrier a kernel waits at, where the line total sums
-them all. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
+them all. --steps CYCLES[,CYCLES...] (a Hopper forward whose consumers wait for S with
+`WARPGROUP.DEPBAR.LE gsb0, 0x1`, one figure of kernel cycles per launch, in page order): the step
+loop's time split at its landmarks, in cycles of one step (the kernel's cycles over the steps of one
+consumer warp, the loop's executed count over --sms x --consumer-warps, default 132 x 8): the K / V
+barriers before the turn, the turn, the issue of S and of P V, the wait for S, and the softmax to
+the loop's end; a split of the consumers' own time, so read it where the loop is most of a kernel. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
 its barriers), so read a line's share against the 12 warps of a Hopper CTA, 4 of them the
 producer's.
 """
@@ -61,8 +67,8 @@ def launches(path, kernel):
 
 
 def instructions(path, kernel):
-    """[[(address, 'file:line', path, sass, samples)] sorted by address] per launch of the kernel: the
-    SASS rows of the source page, each under the source line it belongs to."""
+    """[[(address, 'file:line', path, sass, samples, executed)] sorted by address] per launch of the
+    kernel: the SASS rows of the source page, each under the source line it belongs to."""
     results, line = [], None
     for launch, file, header, row in kernel_rows(path, kernel):
         results += [{} for _ in range(launch + 1 - len(results))]
@@ -73,9 +79,11 @@ def instructions(path, kernel):
         elif row[2].startswith("0x"):
             samples = dict(zip(header, row)).get("Warp Stall Sampling (All Samples)", "")
             count = int(samples) if samples.isdigit() else 0
+            executed = dict(zip(header, row)).get("Instructions Executed", "")
             # (an instruction inlined from several lines is listed under each: keep one)
             if count >= results[-1].get(row[2], (0, "", "", "", -1))[4]:
-                results[-1][row[2]] = (int(row[2], 16), f"{file.rsplit('/', 1)[-1]}:{line}", file, row[3].strip(), count)
+                results[-1][row[2]] = (int(row[2], 16), f"{file.rsplit('/', 1)[-1]}:{line}", file, row[3].strip(), count,
+                                       int(executed) if executed.isdigit() else 0)
     return [sorted(r.values()) for r in results]
 
 
@@ -86,14 +94,45 @@ def sites(instrs, target, top, context=3):
     total = sum(i[4] for i in instrs) or 1
     hits = [(k, i) for k, i in enumerate(instrs) if i[1] == target and i[4] > 0]
     print(f"{target}: {sum(i[4] for _, i in hits)} of {total} instruction samples, by call site")
-    for k, (address, _, _, sass, samples) in sorted(hits, key=lambda h: -h[1][4])[:top]:
+    for k, (address, _, _, sass, samples, _) in sorted(hits, key=lambda h: -h[1][4])[:top]:
         before = []
-        for _, where, path, _, _ in reversed(instrs[:k]):
+        for _, where, path, _, _, _ in reversed(instrs[:k]):
             if where.split(":")[0] != target.split(":")[0] and own(path) and where not in before:
                 before.append(where)
                 if len(before) == context:
                     break
         print(f"{100 * samples / total:5.1f}%  {samples:8d}  +{address - instrs[0][0]:#07x}  {sass[:40]:40s}  after {', '.join(before)}")
+
+
+STEP_PARTS = ("K / V barriers", "turn", "issue S", "issue P V", "wait for S", "softmax")
+
+
+def steps(instrs, cycles, sms, consumer_warps):
+    """One launch's step loop split at its landmarks (--steps), in cycles of one step."""
+    waits = [i for i in instrs if "DEPBAR.LE gsb0, 0x1" in i[3]]
+    if not waits:
+        print("no wait for S (WARPGROUP.DEPBAR.LE gsb0, 0x1) in this launch")
+        return
+    executed = max(waits, key=lambda i: i[4])[5]
+    at = [k for k, i in enumerate(instrs) if i[5] == executed]
+    loop = instrs[at[0]:at[-1] + 1]
+    total = sum(i[4] for i in loop) or 1
+    step = cycles / (executed / (sms * consumer_warps))
+    parts, part, products = dict.fromkeys(STEP_PARTS, 0), STEP_PARTS[0], 0
+    for i in loop:
+        if part == STEP_PARTS[0] and "BAR.SYNC" in i[3]:
+            part = "turn"
+        if "HGMMA" in i[3]:
+            products += 1
+            part = "issue S" if products <= 8 else "issue P V"
+        if "DEPBAR.LE gsb0, 0x1" in i[3]:
+            part = "wait for S"
+        elif part == "wait for S":
+            part = "softmax"
+        parts[part] += i[4]
+    print(f"step loop: {executed} executions, {len(loop)} instructions, {total} samples; {step:.0f} cycles a step")
+    for name, samples in parts.items():
+        print(f"  {name:15s} {100 * samples / total:5.1f}%  {step * samples / total:6.0f} cycles")
 
 
 def top_reasons(reasons, n=3):
@@ -130,8 +169,20 @@ if __name__ == "__main__":
         at = argv.index("--sites")
         target = argv[at + 1]
         del argv[at:at + 2]
+    options = {}
+    for name in ("--steps", "--sms", "--consumer-warps"):
+        if name in argv:
+            at = argv.index(name)
+            options[name] = argv[at + 1]
+            del argv[at:at + 2]
     args = [a for a in argv if a != "--diff"]
     path, kernel, top = args[0], args[1], int(args[2]) if len(args) > 2 else 25
+    if "--steps" in options:
+        cycles = [float(c) for c in options["--steps"].split(",")]
+        for launch, instrs in enumerate(instructions(path, kernel)[:len(cycles)]):
+            print(f"launch {launch}: ", end="")
+            steps(instrs, cycles[launch], int(options.get("--sms", 132)), int(options.get("--consumer-warps", 8)))
+        sys.exit()
     if target:
         for instrs in instructions(path, kernel):
             sites(instrs, target, top)
