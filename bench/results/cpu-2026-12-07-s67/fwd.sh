@@ -1,5 +1,7 @@
 #!/bin/bash
-# Carry .s66 and .s67. Issue 24's forward experiment in one process, interleaved, torch FA2 and cuDNN
+# Carry .s66/main.so.xz, .s66/main.commit, .s66/m4.so.xz, .s66/p4.so.xz, .s67/wm4.so.xz,
+# .s67/wm4e.so.xz and .s67/wm4n.so.xz (as paths: the whole .s66 and .s67 with the tree pass the 64
+# MiB carry limit). Issue 24's forward experiment in one process, interleaved, torch FA2 and cuDNN
 # beside it: main at d8a209b (.s66/main.so.xz, every head dim) against d64 + d128 builds of branch
 # fwd-softmax-ilp (its constants in fwd_kernel_sm90.cuh, marked EXPERIMENT):
 #   m4   (.s66, eac0fc6)  each row's max in 4 chains (kMaxChains 4)

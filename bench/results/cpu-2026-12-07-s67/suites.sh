@@ -1,8 +1,9 @@
 #!/bin/bash
-# Carry .s66. main at d8a209b (the d256 80-key backward merged; .s66/main.so.xz, every head dim for
-# sm_90): tests/gpu's four suites with the planner's choices, then the backward suite with the Hopper
-# backward forced; then session 66's backward softmax experiment (bp4 against main, call4.sh's bench)
-# if time is left. A smaller DEADLINE cuts the later steps.
+# Carry .s66/main.so.xz, .s66/main.commit and .s66/bp4.so.xz. main at d8a209b (the d256 80-key
+# backward merged; .s66/main.so.xz, every head dim for sm_90): tests/gpu's four suites with the
+# planner's choices, then the backward suite with the Hopper backward forced; then session 66's
+# backward softmax experiment (bp4 against main, call4.sh's bench) if time is left. A smaller
+# DEADLINE cuts the later steps.
 export GPU_DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-560} ))
 L=.s66/main.so.xz
 export FLASHATTN_COMMIT=$(cat .s66/main.commit)
