@@ -255,13 +255,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         }
         if constexpr (!kRoomy) issue_dv();
 
-        // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
+        // kDqFirst: dQ = dS K is issued before dK += dS^T Q, so that dK runs on the tensor cores
+        // while this consumer hands dQ off (its stores, fence and barrier); the other way round both
+        // consumers reach the hand-off with nothing of theirs in flight. dS^T goes to shared memory
+        // under dV (or, without kDqFirst, under dK).
+        constexpr bool kDqFirst = true; // EXPERIMENT
         Tensor tdKrQt = kv_ops.partition_fragment_B(sm.qt_stage(q_base, s));
-        wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+        if constexpr (!kDqFirst) wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
         const int ds_buf = q_uses % Traits::kDsBuffers;
         copy(copy_ds, tdSr, copy_ds_thr.partition_D(as_position_independent_swizzle_tensor(dst_buffer(ds_buf))));
         cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
+        if constexpr (kDqFirst) {
+            if constexpr (Traits::kDqTransposed) { // (dV done before dQ's issue, as below)
+                warpgroup_wait<0>();
+                warpgroup_fence_operand(acc_dv);
+            }
+            if constexpr (Traits::kDqTransposed) {
+                Tensor tdQrdS = dq_ops.partition_fragment_B(ds_buffer(ds_buf));
+                wgmma_issue<true>(mma_dq, tdQrKt, tdQrdS, acc_dq);
+            } else {
+                Tensor tdQrdS = dq_ops.partition_fragment_A(ds_buffer(ds_buf));
+                wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+            }
+            wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+            warpgroup_wait<1>(); // dV, dQ (dK may still run)
+            warpgroup_fence_operand(acc_dq);
+            sm90_bwd_hand_off_dq<Traits, kOrderedDq>(sm, acc_dq, tdQc, q_uses);
+            warpgroup_wait<0>(); // dK: the stage's Q and dO are read
+            warpgroup_fence_operand(acc_dv);
+            warpgroup_fence_operand(acc_dk);
+            cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
+            ++q_uses;
+            return;
+        }
         // dQ queues behind dK on the tensor cores (no wait in between); with dQ transposed (80-query
         // blocks: dQ^T 40 fp32 a thread beside dK, dV 64 each) once dV is done, so that three
         // products' accumulators and operands are not pinned at once (ptxas serialised every wgmma
