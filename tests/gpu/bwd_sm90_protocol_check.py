@@ -6,7 +6,8 @@ after a random delay, the three run in random interleavings. The walk is the ker
 key blocks, each with a range of query blocks (empty ranges skip every barrier), K/V in one stage
 (kv_full / kv_empty), Q/dO/lse/dsum in a ring of S stages (q_full / q_empty), dS in two buffers
 handed over by the named barrier, dQ in one buffer handed to the producer (dq_full[u % 2] /
-dq_empty), which adds block u-1's after loading block u's stage and the last one after its loop. Checks, for
+dq_empty) while dK still reads the stage (released after dK's wait); the producer adds block u-1's
+dQ after loading block u's stage, and the last one after its loop. Checks, for
 random walks, S = 2 and 3: no deadlock; every product reads the K/V block and the query block it
 expects; the dQ product of each consumer reads a dS buffer that holds both consumers' dS of its own
 query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
@@ -60,14 +61,9 @@ blocks it expects (dO included); no stage, dO, region, P or dS rewritten under a
 block reduced once, after both consumers staged it, in walk order. (Its p_read barrier also orders the dK/dV epilogue
 behind every product on K and V, so "no_epilogue_barrier" cannot show there.)
 
-run(dq_first=True) models the order of bwd_kernel_sm90.cuh's kDqFirst: the hand-off follows dQ's
-wait while dK still reads the stage and K, and the stage is released after dK's wait. Checks as
-run's.
-
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
-           the previous block's); with dq_first also "release_before_dk" (the stage released
-           before dK's wait)
+           the previous block's), "release_before_dk" (the stage released before dK's wait)
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
   run_pds(handoff=True), run(split=True), run_pds(ordered=True, handoff=True): "no_dq_empty_wait"
@@ -206,11 +202,11 @@ def simulate(live, pending, rnd, walk, S, seed, landed=None, tick=None):
     raise AssertionError(f"deadlock: walk {walk}, S={S}, seed {seed}")
 
 
-def run(walk, S, seed, broken=None, split=False, dq_first=False):
+def run(walk, S, seed, broken=None, split=False):
     """walk: [(key block, number of query blocks)], in the kernel's order. split: the ordered dQ's
     producer roles (one key block): a loader (K/V, then the stages) and an adder that takes each
-    block's dQ in turn, after a random wait for the block's counter. dq_first: dQ issued before dK,
-    its hand-off while dK still reads the stage, the stage released after dK's wait."""
+    block's dQ in turn, after a random wait for the block's counter. dQ is issued before dK: its
+    hand-off runs while dK still reads the stage, which is released after dK's wait."""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
@@ -262,20 +258,18 @@ def run(walk, S, seed, broken=None, split=False, dq_first=False):
                 while not dq_empty.done((use - 1) & 1): yield
             dq[c] = use
             dq_full_of(dq_full, use, broken)[0].arrive()
-        if dq_first:  # dK reads the stage (Q) and K under the hand-off, until its wait
-            if broken == "release_before_dk": q_empty[s].arrive()
-            reads = rnd.randint(0, 6)
-            for step in hand_off():
-                if reads: assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s]); reads -= 1
-                yield step
-            for _ in range(reads):
+        # dK reads the stage (Q) and K under the hand-off, until its wait.
+        if broken == "release_before_dk": q_empty[s].arrive()
+        reads = rnd.randint(0, 6)
+        for step in hand_off():
+            if reads:
                 assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s])
-                yield
-            if broken != "release_before_dk": q_empty[s].arrive()
-            return
-        assert q_stage[s] == (n, m) and kv_stage[0] == n  # dV, dK, dQ done reading
-        q_empty[s].arrive()
-        yield from hand_off()
+                reads -= 1
+            yield step
+        for _ in range(reads):
+            assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s])
+            yield
+        if broken != "release_before_dk": q_empty[s].arrive()
 
     def consumer(c):
         yield from consume_walk(walk, S, c, rnd, broken, kv_full, kv_empty, q_full, kv_stage, epilogue_bar,
@@ -599,19 +593,17 @@ if __name__ == "__main__":
         walk = random_walk(seed)
         for S in (2, 3):
             run(walk, S, seed)
-            run(walk, S, seed, dq_first=True)
             run_pds(walk, S, seed)
             run_pds(walk, S, seed, handoff=True)
             run_pds(walk, S, seed, handoff=True, single_buffer=True)
             run_pds_do1(walk, S, seed)
             if seed < 1000:
                 run(one_key_block(seed), S, seed, split=True)
-                run(one_key_block(seed), S, seed, split=True, dq_first=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True)
                 run_pds(one_key_block(seed), S, seed, ordered=True, handoff=True, single_buffer=True)
             cases += 1
-    print(f"bwd ws protocol: {cases} random walks x 3 schedules (the first also with dQ before dK; the P/dS one also with the dQ hand-off, with "
+    print(f"bwd ws protocol: {cases} random walks x 3 schedules (the P/dS one also with the dQ hand-off, with "
           "one P/dS buffer too; 2000 of each also with the ordered dQ; the one-dO-stage form at 80 keys), no deadlock, "
           "every stage, dS, P/dS, dQ buffer and staged dQ and the staged dK/dV epilogue as expected")
     for model, broken in ((run, "single_ds"), (run, "no_dq_empty_wait"), (run_pds, "single_pds"),
@@ -621,10 +613,9 @@ if __name__ == "__main__":
         hits = caught(model, broken)
         assert hits > 0, f"{model.__name__} broken={broken}: not caught by any walk"
         print(f"  broken variant {model.__name__}/{broken}: caught on {hits} of 400 walks")
-    for broken in ("single_ds", "no_dq_empty_wait", "release_before_dk"):
-        hits = caught(run, broken, dq_first=True)
-        assert hits > 0, f"run dq_first broken={broken}: not caught by any walk"
-        print(f"  broken variant run(dq_first)/{broken}: caught on {hits} of 400 walks")
+    hits = caught(run, "release_before_dk")
+    assert hits > 0, "run broken=release_before_dk: not caught by any walk"
+    print(f"  broken variant run/release_before_dk: caught on {hits} of 400 walks")
     hits = caught(run_pds, "no_dq_empty_wait", handoff=True)
     assert hits > 0, "run_pds handoff broken=no_dq_empty_wait: not caught by any walk"
     print(f"  broken variant run_pds(handoff)/no_dq_empty_wait: caught on {hits} of 400 walks")
