@@ -6,7 +6,8 @@ after a random delay, the three run in random interleavings. The walk is the ker
 key blocks, each with a range of query blocks (empty ranges skip every barrier), K/V in one stage
 (kv_full / kv_empty), Q/dO/lse/dsum in a ring of S stages (q_full / q_empty), dS in two buffers
 handed over by the named barrier, dQ in one buffer handed to the producer (dq_full[u % 2] /
-dq_empty), which adds block u-1's after loading block u's stage and the last one after its loop. Checks, for
+dq_empty) while dK still reads the stage (released after dK's wait); the producer adds block u-1's
+dQ after loading block u's stage, and the last one after its loop. Checks, for
 random walks, S = 2 and 3: no deadlock; every product reads the K/V block and the query block it
 expects; the dQ product of each consumer reads a dS buffer that holds both consumers' dS of its own
 query block (double buffering is enough); the producer adds every block's dQ exactly once, from a
@@ -62,7 +63,7 @@ behind every product on K and V, so "no_epilogue_barrier" cannot show there.)
 
 Broken variants (`broken=`) that the checks must catch, each on some of the random walks:
   run:     "single_ds" (one dS buffer), "no_dq_empty_wait" (dQ written before the producer read
-           the previous block's)
+           the previous block's), "release_before_dk" (the stage released before dK's wait)
   run_pds: "single_pds" (one P/dS buffer), "no_pds_barrier" (dQ/dV/dK issued without the named
            barrier), "early_q_release" (the stage released before the dV/dK wait)
   run_pds(handoff=True), run(split=True), run_pds(ordered=True, handoff=True): "no_dq_empty_wait"
@@ -204,7 +205,8 @@ def simulate(live, pending, rnd, walk, S, seed, landed=None, tick=None):
 def run(walk, S, seed, broken=None, split=False):
     """walk: [(key block, number of query blocks)], in the kernel's order. split: the ordered dQ's
     producer roles (one key block): a loader (K/V, then the stages) and an adder that takes each
-    block's dQ in turn, after a random wait for the block's counter."""
+    block's dQ in turn, after a random wait for the block's counter. dQ is issued before dK: its
+    hand-off runs while dK still reads the stage, which is released after dK's wait."""
     rnd = random.Random(seed)
     q_full = [MBar(1) for _ in range(S)]; q_empty = [MBar(2) for _ in range(S)]
     kv_full = MBar(1); kv_empty = MBar(2)
@@ -251,12 +253,23 @@ def run(walk, S, seed, broken=None, split=False):
         for _ in range(rnd.randint(1, 4)):
             assert ds[buf] == [use, use], (c, use, ds[buf])
             yield
-        assert q_stage[s] == (n, m) and kv_stage[0] == n  # dV, dK, dQ done reading
-        q_empty[s].arrive()
-        if use > 0 and broken != "no_dq_empty_wait":
-            while not dq_empty.done((use - 1) & 1): yield
-        dq[c] = use
-        dq_full_of(dq_full, use, broken)[0].arrive()
+        def hand_off():
+            if use > 0 and broken != "no_dq_empty_wait":
+                while not dq_empty.done((use - 1) & 1): yield
+            dq[c] = use
+            dq_full_of(dq_full, use, broken)[0].arrive()
+        # dK reads the stage (Q) and K under the hand-off, until its wait.
+        if broken == "release_before_dk": q_empty[s].arrive()
+        reads = rnd.randint(0, 6)
+        for step in hand_off():
+            if reads:
+                assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s])
+                reads -= 1
+            yield step
+        for _ in range(reads):
+            assert q_stage[s] == (n, m) and kv_stage[0] == n, (c, n, m, q_stage[s])
+            yield
+        if broken != "release_before_dk": q_empty[s].arrive()
 
     def consumer(c):
         yield from consume_walk(walk, S, c, rnd, broken, kv_full, kv_empty, q_full, kv_stage, epilogue_bar,
@@ -600,6 +613,9 @@ if __name__ == "__main__":
         hits = caught(model, broken)
         assert hits > 0, f"{model.__name__} broken={broken}: not caught by any walk"
         print(f"  broken variant {model.__name__}/{broken}: caught on {hits} of 400 walks")
+    hits = caught(run, "release_before_dk")
+    assert hits > 0, "run broken=release_before_dk: not caught by any walk"
+    print(f"  broken variant run/release_before_dk: caught on {hits} of 400 walks")
     hits = caught(run_pds, "no_dq_empty_wait", handoff=True)
     assert hits > 0, "run_pds handoff broken=no_dq_empty_wait: not caught by any walk"
     print(f"  broken variant run_pds(handoff)/no_dq_empty_wait: caught on {hits} of 400 walks")

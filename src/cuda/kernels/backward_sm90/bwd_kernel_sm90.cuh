@@ -13,10 +13,11 @@
 //     S^T = K Q^T, dP^T = V dO^T          issued together; the softmax work runs under dP^T
 //     P^T = exp2(S^T * scale_log2 - lse_log2[query])     [transform] [mask]
 //     dS^T = P^T (dP^T - dsum[query])                    [softcap derivative]
-//     dV += P^T dO, dK += dS^T Q           RS wgmma, P^T / dS^T from registers
+//     dV += P^T dO                        RS wgmma, P^T from registers
 //     dS^T -> shared; both consumers' dS complete (named barrier); dQ = dS K (half the columns,
-//     at d64 half the query rows, at d128's 80 rows transposed, half the head dim, each) -> shared,
-//     for the producer to add to the fp32 scratch with bulk reductions, a row each.
+//     at d64 half the query rows, at d128's 80 rows transposed, half the head dim, each), then
+//     dK += dS^T Q (RS, dS^T from registers); once dQ is done, dQ -> shared under dK, for the
+//     producer to add to the fp32 scratch with bulk reductions, a row each.
 //     Deterministic mode: either the ordered dQ (kOrderedDq, its own instance: one CTA per key
 //     block as by default, each query block's additions in a fixed key-block order under a counter,
 //     bwd_sm90_common.cuh), or per-chunk buffers as bwd_kernel.cuh (a CTA walks several key blocks,
@@ -255,19 +256,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
         }
         if constexpr (!kRoomy) issue_dv();
 
-        // dK += dS^T Q, and dS^T to shared memory under it for dQ = dS K.
+        // dS^T to shared memory under dV, for dQ = dS K. dQ is issued before dK += dS^T Q, so that
+        // dK runs on the tensor cores while this consumer hands dQ off (its stores, fence and
+        // barrier arrival): the consumers meet at the dS barrier every block, and with dK first
+        // both reached the hand-off with nothing of theirs in flight (docs/perf-log.md, "dQ
+        // before dK": 0-7.5% faster at d64 / d128).
         Tensor tdKrQt = kv_ops.partition_fragment_B(sm.qt_stage(q_base, s));
-        wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
         const int ds_buf = q_uses % Traits::kDsBuffers;
         copy(copy_ds, tdSr, copy_ds_thr.partition_D(as_position_independent_swizzle_tensor(dst_buffer(ds_buf))));
         cutlass::arch::fence_view_async_shared(); // dS^T (generic stores) -> the wgmma of dQ
         cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kDsReadyBarrier);
-        // dQ queues behind dK on the tensor cores (no wait in between); with dQ transposed (80-query
-        // blocks: dQ^T 40 fp32 a thread beside dK, dV 64 each) once dV is done, so that three
-        // products' accumulators and operands are not pinned at once (ptxas serialised every wgmma
-        // for that, C7512).
+        // With dQ transposed (80-query blocks: dQ^T 40 fp32 a thread beside dK, dV 64 each) dV is
+        // done before dQ's issue, so that three products' accumulators and operands are not pinned
+        // at once (ptxas serialised every wgmma for that, C7512).
         if constexpr (Traits::kDqTransposed) {
-            warpgroup_wait<1>();
+            warpgroup_wait<0>();
             warpgroup_fence_operand(acc_dv);
             Tensor tdQrdS = dq_ops.partition_fragment_B(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrKt, tdQrdS, acc_dq); // dQ^T = K^T dS^T
@@ -275,12 +278,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel_sm90(const __g
             Tensor tdQrdS = dq_ops.partition_fragment_A(ds_buffer(ds_buf));
             wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
         }
-        warpgroup_wait<0>(); // dV, dK, dQ: the stage's Q and dO are read
+        wgmma_issue<false>(mma_kv, tdKrdSt, tdKrQt, acc_dk);
+        warpgroup_wait<1>(); // dV, dQ (dK may still run)
+        warpgroup_fence_operand(acc_dq);
+        sm90_bwd_hand_off_dq<Traits, kOrderedDq>(sm, acc_dq, tdQc, q_uses);
+        warpgroup_wait<0>(); // dK: the stage's Q and dO are read
         warpgroup_fence_operand(acc_dv);
         warpgroup_fence_operand(acc_dk);
-        warpgroup_fence_operand(acc_dq);
         cutlass::arch::ClusterBarrier::arrive(sm.q_empty + s);
-        sm90_bwd_hand_off_dq<Traits, kOrderedDq>(sm, acc_dq, tdQc, q_uses);
         ++q_uses;
     };
 
