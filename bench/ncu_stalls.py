@@ -18,9 +18,10 @@ them all. --steps CYCLES[,CYCLES...] (a Hopper forward whose consumers wait for 
 loop's time split at its landmarks, in cycles of one step (the kernel's cycles over the steps of one
 consumer warp, the loop's executed count over --sms x --consumer-warps, default 132 x 8): the K / V
 barriers before the turn, the turn, the issue of S and of P V, the wait for S, and the softmax to
-the loop's end; a split of the consumers' own time, so read it where the loop is most of a kernel. The producer warpgroup's samples count too (its waits on the consumers show as long_sb at
-its barriers), so read a line's share against the 12 warps of a Hopper CTA, 4 of them the
-producer's.
+the loop's end; a split of the consumers' own time, so read it where the loop is most of a kernel
+(and not as a model of the step's time: session 67's changes to its largest parts did not move it).
+The producer warpgroup's samples count too (its waits on the consumers show as long_sb at its
+barriers), so read a line's share against the 12 warps of a Hopper CTA, 4 of them the producer's.
 """
 import collections
 import csv
@@ -77,9 +78,10 @@ def instructions(path, kernel):
         if row[0]:
             line = row[0]
         elif row[2].startswith("0x"):
-            samples = dict(zip(header, row)).get("Warp Stall Sampling (All Samples)", "")
+            cells = dict(zip(header, row))
+            samples = cells.get("Warp Stall Sampling (All Samples)", "")
             count = int(samples) if samples.isdigit() else 0
-            executed = dict(zip(header, row)).get("Instructions Executed", "")
+            executed = cells.get("Instructions Executed", "")
             # (an instruction inlined from several lines is listed under each: keep one)
             if count >= results[-1].get(row[2], (0, "", "", "", -1))[4]:
                 results[-1][row[2]] = (int(row[2], 16), f"{file.rsplit('/', 1)[-1]}:{line}", file, row[3].strip(), count,
