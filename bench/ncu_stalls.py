@@ -5,8 +5,9 @@
 
 REPORT-source.csv is what `scripts/gpu.py profile ... --export NAME` writes beside each report (`ncu
 -i NAME-PASS.ncu-rep --page source --csv --print-source cuda,sass`). For each profiled launch of the
-kernel (the page lists them one after another), prints its stall samples by reason, then its TOP
-source lines (default 25) by samples with their three largest reasons. --diff (two launches of one
+kernel (the page lists them one after another; a template's instances profiled together, default
+and deterministic kernels say, count as launches of their own), prints its stall samples by reason,
+then its TOP source lines (default 25) by samples with their three largest reasons. --diff (two launches of one
 kernel, say at 1k and at 16k tokens): each line's share of the first launch's samples against its
 share of the second's, the TOP largest differences first: what one shape spends that the other does
 not. --sites FILE:LINE (a line of an inlined helper, e.g. barrier.h:424, an mbarrier's wait loop):
@@ -29,10 +30,11 @@ import sys
 
 
 def kernel_rows(path, kernel):
-    """The source page's rows in the kernel's sections, as (launch, file, header, row): launch counts
-    the kernel's launches from 0, in page order; one ends where its first (file, function) section
-    comes round again."""
-    launch, seen = -1, set()
+    """The source page's rows in the kernel's sections, as (launch, function, file, header, row):
+    launch counts the kernel's launches from 0, in page order; one ends where its first (file,
+    function) section comes round again or another function (another instance of a template:
+    default and deterministic kernels profiled together) begins."""
+    launch, seen, current = -1, set(), None
     file = func = header = None
     for row in csv.reader(open(path)):
         if not row:
@@ -42,20 +44,21 @@ def kernel_rows(path, kernel):
         elif row[0] == "Function Name":
             func = row[1]
             if kernel in func:
-                if launch < 0 or (file, func) in seen:
-                    launch, seen = launch + 1, set()
+                if launch < 0 or func != current or (file, func) in seen:
+                    launch, seen, current = launch + 1, set(), func
                 seen.add((file, func))
         elif row[0] == "Line No":
             header = row
         elif header and func and kernel in func:
-            yield launch, file, header, row
+            yield launch, func, file, header, row
 
 
 def launches(path, kernel):
-    """[{'file:line': (samples, source, {reason: samples})}] per launch of the kernel, in page order."""
+    """[(function, {'file:line': (samples, source, {reason: samples})})] per launch of the kernel, in
+    page order."""
     results = []
-    for launch, file, header, row in kernel_rows(path, kernel):
-        results += [{} for _ in range(launch + 1 - len(results))]
+    for launch, func, file, header, row in kernel_rows(path, kernel):
+        results += [(func, {}) for _ in range(launch + 1 - len(results))]
         if len(row) > 2 and row[0] and row[2] == "-":  # a line's total
             cells = dict(zip(header, row))
             samples = cells.get("Warp Stall Sampling (All Samples)", "")
@@ -63,7 +66,7 @@ def launches(path, kernel):
                 continue
             reasons = {k[6:]: int(v) for k, v in cells.items()
                        if k.startswith("stall_") and "Not Issued" not in k and v.isdigit() and int(v) > 0}
-            results[-1][f"{file.rsplit('/', 1)[-1]}:{row[0]}"] = (int(samples), row[1].strip()[:90], reasons)
+            results[-1][1][f"{file.rsplit('/', 1)[-1]}:{row[0]}"] = (int(samples), row[1].strip()[:90], reasons)
     return results
 
 
@@ -71,7 +74,7 @@ def instructions(path, kernel):
     """[[(address, 'file:line', path, sass, samples, executed)] sorted by address] per launch of the
     kernel: the SASS rows of the source page, each under the source line it belongs to."""
     results, line = [], None
-    for launch, file, header, row in kernel_rows(path, kernel):
+    for launch, _, file, header, row in kernel_rows(path, kernel):
         results += [{} for _ in range(launch + 1 - len(results))]
         if len(row) <= 4:
             continue
@@ -141,6 +144,12 @@ def top_reasons(reasons, n=3):
     return ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:n])
 
 
+def instance(function):
+    """A function's template arguments, shortened to what tells its instances apart."""
+    args = function[function.find("<"):function.rfind(">") + 1] if "<" in function else ""
+    return args if len(args) <= 60 else "..." + args[-57:]
+
+
 def summarise(lines, kernel, top):
     total = sum(v[0] for v in lines.values()) or 1
     by_reason = collections.Counter()
@@ -193,7 +202,8 @@ if __name__ == "__main__":
     if "--diff" in sys.argv:
         if len(results) < 2:
             raise SystemExit(f"--diff needs two launches of {kernel!r}, found {len(results)}")
-        diff(results[0], results[1], top)
+        diff(results[0][1], results[1][1], top)
     else:
-        for lines in results:
+        for launch, (function, lines) in enumerate(results):
+            print(f"launch {launch}: {instance(function)}")
             summarise(lines, kernel, top)
