@@ -6,9 +6,10 @@
 #   hc  (branch bwd-d256-half-counts, b353d5f's code): the ordered staged dQ counts a block's two
 #       column halves apart, so a key block's first half waits only for its predecessors' first
 #       halves (the deterministic column);
-#   red (branch bwd-dkv-red-scalar): the transposed dK / dV scratch adds (default mode, GQA where
-#       the scratch adds: causal 32/4) as explicit reductions instead of atomicAdd, which compiled to
-#       ATOMG with a kept result (1,600 in main's d256 unit, all REDG on the branch).
+#   red (branch bwd-dkv-red-scalar, f781f4a): the backward's fp32 adds as explicit reductions
+#       instead of atomicAdd, which compiled to ATOMG with a kept result (main's d256 Hopper unit:
+#       1,600, the transposed dK / dV scratch adds of GQA causal 32/4; the mma.sync units' dQ pairs
+#       in part); all REDG on the branch.
 # First the d256 backward tests on both, then the d256 backward grid (--quick, deterministic
 # column). A smaller DEADLINE cuts the later steps.
 export GPU_DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-570} ))
