@@ -183,10 +183,12 @@ def test_varlen(causal, heads, hdim):
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
-@pytest.mark.parametrize("hdim", [64, 128])
+@pytest.mark.parametrize("hdim", [64, 128, 256])
 def test_varlen_gqa_pairs(hdim, deterministic):
     """Causal GQA with groups of 8 walks pairs of query heads (the planner's choice at any length;
-    deterministic: up to 8192 keys at d128, rows per pair): ragged and empty sequences on either side, 16 / 2 heads."""
+    deterministic: up to 8192 keys at d128, rows per pair; d256: the fp32 dK / dV rows of the
+    scratch, key blocks inside a sequence and ones that end past it): ragged and empty sequences on
+    either side, 16 / 2 heads."""
     torch.manual_seed(11 + hdim + deterministic)
     lq, lk = [600, 0, 130, 513, 7], [650, 40, 0, 513, 300]
     q, k, v = rand(sum(lq), 16, hdim), rand(sum(lk), 2, hdim), rand(sum(lk), 2, hdim)
