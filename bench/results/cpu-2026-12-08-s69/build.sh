@@ -13,11 +13,12 @@ mkdir -p $D
 bash scripts/fetch_cutlass.sh
 build() { # NAME SOURCE HEADDIMS [PATCH]
     local b=$root/build-s69-$1
+    mkdir -p $b
     cmake -S "$2" -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90 \
         "-DFLASHATTN_HEADDIMS=$3" -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF \
-        -DFLASHATTN_BUILD_EXAMPLES=OFF -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON > $b.log 2>&1
-    ninja -C $b >> $b.log 2>&1
-    if grep -q "C75" $b.log; then echo "$1: ptxas serialised wgmma (C75xx), see $b.log"; exit 1; fi
+        -DFLASHATTN_BUILD_EXAMPLES=OFF -DFLASHATTN_CUDA_VERBOSE_PTXAS=ON > $b/build.log 2>&1
+    ninja -C $b >> $b/build.log 2>&1
+    if grep -q "C75" $b/build.log; then echo "$1: ptxas serialised wgmma (C75xx), see $b/build.log"; exit 1; fi
     xz -T2 -c $b/src/libflashattn.so > $D/$1.so.xz
     echo "$(git -C "$root" rev-parse HEAD)${4:+ + $4}" > $D/$1.commit
     echo "$1: $D/$1.so.xz ($(cat $D/$1.commit))"
@@ -29,5 +30,5 @@ for name in ${@:-main hc red st}; do
     mkdir -p "$wt/third_party" && ln -s "$root/third_party/cutlass" "$wt/third_party/cutlass"
     (cd "$wt" && git -c user.name=s69 -c user.email=s69@localhost am -q "$root/$here/$name.patch")
     build $name "$wt" 256 $name.patch
-    git worktree remove --force "$wt"
+    git worktree remove --force "$wt" 2>/dev/null || { rm -rf "$wt"; git worktree prune; }
 done
