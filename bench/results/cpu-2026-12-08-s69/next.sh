@@ -9,7 +9,7 @@
 #       instead of atomicAdd, which compiled to ATOMG with a kept result (main's d256 Hopper unit:
 #       1,600, the transposed dK / dV scratch adds of GQA causal 32/4; the mma.sync units' dQ pairs
 #       in part); all REDG with the patch;
-#   st  (st.patch, red + branch bwd-dkv-staged-tma): d256's fp32 dK^T / dV^T of a CTA's last key
+#   st  (red.patch + st.patch, branch bwd-dkv-staged-tma on red): d256's fp32 dK^T / dV^T of a CTA's last key
 #       block to the scratch through K's and V's tiles by bulk tensor reductions (GQA default) or
 #       stores (deterministic GQA's rows per head or pair), not element by element.
 # First the d256 backward tests on all three and memcheck over st's new path, then the d256
